@@ -1,0 +1,181 @@
+"""Run metadata, tracker parameters and the TOML config file that overrides them.
+
+A config file looks like::
+
+    [run]                       # run metadata (overrides run.json beside the logs)
+    algorithm = "ppo"
+    kl_target = 6.0
+    kl_target_unit = "sequence"
+
+    [kl_schedule]               # one table per tracker, keys are its parameters
+    spike_z = 8.0
+
+    [scan]
+    batch_rows = 65536
+
+``forensics rules`` lists every tracker parameter with its default and meaning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, InputError
+
+__all__ = ["Config", "RunMeta", "load_config", "load_run_meta", "param"]
+
+
+def param(default: Any, doc: str) -> Any:
+    """Declare a tracker parameter with its default and a one-line meaning."""
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass
+class RunMeta:
+    """What a run says about itself (``run.json`` written by the trainer, or ``[run]`` in a config).
+
+    Every field is optional; trackers say in their findings when a check was skipped because a
+    field was missing.
+    """
+
+    name: str | None = param(None, "Run name.")
+    algorithm: str | None = param(None, "ppo, grpo, rloo, dpo, ...; gates algorithm-specific rules.")
+    kl_target: float | None = param(None, "Target KL to the reference policy.")
+    kl_target_unit: str = param("token", "'token' (per-token mean, column kl) or 'sequence' (kl_seq).")
+    kl_controller: str | None = param(None, "'adaptive' (Ziegler et al. 2019) or 'fixed'.")
+    kl_horizon: float | None = param(None, "Adaptive controller horizon H (episodes).")
+    kl_batch_size: float | None = param(None, "Episodes per controller update n_t.")
+    kl_coef_init: float | None = param(None, "Initial KL coefficient beta_0.")
+    max_grad_norm: float | None = param(None, "Gradient clipping threshold.")
+    max_length: float | None = param(None, "Maximum response length in tokens.")
+    advantage_normalization: bool | None = param(None, "Whether advantages are whitened.")
+    param_count: float | None = param(None, "Trainable parameters (for MFU).")
+    peak_flops: float | None = param(None, "Peak FLOP/s of the hardware (for MFU).")
+    config: dict[str, Any] = field(default_factory=dict, metadata={"doc": "Trainer config."})
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "run metadata") -> RunMeta:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        known = {k: v for k, v in data.items() if k in names}
+        meta = cls(**known)
+        if unknown:
+            # keep what we do not know as trainer config, never drop it
+            meta.config = {**{k: data[k] for k in unknown}, **meta.config}
+        meta._check(source)
+        return meta
+
+    def _check(self, source: str) -> None:
+        if self.kl_target_unit not in ("token", "sequence"):
+            raise ConfigError(f"{source}: kl_target_unit must be 'token' or 'sequence', "
+                              f"not {self.kl_target_unit!r}")
+        if self.kl_controller not in (None, "adaptive", "fixed"):
+            raise ConfigError(f"{source}: kl_controller must be 'adaptive' or 'fixed', "
+                              f"not {self.kl_controller!r}")
+        for name in ("kl_target", "kl_horizon", "kl_batch_size", "max_grad_norm", "max_length"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (int, float)) or value <= 0):
+                raise ConfigError(f"{source}: {name} must be a positive number, not {value!r}")
+
+    def merged(self, other: RunMeta) -> RunMeta:
+        """Fields set in ``other`` override this one's."""
+        defaults = RunMeta()
+        out = dataclasses.replace(self)
+        for f in dataclasses.fields(RunMeta):
+            value = getattr(other, f.name)
+            if f.name == "config":
+                out.config = {**self.config, **other.config}
+            elif value != getattr(defaults, f.name):
+                setattr(out, f.name, value)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, {})}
+
+
+@dataclass
+class Config:
+    """Everything a scan is configured by: run metadata, per-tracker parameters, scan options."""
+
+    run: RunMeta = field(default_factory=RunMeta)
+    trackers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    batch_rows: int = 65536
+    strict: bool = False
+    source: str | None = None
+
+
+def load_run_meta(path: Path) -> RunMeta:
+    """Read a ``run.json`` file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read run metadata: {exc}", path=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"run metadata is not valid JSON: {exc.msg}", path=str(path),
+                         line=exc.lineno) from None
+    if not isinstance(data, dict):
+        raise InputError("run metadata must be a JSON object", path=str(path))
+    try:
+        return RunMeta.from_dict(data, source=str(path))
+    except ConfigError as exc:
+        raise InputError(str(exc), path=str(path)) from None
+
+
+def load_config(path: Path | None) -> Config:
+    """Read a TOML config; ``None`` gives the defaults. Unknown tracker parameters are errors."""
+    if path is None:
+        return Config()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    cfg = Config(source=str(path))
+    run = data.pop("run", {})
+    if not isinstance(run, dict):
+        raise ConfigError(f"{path}: [run] must be a table")
+    cfg.run = RunMeta.from_dict(run, source=f"{path} [run]")
+    scan = data.pop("scan", {})
+    for key, value in scan.items():
+        if key == "batch_rows" and isinstance(value, int) and value > 0:
+            cfg.batch_rows = value
+        elif key == "strict" and isinstance(value, bool):
+            cfg.strict = value
+        else:
+            raise ConfigError(f"{path}: [scan] {key} = {value!r} is not a valid scan option")
+    from .trackers import TRACKERS  # late import: trackers import this module
+
+    for section, values in data.items():
+        if section not in TRACKERS:
+            raise ConfigError(f"{path}: unknown section [{section}]; known: run, scan, "
+                              + ", ".join(sorted(TRACKERS)))
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: [{section}] must be a table")
+        params_cls = TRACKERS[section].Params
+        known = {f.name: f for f in dataclasses.fields(params_cls)}
+        for key, value in values.items():
+            if key not in known:
+                raise ConfigError(f"{path}: [{section}] has no parameter {key!r}; known: "
+                                  + ", ".join(sorted(known)))
+            default = known[key].default
+            if isinstance(default, (int, float)) and not isinstance(default, bool):
+                if not isinstance(value, (int, float)) or isinstance(value, bool):
+                    raise ConfigError(f"{path}: [{section}] {key} must be a number, not {value!r}")
+        cfg.trackers[section] = dict(values)
+    return cfg
+
+
+def build_params(params_cls: type, overrides: dict[str, Any] | None) -> Any:
+    """Instantiate a tracker's parameter dataclass with overrides (already validated)."""
+    return params_cls(**(overrides or {}))
+
+
+def params_doc(params_cls: type) -> list[tuple[str, Any, str]]:
+    """``(name, default, meaning)`` for every parameter of a tracker."""
+    return [(f.name, f.default, f.metadata.get("doc", "")) for f in dataclasses.fields(params_cls)]

@@ -1,0 +1,128 @@
+"""Turn a per-row alarm condition into episodes: one finding per contiguous range, never per step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .stats import History, persist
+
+__all__ = ["Episode", "Episodes"]
+
+
+@dataclass
+class Episode:
+    """A contiguous range of rows over which a rule's condition held (after persistence).
+
+    ``onset_step`` is the first row where the raw condition held inside the window that
+    confirmed the episode; ``peak`` is the most extreme ``value`` seen on an active row, with the
+    step and the ``extras`` observed there.
+    """
+
+    onset_step: int
+    first_step: int
+    last_step: int
+    last_row: int
+    n_rows: int = 0
+    peak: float = float("nan")
+    peak_step: int = 0
+    value_sum: float = 0.0
+    value_count: int = 0
+    extras: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def mean(self) -> float:
+        return self.value_sum / self.value_count if self.value_count else float("nan")
+
+
+class Episodes:
+    """Streaming episode detector.
+
+    Parameters
+    ----------
+    k, m : the condition must hold on ``k`` of the last ``m`` rows for a row to be active.
+    gap : active rows at most ``gap`` rows apart belong to one episode.
+    mode : ``"max"``, ``"min"`` or ``"absmax"``: which ``value`` counts as the peak.
+
+    >>> ep = Episodes(k=2, m=3, gap=2)
+    >>> cond = np.array([0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0], dtype=bool)
+    >>> ep.update(np.arange(12), np.arange(100, 112), cond, np.arange(12.0))
+    >>> [(e.onset_step, e.first_step, e.last_step) for e in ep.finish()]
+    [(101, 101, 104), (109, 109, 111)]
+    """
+
+    def __init__(self, k: int = 1, m: int = 1, gap: int = 0, mode: str = "max") -> None:
+        if not 1 <= k <= m:
+            raise ValueError(f"need 1 <= k <= m, got k={k}, m={m}")
+        self.k, self.m, self.gap, self.mode = k, m, gap, mode
+        self._cond = History(m - 1, dtype=bool)
+        self._steps = History(m - 1, dtype=np.int64)
+        self._open: Episode | None = None
+        self._done: list[Episode] = []
+
+    def update(
+        self,
+        rows: np.ndarray,
+        steps: np.ndarray,
+        cond: np.ndarray,
+        value: np.ndarray | None = None,
+        extras: dict[str, np.ndarray] | None = None,
+    ) -> None:
+        """Feed consecutive rows: global row indexes, steps, condition and the value to report."""
+        cond_full, n_prior = self._cond.extend(np.asarray(cond, dtype=bool))
+        steps_full, _ = self._steps.extend(np.asarray(steps, dtype=np.int64))
+        active = persist(cond_full, self.k, self.m)[n_prior:]
+        idx = np.flatnonzero(active)
+        if len(idx) == 0:
+            return
+        vals = np.full(len(rows), np.nan) if value is None else np.asarray(value, dtype=float)
+        breaks = np.flatnonzero(np.diff(rows[idx]) > self.gap + 1) + 1
+        for run in np.split(idx, breaks):
+            first = int(run[0])
+            ep = self._open
+            if ep is not None and rows[first] - ep.last_row > self.gap + 1:
+                self._done.append(ep)
+                ep = None
+            if ep is None:
+                # onset: earliest raw-condition row inside the window that confirmed the episode
+                lo = first + n_prior - (self.m - 1)
+                window = cond_full[max(lo, 0) : first + n_prior + 1]
+                onset_pos = max(lo, 0) + int(np.argmax(window))
+                onset = int(steps_full[onset_pos])
+                ep = Episode(onset_step=onset, first_step=onset, last_step=int(steps[first]),
+                             last_row=int(rows[first]))
+            self._absorb(ep, run, rows, steps, vals, extras)
+            self._open = ep
+
+    def _absorb(self, ep: Episode, run: np.ndarray, rows: np.ndarray, steps: np.ndarray,
+                vals: np.ndarray, extras: dict[str, np.ndarray] | None) -> None:
+        ep.last_step = int(steps[run[-1]])
+        ep.last_row = int(rows[run[-1]])
+        ep.n_rows += len(run)
+        v = vals[run]
+        finite = np.isfinite(v)
+        if finite.any():
+            ep.value_sum += float(v[finite].sum())
+            ep.value_count += int(finite.sum())
+            key = np.abs(v) if self.mode == "absmax" else (-v if self.mode == "min" else v)
+            key = np.where(finite, key, -np.inf)
+            j = int(np.argmax(key))
+            if not np.isfinite(ep.peak) or key[j] > (
+                abs(ep.peak) if self.mode == "absmax" else (-ep.peak if self.mode == "min" else ep.peak)
+            ):
+                ep.peak = float(v[j])
+                ep.peak_step = int(steps[run[j]])
+                if extras:
+                    ep.extras = {name: float(arr[run[j]]) for name, arr in extras.items()}
+        elif ep.n_rows == len(run):
+            ep.peak_step = int(steps[run[0]])
+            if extras:
+                ep.extras = {name: float(arr[run[0]]) for name, arr in extras.items()}
+
+    def finish(self) -> list[Episode]:
+        """Close the open episode and return all episodes in order."""
+        if self._open is not None:
+            self._done.append(self._open)
+            self._open = None
+        return self._done

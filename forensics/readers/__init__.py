@@ -1,0 +1,131 @@
+"""Readers: turn an input file into raw batches, detecting its format from its content.
+
+Formats live in a registry (:data:`FORMATS`), tried in order; the generic JSONL and Parquet
+readers come last. Framework adapters (``forensics.adapters``) register themselves ahead of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import FormatError, InputError, UsageError
+from .base import RawBatch, ReadReport, RowIssue, Source
+from .jsonl import JsonlSource
+from .parquet import ParquetSource
+
+__all__ = [
+    "FORMATS",
+    "Format",
+    "RawBatch",
+    "ReadReport",
+    "RowIssue",
+    "Source",
+    "detect_format",
+    "open_source",
+    "register_format",
+]
+
+HEAD_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Format:
+    """A readable format: a content sniffer and a factory.
+
+    ``detect(path, head)`` gets the path and the first bytes of the file (decompressed for
+    ``.gz``); ``open(path, strict)`` returns a :class:`Source`.
+    """
+
+    name: str
+    detect: Callable[[Path, bytes], bool]
+    open: Callable[[Path, bool], Source]
+    description: str = ""
+
+
+def _is_parquet(path: Path, head: bytes) -> bool:
+    return head.startswith(b"PAR1")
+
+
+def _is_jsonl(path: Path, head: bytes) -> bool:
+    text = head.lstrip()
+    return text.startswith(b"{") and (b"\n" in text or len(head) < HEAD_BYTES)
+
+
+_GENERIC = [
+    Format("parquet", _is_parquet, lambda p, s: ParquetSource(p, strict=s),
+           "Parquet, one row per step (canonical or aliased column names)"),
+    Format("jsonl", _is_jsonl, lambda p, s: JsonlSource(p, strict=s),
+           "JSON lines (optionally .gz), one object per step"),
+]
+_ADAPTERS: list[Format] = []
+_adapters_loaded = False
+
+
+def register_format(fmt: Format) -> None:
+    """Add a format ahead of the generic readers (adapters call this at import)."""
+    _ADAPTERS[:] = [f for f in _ADAPTERS if f.name != fmt.name] + [fmt]
+
+
+def _formats() -> list[Format]:
+    global _adapters_loaded
+    if not _adapters_loaded:
+        _adapters_loaded = True
+        try:
+            from .. import adapters  # noqa: F401  (registers framework formats)
+        except ImportError:
+            pass
+    return [*_ADAPTERS, *_GENERIC]
+
+
+class _Formats:
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(_formats())
+
+    def names(self) -> list[str]:
+        return [f.name for f in _formats()]
+
+
+FORMATS = _Formats()
+
+
+def _head(path: Path) -> bytes:
+    import gzip
+
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rb") as fh:
+                return fh.read(HEAD_BYTES)
+        with open(path, "rb") as fh:
+            return fh.read(HEAD_BYTES)
+    except (OSError, EOFError) as exc:
+        raise InputError(f"cannot read: {getattr(exc, 'strerror', None) or exc}",
+                         path=str(path)) from None
+
+
+def detect_format(path: Path) -> str:
+    """Name of the first registered format whose sniffer accepts the file."""
+    if not path.exists():
+        raise InputError("no such file or directory", path=str(path))
+    if path.is_dir():
+        raise InputError("is a directory; give a file", path=str(path))
+    head = _head(path)
+    if not head.strip():
+        raise FormatError("file is empty", path=str(path))
+    for fmt in _formats():
+        if fmt.detect(path, head):
+            return fmt.name
+    raise FormatError("unrecognised content (supported: " + ", ".join(FORMATS.names()) + ")",
+                      path=str(path))
+
+
+def open_source(path: Path, fmt: str | None = None, *, strict: bool = False) -> Source:
+    """Open ``path`` with the named format, or the detected one."""
+    name = fmt or detect_format(path)
+    for f in _formats():
+        if f.name == name:
+            if not path.exists():
+                raise InputError("no such file or directory", path=str(path))
+            return f.open(path, strict)
+    raise UsageError(f"unknown format {name!r}; known: " + ", ".join(FORMATS.names()))

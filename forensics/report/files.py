@@ -1,0 +1,103 @@
+"""Machine-readable outputs. The JSON is deterministic: same input, byte-identical file."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from ..engine import Analysis
+from ..errors import UsageError
+
+__all__ = ["ANALYSIS_FILE", "summary_dict", "to_json", "write_reports"]
+
+ANALYSIS_FILE = "analysis.json"
+SUMMARY_FILE = "summary.json"
+METRICS_FILE = "metrics.csv"
+FINDINGS_FILE = "findings.csv"
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return _jsonable(obj.item())
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
+    return obj
+
+
+def to_json(data: dict[str, Any]) -> str:
+    """Stable JSON: sorted keys, NaN and infinities as null, newline-terminated."""
+    return json.dumps(_jsonable(data), sort_keys=True, indent=2, allow_nan=False) + "\n"
+
+
+def summary_dict(analysis: Analysis, top: int = 10) -> dict[str, Any]:
+    """The short health summary: scores, counts, the top findings."""
+    d = analysis.to_dict()
+    return {
+        "schema_version": d["schema_version"],
+        "run": d["run"],
+        "rows": d["steps"]["rows"],
+        "steps": {"first": d["steps"]["first"], "last": d["steps"]["last"]},
+        "rows_skipped": sum(r["rows_skipped"] for r in d["inputs"]),
+        "health": d["health"],
+        "findings_by_severity": d["findings_by_severity"],
+        "top_findings": [
+            {k: f[k] for k in ("rule", "severity", "first_step", "last_step", "onset_step",
+                               "message", "remedy")}
+            for f in d["findings"][:top]
+        ],
+    }
+
+
+def write_metrics_csv(analysis: Analysis, path: Path) -> None:
+    frame = analysis.metrics_frame()
+    names = ["step"] + sorted(k for k in frame if k != "step")
+    # NaN -> empty cell: a missing value, not a number
+    table = pa.table({k: pa.array(frame[k], from_pandas=True) for k in names})
+    pacsv.write_csv(table, path)
+
+
+def write_findings_csv(analysis: Analysis, path: Path) -> None:
+    cols = ["rule", "severity", "tracker", "first_step", "last_step", "onset_step", "message",
+            "remedy", "evidence"]
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        for f in analysis.findings:
+            d = f.to_dict()
+            d["evidence"] = json.dumps(_jsonable(d["evidence"]), sort_keys=True)
+            w.writerow([d[c] for c in cols])
+
+
+def write_reports(analysis: Analysis, out_dir: Path) -> dict[str, Path]:
+    """Write the four files into ``out_dir``; return their paths by kind."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create output folder {out_dir}: {exc.strerror or exc}") from None
+    paths = {
+        "analysis": out_dir / ANALYSIS_FILE,
+        "summary": out_dir / SUMMARY_FILE,
+        "metrics": out_dir / METRICS_FILE,
+        "findings": out_dir / FINDINGS_FILE,
+    }
+    try:
+        paths["analysis"].write_text(to_json(analysis.to_dict()), encoding="utf-8")
+        paths["summary"].write_text(to_json(summary_dict(analysis)), encoding="utf-8")
+        write_metrics_csv(analysis, paths["metrics"])
+        write_findings_csv(analysis, paths["findings"])
+    except OSError as exc:
+        raise UsageError(f"cannot write reports to {out_dir}: {exc.strerror or exc}") from None
+    return paths

@@ -1,0 +1,391 @@
+"""Canonical metric names, their meaning and units, and the aliases that map other names onto them.
+
+This module is the single owner of the vocabulary. Every reader and adapter renames source keys
+through :func:`resolve_columns`; every tracker asks for canonical names only. Columns that map to
+nothing are carried through unchanged (they appear in the per-step CSV and are listed in the
+report as unmapped), never dropped.
+
+Three streams exist:
+
+* the **step stream**: one row per optimizer step (``STEP`` metrics below);
+* the **sample stream**: one row per generated response (``SAMPLE`` metrics);
+* **run metadata**: one JSON object per run (:class:`forensics.config.RunMeta`).
+
+Units matter more than names: ``kl`` is always the *per-token mean* KL to the reference policy.
+A source that logs the per-sequence *sum* (TRL PPO ``objective/kl``) maps to ``kl_seq`` instead,
+and trackers compare each with targets in its own unit; a source that logs the square root of KL
+(trlX ``policy/sqrt_kl``) is squared on the way in.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "ALIASES",
+    "METRICS",
+    "SAMPLE",
+    "STEP",
+    "Alias",
+    "ColumnMapping",
+    "Metric",
+    "canonical_name",
+    "metrics_for_tracker",
+    "resolve_columns",
+]
+
+STEP = "step"
+SAMPLE = "sample"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One canonical metric.
+
+    Parameters
+    ----------
+    name : canonical column name.
+    meaning : one sentence a user can read in ``forensics rules --metrics``.
+    unit : unit of the values (``nats/token``, ``tokens``, ``1`` for dimensionless, ...).
+    stream : ``"step"`` or ``"sample"``.
+    trackers : names of the trackers that read it.
+    """
+
+    name: str
+    meaning: str
+    unit: str
+    stream: str = STEP
+    trackers: tuple[str, ...] = ()
+
+
+def _m(name: str, meaning: str, unit: str, *trackers: str, stream: str = STEP) -> Metric:
+    return Metric(name, meaning, unit, stream, tuple(trackers))
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in [
+        # --- axes -----------------------------------------------------------------------
+        _m("step", "Optimizer step (global_step); the row key of the step stream.", "steps"),
+        _m("epoch", "Epoch, fractional where the trainer logs it so.", "epochs", "windows"),
+        _m("timestamp", "Wall-clock time the row was written.", "s since epoch", "throughput"),
+        # --- KL to the reference policy ------------------------------------------------
+        _m("kl", "Mean per-token KL(policy || reference) of the sampled responses.", "nats/token",
+           "kl_schedule", "timeline"),
+        _m("kl_seq", "KL(policy || reference) summed over response tokens, averaged over responses.",
+           "nats/sequence", "kl_schedule"),
+        _m("kl_coef", "KL penalty coefficient beta in force at this step.", "1", "kl_schedule"),
+        # --- policy ----------------------------------------------------------------------
+        _m("entropy", "Mean per-token entropy of the policy on sampled responses.", "nats/token",
+           "entropy"),
+        _m("approx_kl", "Approximate KL between the old and the updated policy (trust region).",
+           "nats/token", "kl_schedule"),
+        _m("clip_frac", "Fraction of tokens whose probability ratio was clipped.", "1", "losses"),
+        _m("learning_rate", "Learning rate of the policy optimizer.", "1", "grad_norms", "timeline"),
+        # --- losses ----------------------------------------------------------------------
+        _m("loss", "Total training loss.", "1", "losses"),
+        _m("policy_loss", "Policy-gradient (surrogate) loss.", "1", "losses"),
+        _m("value_loss", "Value-function loss.", "1", "losses"),
+        _m("entropy_loss", "Entropy bonus term of the loss.", "1", "losses"),
+        _m("explained_variance", "Explained variance of returns by the value head.", "1", "losses"),
+        # --- gradients -------------------------------------------------------------------
+        _m("grad_norm", "Global L2 norm of the policy gradient before clipping.", "1", "grad_norms"),
+        _m("grad_norm_value", "Global L2 norm of the value-head gradient before clipping.", "1",
+           "grad_norms"),
+        _m("grad_norm_clipped", "Global L2 norm of the policy gradient after clipping.", "1",
+           "grad_norms"),
+        # --- advantages ------------------------------------------------------------------
+        _m("advantage_mean", "Mean advantage over the batch (tokens or responses).", "1",
+           "advantages"),
+        _m("advantage_std", "Standard deviation of the advantages over the batch.", "1",
+           "advantages"),
+        _m("advantage_min", "Smallest advantage in the batch.", "1", "advantages"),
+        _m("advantage_max", "Largest advantage in the batch.", "1", "advantages"),
+        _m("advantage_skew", "Sample skewness of the advantages.", "1", "advantages"),
+        _m("advantage_kurtosis", "Excess kurtosis (Fisher) of the advantages.", "1", "advantages"),
+        _m("advantage_p01", "1st percentile of the advantages.", "1", "advantages"),
+        _m("advantage_p99", "99th percentile of the advantages.", "1", "advantages"),
+        # --- reward ----------------------------------------------------------------------
+        _m("reward_mean", "Mean task reward (score before any KL penalty) of the batch.", "1",
+           "rewards", "length_bias"),
+        _m("reward_std", "Standard deviation of the task reward over the batch.", "1", "rewards"),
+        _m("reward_min", "Smallest reward in the batch.", "1", "rewards"),
+        _m("reward_max", "Largest reward in the batch (best-of-N where groups are sampled).", "1",
+           "rewards"),
+        _m("reward_penalized", "Mean reward after the KL penalty (score - beta * KL).", "1",
+           "rewards"),
+        _m("frac_reward_zero_std", "Fraction of prompt groups whose rewards all tie.", "1",
+           "rewards"),
+        _m("group_size", "Responses sampled per prompt (GRPO/RLOO group size).", "responses"),
+        # --- lengths ---------------------------------------------------------------------
+        _m("response_length_mean", "Mean response length.", "tokens", "length_bias"),
+        _m("response_length_max", "Longest response.", "tokens", "length_bias"),
+        _m("truncation_rate", "Fraction of responses cut at the maximum length.", "1",
+           "length_bias"),
+        # --- throughput and resources ------------------------------------------------------
+        _m("step_time", "Wall-clock seconds of the whole step.", "s", "throughput"),
+        _m("gen_tokens_per_s", "Generation throughput.", "tokens/s", "throughput"),
+        _m("train_tokens_per_s", "Forward+backward (training) throughput.", "tokens/s",
+           "throughput"),
+        _m("samples_per_s", "Responses processed per second.", "samples/s", "throughput"),
+        _m("num_tokens", "Tokens processed so far (cumulative).", "tokens", "throughput"),
+        _m("mfu", "Model FLOP utilisation.", "1", "throughput"),
+        _m("gpu_mem_allocated_gb", "Peak GPU memory allocated.", "GB", "throughput"),
+        _m("gpu_mem_reserved_gb", "GPU memory reserved by the allocator.", "GB", "throughput"),
+        _m("ram_gb", "Host memory used by the trainer.", "GB", "throughput"),
+        _m("cpu_percent", "Host CPU utilisation.", "%", "throughput"),
+        _m("api_tokens_sent", "Tokens sent to a teacher or judge API during the step.", "tokens",
+           "throughput"),
+        _m("api_tokens_received", "Tokens received from a teacher or judge API.", "tokens",
+           "throughput"),
+        # --- sample stream -----------------------------------------------------------------
+        _m("length", "Response length.", "tokens", "length_bias", stream=SAMPLE),
+        _m("reward", "Total reward of the response.", "1", "length_bias", stream=SAMPLE),
+        _m("truncated", "1 when the response hit the maximum length.", "1", "length_bias",
+           stream=SAMPLE),
+        _m("advantage", "Advantage assigned to the response.", "1", "advantages", stream=SAMPLE),
+        _m("group", "Prompt (group) identifier within the step.", "id", stream=SAMPLE),
+        _m("prompt", "Prompt text.", "text", "generation", stream=SAMPLE),
+        _m("completion", "Response text.", "text", "generation", stream=SAMPLE),
+    ]
+}
+
+#: Reward components: a family of columns ``reward/<name>`` (per-function mean on the step stream,
+#: per-response value on the sample stream).
+REWARD_COMPONENT_PREFIX = "reward/"
+
+
+def _square(x: np.ndarray) -> np.ndarray:
+    return np.square(x)
+
+
+#: Value transforms an alias may name; each maps source values into the canonical unit.
+TRANSFORMS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"square": _square}
+
+
+@dataclass(frozen=True)
+class Alias:
+    """A source key that means a canonical metric.
+
+    ``transform`` names an entry of :data:`TRANSFORMS` applied to the values; ``framework`` and
+    ``note`` document where the key comes from and any trap in its meaning.
+    """
+
+    source: str
+    canonical: str
+    framework: str
+    transform: str | None = None
+    note: str = ""
+
+
+def _aliases(framework: str, pairs: Iterable[tuple[str, str]]) -> list[Alias]:
+    return [Alias(src, dst, framework) for src, dst in pairs]
+
+
+# Order matters: when several source keys of one row map to the same canonical name, the earlier
+# alias wins and the others are carried through under their own names.
+ALIASES: tuple[Alias, ...] = tuple(
+    # the writer (forensics.writer) uses canonical names, plus these spellings of its helpers
+    _aliases("forensics", [
+        ("grad_norm_policy", "grad_norm"),
+        ("grad_norm_pre_clip", "grad_norm"),
+        ("grad_norm_post_clip", "grad_norm_clipped"),
+        ("lr", "learning_rate"),
+        ("kl_mean", "kl"),
+        ("beta", "kl_coef"),
+        ("adv_mean", "advantage_mean"),
+        ("adv_std", "advantage_std"),
+        ("response_length", "response_length_mean"),
+        ("length_mean", "response_length_mean"),
+        ("clip_ratio", "truncation_rate"),
+        ("time", "timestamp"),
+        ("global_step", "step"),
+    ])
+    # RLDK-style wide rows
+    + _aliases("rldk", [
+        ("reward", "reward_mean"),
+        ("kl_div", "kl"),
+        ("entropy_mean", "entropy"),
+        ("policy_grad_norm", "grad_norm"),
+        ("value_grad_norm", "grad_norm_value"),
+        ("advantages_mean", "advantage_mean"),
+        ("advantages_std", "advantage_std"),
+        ("wall_time", "timestamp"),
+        ("tokens_out", "response_length_mean"),
+    ])
+    # Hugging Face Trainer / TRL (GRPO, RLOO >= 0.23, DPO, PPO new API)
+    + _aliases("trl", [
+        ("completions/mean_length", "response_length_mean"),
+        ("completion_length", "response_length_mean"),
+        ("completions/max_length", "response_length_max"),
+        ("completions/clipped_ratio", "truncation_rate"),
+        ("objective/entropy", "entropy"),
+        ("policy/entropy_avg", "entropy"),
+        ("objective/scores", "reward_mean"),
+        ("objective/rlhf_reward", "reward_penalized"),
+        ("loss/policy_avg", "policy_loss"),
+        ("loss/value_avg", "value_loss"),
+        ("policy/approxkl_avg", "approx_kl"),
+        ("policy/clipfrac_avg", "clip_frac"),
+        ("clip_ratio/region_mean", "clip_frac"),
+        ("step_time", "step_time"),
+    ])
+    + [
+        Alias("objective/kl", "kl_seq", "trl", note="TRL PPO logs the per-sequence sum of KL"),
+        Alias("objective/kl_coef", "kl_coef", "trl"),
+    ]
+    # veRL
+    + _aliases("verl", [
+        ("actor/kl_loss", "kl"),
+        ("actor/reward_kl_penalty", "kl"),
+        ("actor/kl_coef", "kl_coef"),
+        ("actor/reward_kl_penalty_coeff", "kl_coef"),
+        ("actor/entropy", "entropy"),
+        ("actor/pg_loss", "policy_loss"),
+        ("critic/vf_loss", "value_loss"),
+        ("actor/grad_norm", "grad_norm"),
+        ("critic/grad_norm", "grad_norm_value"),
+        ("actor/lr", "learning_rate"),
+        ("actor/ppo_kl", "approx_kl"),
+        ("actor/pg_clipfrac", "clip_frac"),
+        ("critic/vf_explained_var", "explained_variance"),
+        ("critic/score/mean", "reward_mean"),
+        ("critic/score/max", "reward_max"),
+        ("critic/score/min", "reward_min"),
+        ("critic/rewards/mean", "reward_penalized"),
+        ("critic/advantages/mean", "advantage_mean"),
+        ("critic/advantages/max", "advantage_max"),
+        ("critic/advantages/min", "advantage_min"),
+        ("response_length/mean", "response_length_mean"),
+        ("response_length/max", "response_length_max"),
+        ("response_length/clip_ratio", "truncation_rate"),
+        ("perf/throughput", "train_tokens_per_s"),
+        ("perf/time_per_step", "step_time"),
+        ("timing_s/step", "step_time"),
+        ("perf/mfu/actor", "mfu"),
+        ("perf/total_num_tokens", "num_tokens"),
+        ("perf/max_memory_allocated_gb", "gpu_mem_allocated_gb"),
+        ("perf/max_memory_reserved_gb", "gpu_mem_reserved_gb"),
+        ("perf/cpu_memory_used_gb", "ram_gb"),
+        ("training/epoch", "epoch"),
+    ])
+    + [Alias("policy/sqrt_kl", "kl_seq", "trlx", transform="square",
+             note="trlX logs the square root of the per-sequence KL")]
+)
+
+_ALIAS_BY_SOURCE: dict[str, Alias] = {}
+for _a in ALIASES:
+    _ALIAS_BY_SOURCE.setdefault(_a.source, _a)
+
+# TRL per-reward-function means: rewards/<f>/mean (>= 0.17) and rewards/<f> (0.14-0.16).
+_REWARD_COMPONENT = re.compile(r"^(?:rewards?|reward_components?)/(?P<name>[^/]+?)(?:/mean)?$")
+
+
+def canonical_name(key: str) -> tuple[str, Alias | None] | None:
+    """Return ``(canonical, alias)`` for a source key, or ``None`` when the key is unknown.
+
+    >>> canonical_name("kl")
+    ('kl', None)
+    >>> canonical_name("grad_norm_policy")[0]
+    'grad_norm'
+    >>> canonical_name("rewards/format_reward_fn/mean")[0]
+    'reward/format_reward_fn'
+    >>> canonical_name("my_custom_metric") is None
+    True
+    """
+    if key in METRICS:
+        return key, None
+    alias = _ALIAS_BY_SOURCE.get(key)
+    if alias is not None:
+        return alias.canonical, alias
+    match = _REWARD_COMPONENT.match(key)
+    if match and match.group("name") not in ("chosen", "rejected", "margins", "accuracies"):
+        canonical = REWARD_COMPONENT_PREFIX + match.group("name")
+        return canonical, Alias(key, canonical, "reward-component")
+    return None
+
+
+@dataclass
+class ColumnMapping:
+    """How the keys of one source were mapped: ``source -> canonical``, and the keys left as they are.
+
+    ``shadowed`` lists source keys that mapped to a canonical name another, higher-priority key of
+    the same source already took; they are carried through under their own name.
+    """
+
+    mapping: dict[str, str] = field(default_factory=dict)
+    transforms: dict[str, str] = field(default_factory=dict)
+    unmapped: list[str] = field(default_factory=list)
+    shadowed: list[str] = field(default_factory=list)
+
+    def target(self, key: str) -> str:
+        """Column name a source key is stored under."""
+        return self.mapping.get(key, key)
+
+    def source_of(self, canonical: str) -> str | None:
+        """Source key that feeds ``canonical``, if any."""
+        for src, dst in self.mapping.items():
+            if dst == canonical:
+                return src
+        return None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "mapping": dict(sorted(self.mapping.items())),
+            "transforms": dict(sorted(self.transforms.items())),
+            "unmapped": sorted(self.unmapped),
+            "shadowed": sorted(self.shadowed),
+        }
+
+
+_ALIAS_RANK = {a.source: i for i, a in enumerate(ALIASES)}
+
+
+def resolve_columns(keys: Iterable[str], previous: ColumnMapping | None = None) -> ColumnMapping:
+    """Map source keys to canonical names.
+
+    A canonical key present under its own name always wins over aliases; among aliases the one
+    listed first in :data:`ALIASES` wins. ``previous`` keeps decisions stable when keys appear
+    late in a stream: a key mapped once stays mapped the same way.
+
+    >>> m = resolve_columns(["step", "grad_norm_policy", "completion_length",
+    ...                      "completions/mean_length", "foo"])
+    >>> m.mapping["grad_norm_policy"], m.mapping["completions/mean_length"], m.unmapped
+    ('grad_norm', 'response_length_mean', ['foo'])
+    >>> m.shadowed
+    ['completion_length']
+    """
+    result = ColumnMapping() if previous is None else ColumnMapping(
+        dict(previous.mapping), dict(previous.transforms), list(previous.unmapped),
+        list(previous.shadowed))
+    taken = set(result.mapping.values())
+    known = set(result.mapping) | set(result.unmapped) | set(result.shadowed)
+    new = [k for k in keys if k not in known]
+    # direct canonical names first, then aliases in priority order, then unknown keys
+    candidates: list[tuple[int, str, str, Alias | None]] = []
+    for key in new:
+        hit = canonical_name(key)
+        if hit is None:
+            result.unmapped.append(key)
+            continue
+        canonical, alias = hit
+        rank = -1 if alias is None else _ALIAS_RANK.get(key, len(_ALIAS_RANK))
+        candidates.append((rank, key, canonical, alias))
+    for _rank, key, canonical, alias in sorted(candidates, key=lambda c: (c[0], c[1])):
+        if canonical in taken:
+            result.shadowed.append(key)
+            continue
+        taken.add(canonical)
+        result.mapping[key] = canonical
+        if alias is not None and alias.transform:
+            result.transforms[key] = alias.transform
+    return result
+
+
+def metrics_for_tracker(tracker: str) -> list[str]:
+    """Canonical metrics a tracker reads."""
+    return [m.name for m in METRICS.values() if tracker in m.trackers]

@@ -1,0 +1,210 @@
+"""Pure, batch-invariant statistics over trailing windows.
+
+Every function here computes the value at position ``i`` from the values at positions before
+``i`` (or up to and including ``i`` where it says so) and nothing else. A tracker prepends the tail
+it kept from earlier batches (:class:`History`), calls these on the concatenation and keeps the
+results for the new rows, so its output does not depend on how the stream was cut into batches.
+
+Medians and quantiles select values, so they are exact; means are computed per window (never as
+running sums, whose rounding depends on where the sum started).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "History",
+    "persist",
+    "robust_scale",
+    "robust_z",
+    "spearman",
+    "trailing_median",
+    "trailing_quantile",
+    "window_means",
+]
+
+#: 1.349 is the IQR of the standard normal: IQR / 1.349 estimates sigma robustly, as MAD / 0.6745 does.
+IQR_TO_SIGMA = 1.349
+
+
+class History:
+    """The last ``size`` values of a series, kept across batches.
+
+    >>> h = History(3)
+    >>> full, n_prior = h.extend(np.array([1.0, 2.0]))
+    >>> full.tolist(), n_prior
+    ([1.0, 2.0], 0)
+    >>> full, n_prior = h.extend(np.array([3.0, 4.0]))
+    >>> full.tolist(), n_prior
+    ([1.0, 2.0, 3.0, 4.0], 2)
+    >>> h.values.tolist()
+    [2.0, 3.0, 4.0]
+    """
+
+    def __init__(self, size: int, dtype: type = np.float64) -> None:
+        self.size = size
+        self.values: np.ndarray = np.empty(0, dtype=dtype)
+
+    def extend(self, new: np.ndarray) -> tuple[np.ndarray, int]:
+        """Return ``(tail + new, len(tail))`` and keep the last ``size`` values."""
+        full = np.concatenate([self.values, new.astype(self.values.dtype, copy=False)])
+        n_prior = len(self.values)
+        self.values = full[-self.size :] if self.size > 0 else full[:0]
+        return full, n_prior
+
+
+def _rolling(x: np.ndarray, window: int, min_periods: int) -> pd.core.window.Rolling:
+    return pd.Series(x, copy=False).rolling(window, min_periods=min_periods)
+
+
+def trailing_median(x: np.ndarray, window: int, min_periods: int) -> np.ndarray:
+    """Median of the ``window`` values before each position (NaN ignored; NaN when too few).
+
+    >>> trailing_median(np.array([1.0, 5.0, 3.0, 100.0]), 3, 2).tolist()[2:]
+    [3.0, 3.0]
+    """
+    med = _rolling(x, window, min_periods).median().to_numpy()
+    return np.concatenate([[np.nan], med[:-1]]) if len(x) else med
+
+
+def trailing_quantile(x: np.ndarray, q: float, window: int, min_periods: int) -> np.ndarray:
+    """``q``-quantile (linear interpolation) of the ``window`` values before each position."""
+    qs = _rolling(x, window, min_periods).quantile(q).to_numpy()
+    return np.concatenate([[np.nan], qs[:-1]]) if len(x) else qs
+
+
+def robust_scale(x: np.ndarray, window: int, min_periods: int) -> tuple[np.ndarray, np.ndarray]:
+    """Trailing median and robust sigma (IQR / 1.349) of the values before each position."""
+    med = trailing_median(x, window, min_periods)
+    q75 = trailing_quantile(x, 0.75, window, min_periods)
+    q25 = trailing_quantile(x, 0.25, window, min_periods)
+    return med, (q75 - q25) / IQR_TO_SIGMA
+
+
+def robust_z(
+    x: np.ndarray,
+    window: int,
+    min_periods: int,
+    rel_floor: float = 0.0,
+    abs_floor: float = 1e-12,
+) -> np.ndarray:
+    """Robust z-score of each value against the trailing window that excludes it.
+
+    ``z = (x - median) / max(sigma, rel_floor * |median|, abs_floor)`` with ``sigma = IQR/1.349``,
+    the normal-consistent robust scale (equivalent to Iglewicz-Hoaglin's ``0.6745 (x - m) / MAD``
+    for normal data). The floors stop a constant or quantised baseline from turning any change
+    into an infinite score.
+
+    >>> x = np.r_[np.tile([1.0, 1.1, 0.9, 1.05, 0.95], 10), 3.0]
+    >>> round(float(robust_z(x, 50, 10)[-1]), 1)
+    27.0
+    """
+    med, sigma = robust_scale(x, window, min_periods)
+    scale = np.fmax(sigma, np.fmax(rel_floor * np.abs(med), abs_floor))
+    return (x - med) / scale
+
+
+def persist(cond: np.ndarray, k: int, m: int) -> np.ndarray:
+    """True where ``cond`` held on at least ``k`` of the last ``m`` positions (inclusive).
+
+    >>> persist(np.array([1, 1, 0, 1, 0, 0, 0], dtype=bool), 2, 3).tolist()
+    [False, True, True, True, False, False, False]
+    """
+    c = np.cumsum(np.concatenate([[0], cond.astype(np.int64)]))
+    idx = np.arange(1, len(cond) + 1)
+    counts = c[idx] - c[np.maximum(idx - m, 0)]
+    return counts >= k
+
+
+def window_means(x: np.ndarray, window: int) -> np.ndarray:
+    """Mean of the ``window`` values ending at each position (inclusive, NaN ignored).
+
+    Each mean is computed from its own window, so the result does not depend on where the
+    array starts.
+    """
+    n = len(x)
+    out = np.full(n, np.nan)
+    if n == 0:
+        return out
+    padded = np.concatenate([np.full(window - 1, np.nan), x])
+    view = np.lib.stride_tricks.sliding_window_view(padded, window)
+    with np.errstate(invalid="ignore"), warnings_off():
+        out = np.nanmean(view, axis=1)
+    return out
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman rank correlation of finite pairs; NaN when fewer than 3 pairs or a constant input."""
+    ok = np.isfinite(x) & np.isfinite(y)
+    if ok.sum() < 3:
+        return float("nan")
+    rx = pd.Series(x[ok]).rank().to_numpy()
+    ry = pd.Series(y[ok]).rank().to_numpy()
+    return pearson(rx, ry)
+
+
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson correlation of finite pairs; NaN when fewer than 3 pairs or a constant input."""
+    ok = np.isfinite(x) & np.isfinite(y)
+    if ok.sum() < 3:
+        return float("nan")
+    xs, ys = x[ok] - x[ok].mean(), y[ok] - y[ok].mean()
+    denom = float(np.sqrt((xs * xs).sum() * (ys * ys).sum()))
+    if denom == 0.0:
+        return float("nan")
+    return float((xs * ys).sum() / denom)
+
+
+class warnings_off:
+    """Silence numpy's 'mean of empty slice' warnings inside a block."""
+
+    def __enter__(self) -> None:
+        import warnings
+
+        self._ctx = warnings.catch_warnings()
+        self._ctx.__enter__()
+        warnings.simplefilter("ignore", category=RuntimeWarning)
+
+    def __exit__(self, *exc: object) -> None:
+        self._ctx.__exit__(*exc)
+
+
+class Context:
+    """Trailing context for several series at once: ``extend`` returns full arrays and n_prior.
+
+    >>> ctx = Context(2)
+    >>> full, n = ctx.extend(a=np.array([1.0, 2.0, 3.0]))
+    >>> full["a"].tolist(), n
+    ([1.0, 2.0, 3.0], 0)
+    >>> full, n = ctx.extend(a=np.array([4.0]))
+    >>> full["a"].tolist(), n
+    ([2.0, 3.0, 4.0], 2)
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._hist: dict[str, History] = {}
+
+    def extend(self, **series: np.ndarray) -> tuple[dict[str, np.ndarray], int]:
+        out: dict[str, np.ndarray] = {}
+        n_prior = 0
+        for name, values in series.items():
+            hist = self._hist.get(name)
+            if hist is None:
+                hist = self._hist[name] = History(self.size, dtype=values.dtype.type)
+            out[name], n_prior = hist.extend(values)
+        return out, n_prior
+
+
+def trailing_block_median(x: np.ndarray, window: int, min_periods: int) -> np.ndarray:
+    """Median of the ``window`` values ending at each position (inclusive)."""
+    return _rolling(x, window, min_periods).median().to_numpy()
+
+
+def shift(x: np.ndarray, k: int) -> np.ndarray:
+    """``x`` delayed by ``k`` positions (NaN-filled at the start)."""
+    if k <= 0:
+        return x
+    return np.concatenate([np.full(min(k, len(x)), np.nan), x[:-k] if k < len(x) else x[:0]])

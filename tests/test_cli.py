@@ -1,0 +1,104 @@
+"""Every command's exit codes and outputs, through click's CliRunner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from forensics.cli import main
+
+from .conftest import RLDK, healthy_rows, write_jsonl
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_scan_writes_reports_and_exits_0(tmp_path: Path) -> None:
+    res = run("scan", str(RLDK), "-o", str(tmp_path))
+    assert res.exit_code == 0, res.output
+    for name in ("analysis.json", "summary.json", "metrics.csv", "findings.csv"):
+        assert (tmp_path / name).stat().st_size > 0
+    assert "1000 rows read" in res.output
+    assert "kl.spike" in res.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["rows"] == 1000
+    assert summary["top_findings"][0]["rule"] == "kl.spike"
+
+
+def test_missing_file_exits_3(tmp_path: Path) -> None:
+    res = run("scan", str(tmp_path / "nope.jsonl"), "-o", str(tmp_path))
+    assert res.exit_code == 3
+    assert "no such file" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_unknown_content_exits_3(tmp_path: Path) -> None:
+    p = tmp_path / "x.txt"
+    p.write_text("hello world\n")
+    res = run("scan", str(p), "-o", str(tmp_path / "o"))
+    assert res.exit_code == 3
+    assert "unrecognised content" in res.output
+
+
+def test_strict_malformed_exits_3_with_line(tmp_path: Path) -> None:
+    rows = healthy_rows(30)
+    p = write_jsonl(tmp_path / "s.jsonl", rows)
+    text = p.read_text().splitlines()
+    text[4] = '{"step": 4, "kl": '
+    p.write_text("\n".join(text) + "\n")
+    res = run("scan", str(p), "--strict", "-o", str(tmp_path / "o"))
+    assert res.exit_code == 3
+    assert ":5:" in res.output and "invalid JSON" in res.output
+    res = run("scan", str(p), "-o", str(tmp_path / "o"))
+    assert res.exit_code == 0
+    assert "1 skipped" in res.output and "line 5" not in res.output or ":5:" in res.output
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    assert run("scan").exit_code == 2
+    assert run("scan", str(RLDK), "--batch-rows", "0").exit_code == 2
+    assert run("scan", str(RLDK), "--format", "nonsense", "-o", str(tmp_path)).exit_code == 2
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[kl_schedule]\nno_such_param = 1\n")
+    res = run("scan", str(RLDK), "--config", str(cfg), "-o", str(tmp_path))
+    assert res.exit_code == 2
+    assert "no_such_param" in res.output
+    cfg.write_text("[kl_schedule\n")
+    assert run("scan", str(RLDK), "--config", str(cfg), "-o", str(tmp_path)).exit_code == 2
+
+
+def test_config_overrides_threshold(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[kl_schedule]\nspike_min_ratio = 5.0\n")
+    res = run("scan", str(RLDK), "--config", str(cfg), "-o", str(tmp_path))
+    assert res.exit_code == 0
+    assert "kl.spike" not in res.output  # the 4x spike is below a 5x ratio
+
+
+def test_rules_lists_every_rule_and_param() -> None:
+    res = run("rules")
+    assert res.exit_code == 0
+    from forensics.trackers import TRACKERS, all_rules
+
+    for _tracker, rule in all_rules():
+        assert rule.id in res.output  # type: ignore[attr-defined]
+    for cls in TRACKERS.values():
+        assert f"== {cls.name} ==" in res.output
+    data = json.loads(run("rules", "--json").output)
+    assert {r["id"] for r in data["rules"]} == {r.id for _, r in all_rules()}  # type: ignore[attr-defined]
+    assert data["params"]["kl_schedule"][0]["name"] == "window"
+
+
+def test_scan_is_deterministic(tmp_path: Path) -> None:
+    run("scan", str(RLDK), "-o", str(tmp_path / "a"))
+    run("scan", str(RLDK), "-o", str(tmp_path / "b"))
+    for name in ("analysis.json", "summary.json", "metrics.csv", "findings.csv"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_version() -> None:
+    res = run("--version")
+    assert res.exit_code == 0 and "forensics" in res.output
