@@ -170,6 +170,11 @@ class _Canonicalizer:
         return batch, keep
 
 
+#: Functions that add top-level sections to the analysis JSON from a finished analysis
+#: (``name -> fn(analysis) -> JSON-able``); report modules register here (plots, timeline).
+ANALYSIS_SECTIONS: dict[str, Callable[[Analysis], Any]] = {}
+
+
 @dataclass
 class Analysis:
     """The result of a scan. ``to_dict`` is the analysis JSON (deterministic)."""
@@ -186,6 +191,14 @@ class Analysis:
     params: dict[str, dict[str, Any]]
 
     def to_dict(self) -> dict[str, Any]:
+        d = self._core_dict()
+        for r in self.results:
+            d.update(r.sections)
+        for name, fn in ANALYSIS_SECTIONS.items():
+            d[name] = fn(self)
+        return d
+
+    def _core_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
             "tool": {"name": "forensics", "version": __version__},
@@ -297,6 +310,20 @@ class Scan:
         for tracker in self.trackers:
             if "sample" in tracker.streams:
                 tracker.update(batch)
+
+    def peek(self) -> Analysis:
+        """The analysis so far, without disturbing the scan (live use: ``forensics watch``).
+
+        Trackers and the step order are copied and finished; the per-step store is shared
+        read-only.
+        """
+        import copy
+
+        clone = copy.copy(self)
+        clone.trackers = copy.deepcopy(self.trackers)
+        clone.order = copy.deepcopy(self.order)
+        clone.reports = copy.deepcopy(self.reports)
+        return clone.finish()
 
     def finish(self) -> Analysis:
         """Close every tracker and assemble the analysis."""

@@ -50,6 +50,8 @@ class TrackerResult:
     series: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     coverage: dict[int, int] = field(default_factory=dict)
+    #: top-level sections this tracker adds to the analysis JSON (e.g. ``"windows"``)
+    sections: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -135,9 +137,10 @@ class Tracker:
         return f
 
     def result(self, summary: dict[str, Any], notes: list[str] | None = None,
-               series: dict[str, tuple[np.ndarray, np.ndarray]] | None = None) -> TrackerResult:
+               series: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+               sections: dict[str, Any] | None = None) -> TrackerResult:
         """Package the findings with the documented score."""
         findings = sorted(self._findings, key=Finding.sort_key)
         score = tracker_score(findings, self.rows, self._coverage) if self.active else None
         return TrackerResult(self.name, self.area, self.active, findings, score, summary,
-                             series or {}, notes or [], dict(self._coverage))
+                             series or {}, notes or [], dict(self._coverage), sections or {})
