@@ -70,7 +70,13 @@ class Episodes:
         extras: dict[str, np.ndarray] | None = None,
     ) -> None:
         """Feed consecutive rows: global row indexes, steps, condition and the value to report."""
-        cond_full, n_prior = self._cond.extend(np.asarray(cond, dtype=bool))
+        cond = np.asarray(cond, dtype=bool)
+        if not cond.any() and not self._cond.values.any():
+            # fast path (the common, healthy case): nothing can become active
+            self._cond.extend(cond)
+            self._steps.extend(np.asarray(steps, dtype=np.int64))
+            return
+        cond_full, n_prior = self._cond.extend(cond)
         steps_full, _ = self._steps.extend(np.asarray(steps, dtype=np.int64))
         active = persist(cond_full, self.k, self.m)[n_prior:]
         idx = np.flatnonzero(active)

@@ -208,3 +208,102 @@ def shift(x: np.ndarray, k: int) -> np.ndarray:
     if k <= 0:
         return x
     return np.concatenate([np.full(min(k, len(x)), np.nan), x[:-k] if k < len(x) else x[:0]])
+
+
+def _block_median_mad(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row median and MAD of a 2-D array, ignoring NaN (NaN when a row has no value)."""
+    s = np.sort(m, axis=1)  # NaN sorts last
+    c = np.isfinite(s).sum(axis=1)
+    rows = np.arange(len(s))
+    lo, hi = np.maximum((c - 1) // 2, 0), np.maximum(c // 2, 0)
+    with np.errstate(invalid="ignore"):
+        med = np.where(c > 0, 0.5 * (s[rows, lo] + s[rows, hi]), np.nan)
+        dev = np.sort(np.abs(m - med[:, None]), axis=1)
+        mad = np.where(c > 0, 0.5 * (dev[rows, lo] + dev[rows, hi]), np.nan)
+    return med, mad
+
+
+def window_median(x: np.ndarray, window: int, min_count: int) -> np.ndarray:
+    """Median of the ``window`` values ending at each position (inclusive), NaN ignored;
+    NaN where fewer than ``min_count`` finite values. Exact, computed per window.
+
+    >>> window_median(np.array([1.0, np.nan, 3.0, 10.0, 2.0]), 3, 2).tolist()
+    [nan, nan, 2.0, 6.5, 3.0]
+    """
+    padded = np.concatenate([np.full(window - 1, np.nan), x])
+    view = np.sort(np.lib.stride_tricks.sliding_window_view(padded, window), axis=1)
+    c = np.isfinite(view).sum(axis=1)
+    rows = np.arange(len(view))
+    lo, hi = np.maximum((c - 1) // 2, 0), np.maximum(c // 2, 0)
+    return np.where(c >= max(min_count, 1), 0.5 * (view[rows, lo] + view[rows, hi]), np.nan)
+
+
+class BlockStats:
+    """Robust trailing statistics computed on blocks of rows: fast and batch-invariant.
+
+    Rows are grouped into blocks of ``block`` consecutive rows, aligned on the global row index.
+    Each complete block is summarised by its median and its MAD. A row's baseline is the median of
+    the block medians of the ``window // block`` blocks *before* the block that holds the row (the
+    row and its neighbours in its own block are excluded, so a short burst cannot mask itself);
+    its robust sigma is the median of those blocks' MADs divided by 0.6745 (Iglewicz-Hoaglin).
+    Per-row rolling medians cost O(n log w) with a large constant; this costs two sorts of
+    ``block``-wide rows plus a rolling median over n / block values.
+
+    >>> bs = BlockStats(window=40, block=10)
+    >>> x = np.r_[np.tile([1.0, 1.2, 0.8, 1.1, 0.9], 12), 5.0]
+    >>> med, sigma = bs.update(x, row0=0)
+    >>> float(med[-1]), round(float(sigma[-1]), 3)
+    (1.0, 0.148)
+    """
+
+    def __init__(self, window: int = 100, block: int = 10, min_blocks: int = 2,
+                 keep: int | None = None) -> None:
+        self.block = block
+        self.nblocks = max(window // block, 1)
+        self.min_blocks = min_blocks
+        self.keep = max(keep or 0, 2 * self.nblocks)
+        self._partial = np.zeros(0)
+        self._meds = np.zeros(0)
+        self._mads = np.zeros(0)
+        self._last: tuple[np.ndarray, np.ndarray] = (np.zeros(0), np.zeros(0, dtype=np.int64))
+
+    def update(self, x: np.ndarray, row0: int) -> tuple[np.ndarray, np.ndarray]:
+        """Baseline median and robust sigma for each row of ``x`` (rows ``row0 ...``)."""
+        _ = row0  # alignment is implied: the partial block always starts on a block boundary
+        full = np.concatenate([self._partial, x.astype(np.float64, copy=False)])
+        n_complete = len(full) // self.block
+        meds, mads = _block_median_mad(full[: n_complete * self.block].reshape(-1, self.block))
+        all_meds = np.concatenate([self._meds, meds])
+        all_mads = np.concatenate([self._mads, mads])
+        # block position of each new row within all_meds' coordinates
+        first_pos = len(self._meds)  # the partial block (if any) sits at this position
+        offs = np.arange(len(self._partial), len(full)) // self.block
+        pos = first_pos + offs
+        base = self._trailing(all_meds, pos)
+        sigma = self._trailing(all_mads, pos) / 0.6745
+        self._partial = full[n_complete * self.block :]
+        self._meds = all_meds[-self.keep :]
+        self._mads = all_mads[-self.keep :]
+        self._last = (all_meds, pos)
+        return base, sigma
+
+    def trend(self, nblocks: int) -> tuple[np.ndarray, np.ndarray]:
+        """For the rows of the last update: median of the ``nblocks`` blocks before each row's
+        block, and of the ``nblocks`` blocks before those (recent, previous)."""
+        meds, pos = self._last
+        return self._trailing(meds, pos, nblocks), self._trailing(meds, pos - nblocks, nblocks)
+
+    def _trailing(self, series: np.ndarray, pos: np.ndarray, nblocks: int | None = None) -> np.ndarray:
+        k = nblocks or self.nblocks
+        if len(series) == 0:
+            return np.full(len(pos), np.nan)
+        roll = window_median(series, k, self.min_blocks)
+        idx = pos - 1
+        ok = (idx >= 0) & (idx < len(roll))
+        out = np.full(len(pos), np.nan)
+        out[ok] = roll[idx[ok]]
+        return out
+
+    def block_medians(self) -> np.ndarray:
+        """Medians of the complete blocks kept (most recent last)."""
+        return self._meds

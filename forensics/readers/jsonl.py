@@ -99,23 +99,21 @@ class JsonlSource:
                     break
 
     def _parse_chunk(self, body: bytes, line0: int, *, final: bool) -> RawBatch | None:
-        n_newlines = body.count(b"\n")
-        n_lines = n_newlines + (0 if body.endswith(b"\n") else 1)
-        blank = body.count(b"\n\n") + (1 if body.startswith(b"\n") else 0)
-        expected = n_lines - blank
+        n_lines = body.count(b"\n") + (0 if body.endswith(b"\n") else 1)
         table = None
-        if b"\r" not in body:
-            try:
-                table = pj.read_json(io.BytesIO(body))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                table = None
-        if table is not None and table.num_rows == expected:
-            self.report.rows_read += expected
-            if blank == 0:
-                lines = np.arange(line0, line0 + expected, dtype=np.int64)
-            else:
-                lines = self._nonblank_lines(body, line0)
-            return table_to_raw(table, lines)
+        try:
+            table = pj.read_json(io.BytesIO(body))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            table = None
+        if table is not None:
+            if table.num_rows == n_lines:  # one object per line, no blank lines: the usual case
+                self.report.rows_read += n_lines
+                return table_to_raw(table, np.arange(line0, line0 + n_lines, dtype=np.int64))
+            lines = self._nonblank_lines(body, line0)
+            if table.num_rows == len(lines) and b"}{" not in body.replace(b" ", b""):
+                self.report.rows_read += len(lines)
+                return table_to_raw(table, lines)
+        # a line pyarrow rejects, or rows that do not match lines: parse line by line
         return self._parse_slow(body, line0, final=final)
 
     @staticmethod

@@ -19,7 +19,7 @@ from ..batch import Batch
 from ..config import param
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
-from ..stats import Context, persist, robust_scale
+from ..stats import BlockStats, Context, persist
 from .base import Tracker, TrackerResult
 
 __all__ = ["GradNorms"]
@@ -28,12 +28,13 @@ __all__ = ["GradNorms"]
 @dataclass
 class GradNormsParams:
     window: int = param(100, "Trailing window (rows) of the robust baseline.")
+    block: int = param(10, "Rows per block of the robust baseline (see stats.BlockStats).")
     min_history: int = param(20, "Rows of history before robust scores are trusted.")
     probation: int = param(10, "Rows at the start on which relative rules do not fire.")
     spike_z: float = param(6.0, "Robust z of log grad norm that marks a spike (MON: 6).")
     spike_min_ratio: float = param(3.0, "A spike must also be this many times the trailing median.")
-    explode_ratio: float = param(10.0, "Grad norm this many times the trailing median, sustained, "
-                                 "is an explosion.")
+    explode_ratio: float = param(10.0, "Grad norm this many times the trailing median (or the "
+                                 "early baseline), sustained, is an explosion.")
     explode_abs: float = param(1e3, "Grad norm above this is an explosion whatever the baseline.")
     explode_k: int = param(3, "Explosion persistence: rows out of explode_m.")
     explode_m: int = param(5, "Explosion persistence window (rows).")
@@ -106,7 +107,7 @@ class GradNorms(Tracker):
         super().__init__(params, meta)
         p: GradNormsParams = self.params
         self.p = p
-        self.ctx = Context(p.window)
+        self.bs = BlockStats(p.window, p.block, min_blocks=max(p.min_history // p.block, 2))
         self.clip_ctx = Context(p.clip_window)
         self.base_vals: list[np.ndarray] = []
         self.baseline: float | None = None
@@ -145,18 +146,11 @@ class GradNorms(Tracker):
         pos = np.isfinite(g) & (g > 0)
         self.norm_rows += int(pos.sum())
         logg = np.log(np.where(pos, g, np.nan))
-        full, n0 = self.ctx.extend(logg=logg)
-        med, sigma = robust_scale(full["logg"], p.window, p.min_history)
-        sigma = np.fmax(sigma, 0.05)
-        z = ((full["logg"] - med) / sigma)[n0:]
-        ratio = g / np.exp(med[n0:])
-        explode = (after & (ratio > p.explode_ratio)) | (np.isfinite(g) & (g > p.explode_abs))
-        self.ep["grad.explode"].update(rows, steps, explode, g,
-                                       {"ratio": ratio, "median": np.exp(med[n0:])})
-        spike = after & (z > p.spike_z) & (ratio > p.spike_min_ratio)
-        self.ep["grad.spike"].update(rows, steps, spike, ratio,
-                                     {"grad_norm": g, "z": z, "median": np.exp(med[n0:])})
-        # vanishing against the early baseline
+        med, sigma = self.bs.update(logg, batch.row0)
+        sigma = np.fmax(sigma, 0.05)  # log-scale floor: a 5% wiggle is never a spike
+        z = (logg - med) / sigma
+        ratio = g / np.exp(med)
+        # the early baseline: the trailing one adapts to a sustained explosion, this one does not
         if self.baseline is None:
             sel = (rows >= p.probation) & (rows < p.probation + p.baseline_rows)
             self.base_vals.append(g[sel])
@@ -166,6 +160,13 @@ class GradNorms(Tracker):
                 self.baseline = float(np.median(vals)) if len(vals) else None
         has_base = rows >= p.probation + p.baseline_rows
         base = self.baseline if self.baseline else np.nan
+        explode = (after & (ratio > p.explode_ratio)) | (np.isfinite(g) & (g > p.explode_abs))
+        explode |= has_base & (g > p.explode_ratio * base)
+        self.ep["grad.explode"].update(rows, steps, explode, g,
+                                       {"ratio": ratio, "median": np.exp(med)})
+        spike = after & (z > p.spike_z) & (ratio > p.spike_min_ratio)
+        self.ep["grad.spike"].update(rows, steps, spike, ratio,
+                                     {"grad_norm": g, "z": z, "median": np.exp(med)})
         vanish = np.isfinite(g) & ((g < p.vanish_abs) | (has_base & (g < p.vanish_ratio * base)))
         self.ep["grad.vanish"].update(rows, steps, vanish, g, {"baseline": np.full(len(g), base)})
         # policy / value imbalance

@@ -29,7 +29,7 @@ from ..batch import Batch
 from ..config import param
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
-from ..stats import Context, robust_scale, shift, trailing_block_median
+from ..stats import BlockStats, Context, History
 from .base import Tracker, TrackerResult
 
 __all__ = ["KLSchedule"]
@@ -38,6 +38,7 @@ __all__ = ["KLSchedule"]
 @dataclass
 class KLScheduleParams:
     window: int = param(100, "Trailing window (rows) for the rolling baseline and trends.")
+    block: int = param(10, "Rows per block of the robust baseline (see stats.BlockStats).")
     min_history: int = param(20, "Rows of history needed before a robust z-score is trusted.")
     probation: int = param(10, "Rows at the start of the run on which no rule fires.")
     baseline_rows: int = param(50, "Rows after probation that define the run's KL baseline.")
@@ -144,7 +145,8 @@ class KLSchedule(Tracker):
         p: KLScheduleParams = self.params
         self.p = p
         self.series_name: str | None = None
-        self.ctx = Context(p.window)
+        self.bs = BlockStats(p.window, p.block, min_blocks=max(p.min_history // p.block, 2))
+        self.tail = History(p.window)
         self.baseline_vals: list[np.ndarray] = []
         self.baseline: float | None = None
         self.ep = {
@@ -176,8 +178,6 @@ class KLSchedule(Tracker):
         self.fit_num = 0.0
         self.fit_den = 0.0
         self.kl_first: list[float] = []
-        self.late = Context(p.window)
-        self.last_late: np.ndarray = np.zeros(0)
         self.last_step = 0
         self.baseline_end_step = 0
 
@@ -214,15 +214,14 @@ class KLSchedule(Tracker):
         rows, steps = batch.rows, batch.steps
         after_probation = rows >= p.probation
 
-        logkl = np.log(np.where(kl > 0, kl, np.nan))
-        full, n0 = self.ctx.extend(logkl=logkl, kl=kl)
-        med, sigma = robust_scale(full["logkl"], p.window, p.min_history)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            logkl = np.log(np.where(kl > 0, kl, np.nan))
+        med, sigma = self.bs.update(logkl, batch.row0)
         sigma = np.fmax(sigma, 0.05)  # log-scale floor: a 5% wiggle is never a spike
-        z = ((full["logkl"] - med) / sigma)[n0:]
-        ratio = (kl / np.exp(med[n0:]))
-        half = max(p.window // 2, 2)
-        recent = trailing_block_median(full["kl"], half, max(half // 2, 2))
-        rising = (recent / shift(recent, half))[n0:] > p.trend_ratio
+        z = (logkl - med) / sigma
+        ratio = kl / np.exp(med)
+        recent, previous = self.bs.trend(max(self.bs.nblocks // 2, 1))
+        rising = np.exp(recent - previous) > p.trend_ratio
 
         # baseline: robust median over [probation, probation + baseline_rows)
         if self.baseline is None:
@@ -242,7 +241,7 @@ class KLSchedule(Tracker):
         # spikes
         spike = after_probation & (z > p.spike_z) & (ratio > p.spike_min_ratio) & (kl > p.min_kl)
         self.ep["kl.spike"].update(rows, steps, spike, ratio, {"kl": kl, "z": z,
-                                                              "median": np.exp(med[n0:])})
+                                                              "median": np.exp(med)})
         # runaway and band
         target = self._target()
         if target is not None:
@@ -262,10 +261,10 @@ class KLSchedule(Tracker):
                                          {"kl": kl, "baseline": np.full(len(kl), base)})
         neg = p.negative_token if name == "kl" else p.negative_sequence
         self.ep["kl.negative"].update(rows, steps, after_probation & (kl < neg), kl)
-        robust_cv = (np.exp(med[n0:] + sigma[n0:]) - np.exp(med[n0:])) / np.exp(med[n0:])
+        robust_cv = np.expm1(sigma)
         self.ep["kl.volatile"].update(rows, steps, after_probation & (robust_cv > 1.0),
                                       robust_cv)
-        self.last_late = full["kl"][-p.window:]
+        self.tail.extend(kl)
         self.last_step = int(steps[-1])
         self._controller(batch, kl, coef, target)
         return {"kl_robust_z": z}
@@ -366,7 +365,7 @@ class KLSchedule(Tracker):
         summary["baseline"] = self.baseline
         if target is not None and self.n_rows_kl:
             summary["time_in_band"] = round(self.in_band / self.n_rows_kl, 4)
-        late = self.last_late[np.isfinite(self.last_late)]
+        late = self.tail.values[np.isfinite(self.tail.values)]
         if len(late) and self.baseline:
             drift = float(np.median(late)) / self.baseline
             summary["late_over_early"] = drift

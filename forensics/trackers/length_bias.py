@@ -21,7 +21,7 @@ from ..batch import Batch
 from ..config import param
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
-from ..stats import Context, pearson, shift, spearman, trailing_block_median
+from ..stats import BlockStats, pearson, spearman
 from .base import Tracker, TrackerResult
 from .grouping import StepGrouper
 
@@ -33,6 +33,7 @@ _HASH = np.uint64(0x9E3779B97F4A7C15)
 @dataclass
 class LengthBiasParams:
     window: int = param(50, "Trailing window (rows) for step-level trends.")
+    block: int = param(5, "Rows per block of the trend statistics (see stats.BlockStats).")
     probation: int = param(10, "Steps at the start on which no rule fires.")
     baseline_rows: int = param(30, "Steps after probation that define baselines.")
     pool_steps: int = param(10, "Steps pooled for the rolling per-response correlation.")
@@ -102,7 +103,8 @@ class LengthBias(Tracker):
             "length.truncation": Episodes(k, m, gap=p.window, mode="max"),
             "length.truncation_samples": Episodes(k, m, gap=p.window, mode="max"),
         }
-        self.ctx = Context(p.window)
+        self.bs_len = BlockStats(p.window, p.block, keep=4 * (p.window // p.block))
+        self.bs_rew = BlockStats(p.window, p.block, keep=4 * (p.window // p.block))
         self.base: dict[str, list[np.ndarray]] = {"len": [], "trunc": []}
         self.base_len: float | None = None
         self.base_trunc: float | None = None
@@ -152,17 +154,13 @@ class LengthBias(Tracker):
                 self.base_trunc = float(np.median(bt)) if len(bt) else float("nan")
         has_base = rows >= p.probation + p.baseline_rows
         base_len = self.base_len if self.base_len is not None else np.nan
-        half = max(p.window // 2, 2)
-        full, n0 = self.ctx.extend(length=length, reward=reward)
-        rec_l = trailing_block_median(full["length"], half, max(half // 2, 2))
-        rising_len = ((rec_l / shift(rec_l, half)) > p.rising_ratio)[n0:]
-        rec_r = trailing_block_median(full["reward"], half, max(half // 2, 2))
-        import pandas as pd
-
-        roll = pd.Series(full["reward"]).rolling(p.window, min_periods=half)
-        iqr = (roll.quantile(0.75) - roll.quantile(0.25)).to_numpy()
-        scale = np.fmax(iqr, 1e-9)
-        reward_gain = ((rec_r - shift(rec_r, half)) / scale)[n0:]
+        half = max(self.bs_len.nblocks // 2, 1)
+        self.bs_len.update(length, batch.row0)
+        rec_l, prev_l = self.bs_len.trend(half)
+        rising_len = (rec_l / prev_l) > p.rising_ratio
+        _, sigma_r = self.bs_rew.update(reward, batch.row0)
+        rec_r, prev_r = self.bs_rew.trend(half)
+        reward_gain = (rec_r - prev_r) / np.fmax(sigma_r, 1e-9)
         reward_known = np.isfinite(reward_gain)
         grown = has_base & after & (length > p.growth_factor * base_len) & rising_len
         stalled = reward_known & (reward_gain < p.stall_tolerance)

@@ -1,0 +1,150 @@
+"""Readers: odd rows, bad lines with file/line/reason, truncated tails, gz, Parquet, memory."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from forensics import InputError, StrictModeError, scan_path
+from forensics.config import Config
+from forensics.readers import open_source
+
+from .conftest import healthy_rows, write_jsonl
+
+
+def read_all(path: Path, batch_rows: int = 1000, strict: bool = False):
+    src = open_source(path, strict=strict)
+    batches = list(src.batches(batch_rows))
+    return src, batches
+
+
+def test_mixed_rows_late_keys_null_nan_infinity(tmp_path: Path) -> None:
+    p = tmp_path / "s.jsonl"
+    p.write_text(
+        '{"step": 0, "kl": 1}\n'
+        '{"step": 1, "kl": 0.5, "late": 3}\n'
+        '{"step": 2, "kl": null, "grad_norm": NaN}\n'
+        '{"step": 3, "kl": Infinity, "grad_norm": -Infinity}\n'
+        '\n'
+        '{"step": 4, "kl": 2, "note": "hello"}\n'
+    )
+    src, batches = read_all(p)
+    assert src.report.rows_read == 5 and src.report.rows_skipped == 0
+    raw = batches[0]
+    assert raw.lines.tolist() == [1, 2, 3, 4, 6]
+    kl = raw.numeric["kl"]
+    assert kl[0] == 1.0 and np.isnan(kl[2]) and np.isinf(kl[3])
+    assert raw.missing["kl"].tolist() == [False, False, True, False, False]
+    assert np.isnan(raw.numeric["grad_norm"][2]) and not raw.missing["grad_norm"][2]
+    assert raw.missing["late"].tolist() == [True, False, True, True, True]
+    assert raw.text["note"][4] == "hello"
+
+
+def test_malformed_lines_reported_and_scan_goes_on(tmp_path: Path) -> None:
+    lines = [json.dumps(r) for r in healthy_rows(50)]
+    lines[9] = '{"step": 9, "kl": 0.05,'          # broken JSON
+    lines[19] = '[1, 2, 3]'                        # not an object
+    lines[29] = '{"step": 29}{"step": 30}'         # two objects on one line
+    p = tmp_path / "s.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    a = scan_path(p)
+    rep = a.inputs[0]
+    assert rep.rows_read == 50 and rep.rows_kept == 47 and rep.rows_skipped == 3
+    assert [i.line for i in rep.issues] == [10, 20, 30]
+    assert "invalid JSON" in rep.issues[0].reason
+    assert "expected a JSON object" in rep.issues[1].reason
+    assert any(f.rule == "stream.rows_skipped" for f in a.findings)
+    with pytest.raises(StrictModeError, match=r":10: invalid JSON"):
+        scan_path(p, config=Config(strict=True))
+
+
+def test_truncated_final_line(tmp_path: Path) -> None:
+    p = write_jsonl(tmp_path / "s.jsonl", healthy_rows(40))
+    with open(p, "a") as fh:
+        fh.write('{"step": 40, "kl": 0.0')  # killed mid-write, no newline
+    a = scan_path(p)
+    rep = a.inputs[0]
+    assert rep.rows_kept == 40 and rep.skipped == {"truncated final line": 1}
+    assert rep.issues[0].line == 41 and "truncated final line" in rep.issues[0].reason
+
+
+def test_final_line_without_newline_is_kept(tmp_path: Path) -> None:
+    p = tmp_path / "s.jsonl"
+    p.write_text('{"step": 0, "kl": 1}\n{"step": 1, "kl": 2}')
+    assert scan_path(p).steps["rows"] == 2
+
+
+def test_gzip_and_parquet_give_same_analysis(tmp_path: Path) -> None:
+    rows = healthy_rows(300, seed=3)
+    plain = write_jsonl(tmp_path / "steps.jsonl", rows)
+    gz = tmp_path / "steps.jsonl.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    pqf = tmp_path / "steps.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), pqf, row_group_size=64)
+    a, b, c = (scan_path(x).to_dict() for x in (plain, gz, pqf))
+    for d in (a, b, c):
+        d.pop("inputs")
+        d.pop("column_mapping")
+    assert a == b == c
+
+
+def test_chunking_keeps_line_numbers(tmp_path: Path) -> None:
+    rows = healthy_rows(3000)
+    lines = [json.dumps(r) for r in rows]
+    lines[2500] = "oops"
+    p = tmp_path / "s.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    src, batches = read_all(p, batch_rows=100)
+    assert len(batches) > 1
+    assert src.report.issues[0].line == 2501
+    got = np.concatenate([b.lines for b in batches])
+    assert got.tolist() == [i + 1 for i in range(3000) if i != 2500]
+
+
+def test_empty_and_garbage_inputs(tmp_path: Path) -> None:
+    empty = tmp_path / "e.jsonl"
+    empty.write_text("")
+    with pytest.raises(InputError, match="empty"):
+        scan_path(empty)
+    junk = tmp_path / "j.jsonl"
+    junk.write_text('{"a": \n{"b": \n')
+    with pytest.raises(InputError, match="no usable rows"):
+        scan_path(junk)
+    bad_pq = tmp_path / "x.parquet"
+    bad_pq.write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(InputError, match="Parquet"):
+        scan_path(bad_pq)
+    with pytest.raises(InputError, match="directory"):
+        scan_path(tmp_path / "nothing_here")
+
+
+def test_rows_without_step_are_skipped(tmp_path: Path) -> None:
+    p = tmp_path / "s.jsonl"
+    p.write_text('{"step": 0, "kl": 1}\n{"kl": 2}\n{"step": 1.5, "kl": 3}\n{"step": 2, "kl": 1}\n')
+    a = scan_path(p)
+    assert a.steps["rows"] == 2
+    assert a.inputs[0].skipped["row has no step"] == 2
+
+
+def test_no_step_column_numbers_rows(tmp_path: Path) -> None:
+    p = tmp_path / "s.jsonl"
+    p.write_text('{"kl": 1}\n{"kl": 2}\n')
+    a = scan_path(p)
+    assert a.steps["first"] == 0 and a.steps["last"] == 1
+    assert "no step column" in a.inputs[0].notes[0]
+
+
+def test_unknown_columns_carried_through(tmp_path: Path) -> None:
+    rows = [{"step": i, "kl": 0.1, "my_metric": i * 2.0, "grad_norm_policy": 1.0} for i in range(5)]
+    a = scan_path(write_jsonl(tmp_path / "s.jsonl", rows))
+    frame = a.metrics_frame()
+    assert frame["my_metric"].tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]
+    assert "grad_norm" in frame and "grad_norm_policy" not in frame
+    mapping = a.mappings[str(tmp_path / "s.jsonl")]
+    assert mapping.unmapped == ["my_metric"] and mapping.mapping["grad_norm_policy"] == "grad_norm"
