@@ -225,7 +225,7 @@ def render_table(q: Quality) -> str:
         else:
             status = "MISSED"
         extra = f"; early alarms {r['false_alarms']}" if r.get("fault") and r["false_alarms"] else ""
-        lines.append(f"  {r['name']:<34} {str(r.get('fault') or 'healthy'):<22} {status}{extra}")
+        lines.append(f"  {r['name']:<34} {r.get('fault') or 'healthy'!s:<22} {status}{extra}")
     return "\n".join(lines)
 
 
