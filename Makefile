@@ -26,5 +26,11 @@ check: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/bench_scan.py
 
+eval: $(STAMP)
+	$(PY) -m forensics.evaluation fixtures/runs reports/detection_quality.json
+
+fixtures: $(STAMP)
+	$(PY) scripts/make_fixtures.py
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

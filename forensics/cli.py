@@ -169,9 +169,16 @@ def scan(path: Path, out_dir: Path, samples: Path | None, meta: Path | None,
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def rules(as_json: bool) -> None:
+@click.option("--markdown", is_flag=True, help="The catalogue as Markdown (docs/rules.md).")
+def rules(as_json: bool, markdown: bool) -> None:
     """List every rule, and every tracker parameter with its default and meaning."""
     from .trackers import TRACKERS, all_rules
+
+    if markdown:
+        from .catalogue import rules_markdown
+
+        click.echo(rules_markdown(), nl=False)
+        return
 
     if as_json:
         data = {
@@ -189,22 +196,222 @@ def rules(as_json: bool) -> None:
         }
         click.echo(json.dumps(data, indent=2))
         return
-    current = None
+    by_tracker: dict[str, list[Any]] = {}
     for tracker, r in all_rules():
-        if tracker != current:
-            current = tracker
-            click.echo(f"\n== {tracker} ==")
-            cls = TRACKERS.get(tracker)
-            if cls is not None:
-                click.echo(f"   parameters ([{tracker}] in a --config TOML file):")
-                for n, d, doc in params_doc(cls.Params):
-                    click.echo(f"     {n} = {d!r}  - {doc}")
-        click.echo(f"  {r.id}  [{r.severity.value}]  {r.title}")  # type: ignore[attr-defined]
-        click.echo(f"      {r.explanation}")  # type: ignore[attr-defined]
-        click.echo(f"      remedy: {r.remedy}")  # type: ignore[attr-defined]
+        by_tracker.setdefault(tracker, []).append(r)
+    for tracker in [*TRACKERS, *[t for t in by_tracker if t not in TRACKERS]]:
+        click.echo(f"\n== {tracker} ==")
+        cls = TRACKERS.get(tracker)
+        if cls is not None:
+            click.echo(f"   parameters ([{tracker}] in a --config TOML file):")
+            for n, d, doc in params_doc(cls.Params):
+                click.echo(f"     {n} = {d!r}  - {doc}")
+        for r in by_tracker.get(tracker, []):
+            click.echo(f"  {r.id}  [{r.severity.value}]  {r.title}")
+            click.echo(f"      {r.explanation}")
+            click.echo(f"      remedy: {r.remedy}")
     click.echo("\n== run metadata ([run] in a config file, or run.json) ==")
     for f in dataclasses.fields(RunMeta):
         click.echo(f"  {f.name}  - {f.metadata.get('doc', '')}")
+
+
+
+
+# --- report, gate, diff ------------------------------------------------------------------
+
+def _scan_options_for_output_format(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``scan_options`` with the input format renamed ``--input-format``: these commands'
+    ``--format`` chooses the output."""
+    f = scan_options(f)
+    f.__click_params__ = [p for p in f.__click_params__ if p.name != "fmt"]  # type: ignore[attr-defined]
+    return click.option("--input-format", "fmt",
+                        help="Input log format (default: detected from content).")(f)
+
+
+def _analysis_dict(path: Path, samples: Path | None, meta: Path | None, config_path: Path | None,
+                   fmt: str | None, kl_target: float | None, kl_unit: str | None, strict: bool,
+                   batch_rows: int | None) -> dict[str, Any]:
+    """A saved analysis (analysis.json, or a report folder holding one), or a fresh scan of logs."""
+    from .diff import is_saved_analysis, load_analysis_json
+
+    if is_saved_analysis(path):
+        return load_analysis_json(path / "analysis.json" if path.is_dir() else path)
+    from .report import files  # noqa: F401 - registers the plots and timeline sections
+
+    return run_scan(path, samples, meta, config_path, fmt, kl_target, kl_unit, strict,
+                    batch_rows).to_dict()
+
+
+@main.command()
+@click.argument("analysis_path", metavar="ANALYSIS.json", type=click.Path(path_type=Path))
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path),
+              help="Folder for report.html / report.md (default: beside ANALYSIS.json).")
+@click.option("--format", "out_fmt", type=click.Choice(["html", "md", "both"]), default="both",
+              show_default=True, help="What to render.")
+def report(analysis_path: Path, out_dir: Path | None, out_fmt: str) -> None:
+    """Render report.html and report.md from a saved analysis.json (the logs are not re-read).
+
+    ANALYSIS.json is the file `forensics scan` wrote, or the folder holding it.
+    """
+    from .diff import load_analysis_json
+    from .errors import UsageError
+    from .report.files import write_rendered
+
+    file = analysis_path / "analysis.json" if analysis_path.is_dir() else analysis_path
+    data = load_analysis_json(file)
+    if not data.get("plots"):  # an analysis saved without plot series: use metrics.csv beside it
+        from .diff import read_metrics_csv
+        from .report.plots import plots_from_frame
+
+        frame = read_metrics_csv(file.parent / "metrics.csv")
+        if frame is not None:
+            data["plots"] = plots_from_frame(frame)
+    out_dir = out_dir or file.parent
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        formats = ("html", "md") if out_fmt == "both" else (out_fmt,)
+        paths = write_rendered(data, out_dir, formats)
+    except OSError as exc:
+        raise UsageError(f"cannot write reports to {out_dir}: {exc.strerror or exc}") from None
+    click.echo("wrote " + ", ".join(str(p) for p in paths.values()))
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--policy", "policy_path", required=True, type=click.Path(path_type=Path),
+              help="Gate policy TOML (see examples/gate-policy.toml).")
+@click.option("--format", "out_fmt", type=click.Choice(["text", "json", "junit", "github"]),
+              default="text", show_default=True, help="Output: text, JSON, JUnit XML or GitHub "
+              "Actions annotations.")
+@click.option("--output", "output", type=click.Path(path_type=Path),
+              help="Write the output to this file instead of stdout.")
+@_scan_options_for_output_format
+def gate(path: Path, policy_path: Path, out_fmt: str, output: Path | None, samples: Path | None,
+         meta: Path | None, config_path: Path | None, fmt: str | None, kl_target: float | None,
+         kl_unit: str | None, strict: bool, batch_rows: int | None) -> None:
+    """Pass or fail a run against a policy: exit 0 pass, 1 fail, 2 bad policy, 3 unreadable input.
+
+    PATH is a log file or run folder (scanned) or a saved analysis.json / report folder.
+    """
+    from .errors import UsageError
+    from .gate import evaluate, load_policy, render_github, render_json, render_junit, render_text
+
+    policy = load_policy(policy_path)
+    data = _analysis_dict(path, samples, meta, config_path, fmt, kl_target, kl_unit, strict,
+                          batch_rows)
+    result = evaluate(data, policy)
+    render = {"text": render_text, "json": render_json, "junit": render_junit,
+              "github": render_github}[out_fmt]
+    text = render(result)
+    if output is not None:
+        try:
+            output.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+        click.echo(f"gate {'passed' if result.passed else 'FAILED'}; wrote {output}")
+    else:
+        click.echo(text.rstrip("\n"))
+    if not result.passed:
+        click.get_current_context().exit(EXIT_GATE_FAILED)
+
+
+@main.command()
+@click.argument("run_a", type=click.Path(path_type=Path))
+@click.argument("run_b", type=click.Path(path_type=Path))
+@click.option("--format", "out_fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+@click.option("--tolerance", type=click.FloatRange(min=0.0), default=0.05, show_default=True,
+              help="Largest health-score drop that is not a regression.")
+@_scan_options_for_output_format
+def diff(run_a: Path, run_b: Path, out_fmt: str, tolerance: float, samples: Path | None,
+         meta: Path | None, config_path: Path | None, fmt: str | None, kl_target: float | None,
+         kl_unit: str | None, strict: bool, batch_rows: int | None) -> None:
+    """Compare run B against run A; exit 1 when B regresses (usable as a regression gate).
+
+    Each run is a log file or run folder (scanned), or a saved analysis.json / report folder
+    (metrics.csv beside it gives the full per-step series).
+    """
+    from .diff import diff_runs, is_saved_analysis, load_saved, render_text, run_from_analysis
+
+    runs = []
+    for p in (run_a, run_b):
+        if is_saved_analysis(p):
+            runs.append(load_saved(p))
+        else:
+            runs.append(run_from_analysis(run_scan(p, samples, meta, config_path, fmt, kl_target,
+                                                   kl_unit, strict, batch_rows), str(p)))
+    result = diff_runs(runs[0], runs[1], tolerance)
+    if out_fmt == "json":
+        from .report.files import to_json
+
+        click.echo(to_json(result).rstrip("\n"))
+    else:
+        click.echo(render_text(result))
+    if result["regression"]["regressed"]:
+        click.get_current_context().exit(EXIT_GATE_FAILED)
+
+
+@main.command()
+@click.argument("src", type=click.Path(path_type=Path))
+@click.option("-o", "--out", "out_path", type=click.Path(path_type=Path), required=True,
+              help="Parquet file to write (the canonical step stream).")
+@click.option("--format", "fmt", help="Input format (default: detected from content).")
+@click.option("--strict", is_flag=True, help="A malformed row is fatal (exit 3).")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the path written.")
+def convert(src: Path, out_path: Path, fmt: str | None, strict: bool, quiet: bool) -> None:
+    """Convert a trainer log (any supported format) to the canonical step stream in Parquet.
+
+    Keys are renamed to canonical names with their units normalised; unknown keys are kept under
+    their own names. The read report and the column mapping go into the file's metadata.
+    """
+    from .convert import convert as convert_log
+
+    result = convert_log(src, out_path, fmt=fmt, strict=strict)
+    if not quiet:
+        r = result.report
+        click.echo(f"{src} [{r.format}]: {r.rows_read} rows read, {r.rows_skipped} skipped")
+        for note in r.notes:
+            click.echo(f"  note: {note}")
+        for src_key, dst in sorted(result.mapping.mapping.items()):
+            if src_key != dst:
+                click.echo(f"  {src_key} -> {dst}")
+        if result.mapping.unmapped:
+            click.echo(f"  unmapped (kept as is): {', '.join(sorted(result.mapping.unmapped))}")
+    click.echo(result.summary() if not quiet else str(result.path))
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", help="Input format (default: detected from content).")
+@click.option("--config", "config_path", type=click.Path(path_type=Path),
+              help="TOML config: [run] metadata, tracker parameters.")
+@click.option("--kl-target", type=float, help="Target KL (in the unit of --kl-unit).")
+@click.option("--kl-unit", type=click.Choice(["token", "sequence"]), help="Unit of --kl-target.")
+@click.option("--interval", type=click.FloatRange(min=0.01), default=2.0, show_default=True,
+              help="Seconds between polls.")
+@click.option("--once", is_flag=True, help="Read what is there now, report, and exit.")
+@click.option("--timeout", type=click.FloatRange(min=0.0), help="Stop after this many seconds.")
+@click.option("--min-severity", type=click.Choice(["info", "warning", "critical"]), default="info",
+              show_default=True, help="Print findings of at least this severity.")
+def watch(path: Path, fmt: str | None, config_path: Path | None, kl_target: float | None,
+          kl_unit: str | None, interval: float, once: bool, timeout: float | None,
+          min_severity: str) -> None:
+    """Follow a growing log and print each finding once, when it appears.
+
+    Works on every supported format; line-oriented logs are read incrementally, others re-read
+    when they change. Stop with Ctrl-C (or --once / --timeout).
+    """
+    from .findings import Severity
+    from .watch import Watcher
+
+    cfg = build_config(config_path, kl_target, kl_unit, False, None)
+    watcher = Watcher(path, fmt=fmt, config=cfg, echo=click.echo,
+                      min_severity=Severity.parse(min_severity))
+    try:
+        watcher.run(interval=interval, once=once, timeout=timeout)
+    except KeyboardInterrupt:
+        click.echo(f"stopped: {watcher.scan.rows} step rows analysed, {len(watcher.findings)} finding(s) "
+                   "reported")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,7 +16,7 @@ how many rows it replayed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from .findings import Finding, RuleSpec, Severity
 from .health import health_scores
 from .readers import RawBatch, ReadReport, open_source
 from .schema import TRANSFORMS, ColumnMapping, resolve_columns
+from .store import MetricsStore
 from .trackers import TRACKERS, Tracker
 from .trackers.base import TrackerResult
 
@@ -96,45 +97,18 @@ class StepOrder:
         return keep
 
 
-@dataclass
-class MetricsStore:
-    """Per-step columns (canonical, carried-through and derived), kept as float32 by batch."""
-
-    steps: list[np.ndarray] = field(default_factory=list)
-    columns: dict[str, list[tuple[int, np.ndarray]]] = field(default_factory=dict)
-    n: int = 0
-
-    def append(self, steps: np.ndarray, cols: dict[str, np.ndarray]) -> None:
-        self.steps.append(steps.astype(np.int64, copy=False))
-        for name, values in cols.items():
-            self.columns.setdefault(name, []).append((self.n, values.astype(np.float32)))
-        self.n += len(steps)
-
-    def frame(self) -> dict[str, np.ndarray]:
-        """All columns as full-length arrays (NaN where a column was not logged)."""
-        out: dict[str, np.ndarray] = {
-            "step": np.concatenate(self.steps) if self.steps else np.zeros(0, np.int64)}
-        for name, parts in self.columns.items():
-            if name == "step":
-                continue
-            arr = np.full(self.n, np.nan, dtype=np.float32)
-            for start, values in parts:
-                arr[start : start + len(values)] = values
-            out[name] = arr
-        return out
-
-
 class _Canonicalizer:
     """Renames one source's keys to canonical names as keys appear, applies unit transforms."""
 
-    def __init__(self) -> None:
+    def __init__(self, stream: str = "step") -> None:
+        self.stream = stream
         self.mapping = ColumnMapping()
         self.step_from_rows: bool | None = None
         self.next_row_step = 0
 
     def __call__(self, raw: RawBatch, report: ReadReport) -> tuple[Batch, np.ndarray]:
         keys = [*raw.numeric, *raw.text]
-        self.mapping = resolve_columns(keys, self.mapping)
+        self.mapping = resolve_columns(keys, self.mapping, self.stream)
         m = self.mapping
         columns: dict[str, np.ndarray] = {}
         missing: dict[str, np.ndarray] = {}
@@ -191,6 +165,10 @@ class Analysis:
     params: dict[str, dict[str, Any]]
 
     def to_dict(self) -> dict[str, Any]:
+        # the modules that register the standard sections (imported here: they import this one)
+        from . import timeline  # noqa: F401
+        from .report import plots  # noqa: F401
+
         d = self._core_dict()
         for r in self.results:
             d.update(r.sections)
@@ -214,9 +192,10 @@ class Analysis:
             "params": self.params,
         }
 
-    def metrics_frame(self) -> dict[str, np.ndarray]:
-        """Per-step columns plus the per-step series derived from the sample stream."""
-        frame = self.metrics.frame()
+    def metrics_frame(self, columns: list[str] | None = None) -> dict[str, np.ndarray]:
+        """Per-step columns (all, or the named ones) plus the per-step series derived from the
+        sample stream."""
+        frame = self.metrics.frame(columns)
         steps = frame["step"]
         for name, (s, v) in sorted(self.sample_series.items()):
             col = np.full(len(steps), np.nan, dtype=np.float32)
@@ -258,9 +237,9 @@ class Scan:
         self.first_step: int | None = None
         self.last_step: int | None = None
 
-    def _canonical(self, raw: RawBatch, report: ReadReport) -> tuple[Batch, np.ndarray]:
+    def _canonical(self, raw: RawBatch, report: ReadReport, stream: str = "step") -> tuple[Batch, np.ndarray]:
         if report.path not in self._canon:
-            self._canon[report.path] = _Canonicalizer()
+            self._canon[report.path] = _Canonicalizer(stream)
             self.reports.append(report)
         canon = self._canon[report.path]
         batch, keep = canon(raw, report)
@@ -300,7 +279,7 @@ class Scan:
 
     def feed_samples(self, raw: RawBatch, report: ReadReport) -> None:
         """Feed a batch of the per-response sample stream."""
-        batch, keep = self._canonical(raw, report)
+        batch, keep = self._canonical(raw, report, "sample")
         batch.stream = "sample"
         report.rows_kept -= int((~keep).sum())
         if not keep.all():
@@ -329,6 +308,7 @@ class Scan:
         """Close every tracker and assemble the analysis."""
         results = [t.finish() for t in self.trackers]
         findings: list[Finding] = [f for r in results for f in r.findings]
+        self._name_source_keys(findings)
         stream_findings = self._stream_findings()
         findings.extend(stream_findings)
         findings.sort(key=Finding.sort_key)
@@ -346,6 +326,26 @@ class Scan:
         }
         return Analysis(self.reports, self.mappings, self.meta, results, findings, health,
                         steps, self.store, sample_series, self.params)
+
+    def _name_source_keys(self, findings: list[Finding]) -> None:
+        """Evidence names the *source* keys (``objective/kl``), not only canonical columns.
+
+        Trackers record the canonical columns they read (``Tracker.source_keys``, metric ->
+        column); the column mapping of the inputs turns each column back into the key the trainer
+        logged. A finding whose tracker did not list its metrics gets all the tracker's inputs.
+        """
+        to_source: dict[str, str] = {}
+        for mapping in self.mappings.values():
+            for src, dst in mapping.mapping.items():
+                to_source.setdefault(dst, src)
+        by_name = {t.name: t for t in self.trackers}
+        for f in findings:
+            keys = f.evidence.get("source_keys")
+            if not keys:
+                tracker = by_name.get(f.tracker)
+                keys = dict(tracker.source_keys) if tracker is not None else {}
+            if keys:
+                f.evidence["source_keys"] = {k: to_source.get(v, v) for k, v in keys.items()}
 
     def _stream_findings(self) -> list[Finding]:
         from .episodes import Episode
@@ -365,21 +365,21 @@ class Scan:
                           "line": r.line, "replayed_rows": r.rows},
                 explanation=spec.explanation))
             del ep
-        skipped = {r.path: r for r in self.reports if r.rows_skipped - r.skipped.get(
-            "step replayed", 0) > 0}
         spec = STREAM_RULES[1]
-        for path, r in sorted(skipped.items()):
-            n = r.rows_skipped - r.skipped.get("step replayed", 0)
-            first = r.issues[0] if r.issues else None
+        for rep in sorted(self.reports, key=lambda rep: rep.path):
+            n = rep.rows_skipped - rep.skipped.get("step replayed", 0)
+            if n <= 0:
+                continue
+            first = rep.issues[0] if rep.issues else None
             out.append(Finding(
                 rule=spec.id, severity=spec.severity,
                 first_step=self.first_step or 0, last_step=self.last_step or 0,
                 onset_step=self.first_step or 0,
-                message=f"{n} of {r.rows_read} rows of {Path(path).name} skipped"
+                message=f"{n} of {rep.rows_read} rows of {Path(rep.path).name} skipped"
                         + (f" (first: line {first.line}: {first.reason})" if first else ""),
                 remedy=spec.remedy, tracker="stream",
-                evidence={"path": path, "rows_skipped": n, "rows_read": r.rows_read,
-                          "by_reason": {k: v for k, v in r.skipped.items()
+                evidence={"path": rep.path, "rows_skipped": n, "rows_read": rep.rows_read,
+                          "by_reason": {k: v for k, v in rep.skipped.items()
                                         if k != "step replayed"}},
                 explanation=spec.explanation))
         return out
@@ -390,17 +390,18 @@ def _find_run_files(path: Path) -> tuple[Path, Path | None, Path | None]:
     if path.is_dir():
         steps = [p for p in sorted(path.iterdir()) if p.name.startswith("steps.")]
         if not steps:
+            from .readers import FORMATS
+            if any(f.detect(path, b"") for f in FORMATS):  # a log folder, e.g. TensorBoard events
+                return path, None, None
             raise InputError("run folder has no steps.jsonl or steps.parquet", path=str(path))
         samples = [p for p in sorted(path.iterdir()) if p.name.startswith("samples.")]
         meta = path / "run.json"
         return steps[0], samples[0] if samples else None, meta if meta.exists() else None
-    samples = None
-    meta = None
-    if path.name.startswith("steps."):
-        cands = [p for p in sorted(path.parent.glob("samples.*"))]
-        samples = cands[0] if cands else None
-        meta = path.parent / "run.json" if (path.parent / "run.json").exists() else None
-    return path, samples, meta
+    if not path.name.startswith("steps."):
+        return path, None, None
+    cands = sorted(path.parent.glob("samples.*"))
+    meta_file = path.parent / "run.json"
+    return path, cands[0] if cands else None, meta_file if meta_file.exists() else None
 
 
 def scan_path(

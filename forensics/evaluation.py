@@ -133,8 +133,7 @@ def evaluate(runs: list[LabelledRun]) -> Quality:
             continue
         faults += 1
         t0, b = run.onset_step, max(run.horizon_steps, 1)
-        a = 0.25 * b
-        lo, hi = t0 - a, t0 + b
+        lo, hi = t0 - 0.25 * b, t0 + b
         for r in run.expected_rules:
             rules.setdefault(r, RuleStats()).expected += 1
         hits = sorted((f for f in alarms if f["rule"] in run.expected_rules

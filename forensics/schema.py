@@ -82,6 +82,9 @@ METRICS: dict[str, Metric] = {
         # --- policy ----------------------------------------------------------------------
         _m("entropy", "Mean per-token entropy of the policy on sampled responses.", "nats/token",
            "entropy"),
+        _m("entropy_seq", "Negative log-likelihood of the sampled responses summed over tokens, averaged "
+           "over responses (TRL PPO/OnlineDPO objective/entropy): a sequence-level sample estimate, not "
+           "the per-token entropy.", "nats/sequence"),
         _m("approx_kl", "Approximate KL between the old and the updated policy (trust region).",
            "nats/token", "kl_schedule"),
         _m("clip_frac", "Fraction of tokens whose probability ratio was clipped.", "1", "losses"),
@@ -142,6 +145,14 @@ METRICS: dict[str, Metric] = {
            "throughput"),
         _m("api_tokens_received", "Tokens received from a teacher or judge API.", "tokens",
            "throughput"),
+        _m("api_input_tokens_per_s", "Tokens sent to a teacher or judge API per second of step time "
+           "(derived from api_tokens_sent / step_time when not logged).", "tokens/s", "throughput"),
+        _m("api_output_tokens_per_s", "Tokens received from a teacher or judge API per second of "
+           "step time (derived when not logged).", "tokens/s", "throughput"),
+        _m("mfu_estimated", "MFU estimated as 6 * param_count * train_tokens_per_s / peak_flops "
+           "(derived).", "1", "throughput"),
+        _m("reward_best_of_n_gap", "reward_max - reward_mean: what best-of-N sampling would gain "
+           "over the average response (derived).", "1", "rewards"),
         # --- sample stream -----------------------------------------------------------------
         _m("length", "Response length.", "tokens", "length_bias", stream=SAMPLE),
         _m("reward", "Total reward of the response.", "1", "length_bias", stream=SAMPLE),
@@ -164,7 +175,19 @@ def _square(x: np.ndarray) -> np.ndarray:
 
 
 #: Value transforms an alias may name; each maps source values into the canonical unit.
-TRANSFORMS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"square": _square}
+def _times_1e_4(x: np.ndarray) -> np.ndarray:
+    return x * 1e-4
+
+
+def _one_minus(x: np.ndarray) -> np.ndarray:
+    return 1.0 - x
+
+
+TRANSFORMS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "square": _square,
+    "times_1e-4": _times_1e_4,
+    "one_minus": _one_minus,
+}
 
 
 @dataclass(frozen=True)
@@ -187,7 +210,12 @@ def _aliases(framework: str, pairs: Iterable[tuple[str, str]]) -> list[Alias]:
 
 
 # Order matters: when several source keys of one row map to the same canonical name, the earlier
-# alias wins and the others are carried through under their own names.
+# alias wins and the others are carried through under their own names (listed as "shadowed").
+#
+# Units (FORMATS.md sections 0, 1 and 4): per-token means map to ``kl``/``entropy``; per-sequence
+# sums to ``kl_seq``/``entropy_seq``; square roots are squared; the task score maps to
+# ``reward_mean`` and the KL-penalised reward to ``reward_penalized``. Keys whose unit could not be
+# verified from the trainer's source are left unmapped (carried through, listed as unmapped).
 ALIASES: tuple[Alias, ...] = tuple(
     # the writer (forensics.writer) uses canonical names, plus these spellings of its helpers
     _aliases("forensics", [
@@ -201,7 +229,6 @@ ALIASES: tuple[Alias, ...] = tuple(
         ("adv_std", "advantage_std"),
         ("response_length", "response_length_mean"),
         ("length_mean", "response_length_mean"),
-        ("clip_ratio", "truncation_rate"),
         ("time", "timestamp"),
         ("global_step", "step"),
     ])
@@ -217,34 +244,65 @@ ALIASES: tuple[Alias, ...] = tuple(
         ("wall_time", "timestamp"),
         ("tokens_out", "response_length_mean"),
     ])
-    # Hugging Face Trainer / TRL (GRPO, RLOO >= 0.23, DPO, PPO new API)
+    # Hugging Face Trainer / TRL GRPO (and RLOO >= 0.23), DPO family: kl and entropy are per-token
     + _aliases("trl", [
         ("completions/mean_length", "response_length_mean"),
         ("completion_length", "response_length_mean"),
         ("completions/max_length", "response_length_max"),
         ("completions/clipped_ratio", "truncation_rate"),
-        ("objective/entropy", "entropy"),
-        ("policy/entropy_avg", "entropy"),
-        ("objective/scores", "reward_mean"),
-        ("objective/rlhf_reward", "reward_penalized"),
-        ("loss/policy_avg", "policy_loss"),
-        ("loss/value_avg", "value_loss"),
-        ("policy/approxkl_avg", "approx_kl"),
-        ("policy/clipfrac_avg", "clip_frac"),
         ("clip_ratio/region_mean", "clip_frac"),
         ("step_time", "step_time"),
     ])
     + [
-        Alias("objective/kl", "kl_seq", "trl", note="TRL PPO logs the per-sequence sum of KL"),
+        Alias("clip_ratio", "clip_frac", "trl",
+              note="TRL GRPO 0.16 policy clip fraction (not a truncation rate)"),
+        # TRL PPO new API (PPOv2 >= 0.9, RLOO <= 0.21), OnlineDPO: objective/* are per-sequence sums
+        Alias("objective/kl", "kl_seq", "trl",
+              note="TRL PPO/OnlineDPO log KL summed over response tokens (kl.sum(1).mean())"),
+        Alias("objective/entropy", "entropy_seq", "trl",
+              note="TRL PPO/OnlineDPO: summed NLL of the samples ((-logprobs).sum(1).mean()), not "
+                   "the per-token entropy"),
+        Alias("policy/entropy_avg", "entropy", "trl", note="TRL PPO new API: true per-token entropy"),
+        Alias("objective/scores", "reward_mean", "trl", note="reward-model score before the KL penalty"),
+        Alias("objective/rlhf_reward", "reward_penalized", "trl", note="score minus the KL penalty"),
         Alias("objective/kl_coef", "kl_coef", "trl"),
     ]
-    # veRL
+    + _aliases("trl", [
+        ("loss/policy_avg", "policy_loss"),
+        ("loss/value_avg", "value_loss"),
+        ("policy/approxkl_avg", "approx_kl"),
+        ("policy/clipfrac_avg", "clip_frac"),
+        ("eps", "samples_per_s"),
+    ])
+    # old TRL PPOTrainer.step (<= 0.11): objective/* as above; ppo/policy/entropy is per-token
+    + _aliases("trl-ppo-old", [
+        ("ppo/policy/entropy", "entropy"),
+        ("ppo/mean_scores", "reward_mean"),
+        ("env/reward_mean", "reward_mean"),
+        ("ppo/std_scores", "reward_std"),
+        ("env/reward_std", "reward_std"),
+        ("ppo/loss/policy", "policy_loss"),
+        ("ppo/loss/value", "value_loss"),
+        ("ppo/loss/total", "loss"),
+        ("ppo/policy/approxkl", "approx_kl"),
+        ("ppo/policy/clipfrac", "clip_frac"),
+        ("ppo/policy/advantages_mean", "advantage_mean"),
+        ("ppo/val/var_explained", "explained_variance"),
+        ("ppo/learning_rate", "learning_rate"),
+        ("tokens/responses_len_mean", "response_length_mean"),
+        ("time/ppo/total", "step_time"),
+    ])
+    # veRL: actor/kl_loss and actor/reward_kl_penalty are per-token means; critic/score is the task
+    # score, critic/rewards the reward after the in-reward KL penalty
     + _aliases("verl", [
         ("actor/kl_loss", "kl"),
         ("actor/reward_kl_penalty", "kl"),
+        ("critic/kl", "kl"),
         ("actor/kl_coef", "kl_coef"),
         ("actor/reward_kl_penalty_coeff", "kl_coef"),
+        ("critic/kl_coeff", "kl_coef"),
         ("actor/entropy", "entropy"),
+        ("actor/entropy_loss", "entropy"),
         ("actor/pg_loss", "policy_loss"),
         ("critic/vf_loss", "value_loss"),
         ("actor/grad_norm", "grad_norm"),
@@ -264,28 +322,122 @@ ALIASES: tuple[Alias, ...] = tuple(
         ("response_length/max", "response_length_max"),
         ("response_length/clip_ratio", "truncation_rate"),
         ("perf/throughput", "train_tokens_per_s"),
+        ("Tokens/Sec/GPU", "train_tokens_per_s"),
         ("perf/time_per_step", "step_time"),
         ("timing_s/step", "step_time"),
+        ("time_per_step", "step_time"),
         ("perf/mfu/actor", "mfu"),
-        ("perf/total_num_tokens", "num_tokens"),
+        ("mfu/actor", "mfu"),
         ("perf/max_memory_allocated_gb", "gpu_mem_allocated_gb"),
         ("perf/max_memory_reserved_gb", "gpu_mem_reserved_gb"),
         ("perf/cpu_memory_used_gb", "ram_gb"),
         ("training/epoch", "epoch"),
+        ("training/global_step", "step"),
     ])
-    + [Alias("policy/sqrt_kl", "kl_seq", "trlx", transform="square",
-             note="trlX logs the square root of the per-sequence KL")]
+    + [
+        Alias("actor/lr(1e-4)", "learning_rate", "verl", transform="times_1e-4",
+              note="veRL v0.1 prints the learning rate in units of 1e-4"),
+        # trlX: both KL keys are square roots
+        Alias("policy/sqrt_kl", "kl_seq", "trlx", transform="square",
+              note="trlX logs the square root of the per-sequence KL"),
+        Alias("policy/kl_per_token", "kl", "trlx", transform="square",
+              note="trlX logs the square root of the per-token KL"),
+    ]
+    + _aliases("trlx", [
+        ("kl_ctl_value", "kl_coef"),
+        ("losses/total_loss", "loss"),
+        ("losses/policy_loss", "policy_loss"),
+        ("losses/value_loss", "value_loss"),
+        ("policy/approx_kl", "approx_kl"),
+        ("policy/clipfrac", "clip_frac"),
+        ("rollout_scores/mean", "reward_mean"),
+        ("rollout_scores/std", "reward_std"),
+        ("learning_rate_group_0", "learning_rate"),
+    ])
+    # OpenRLHF: kl is the per-token (per-sample mean) KL; reward is the score, return includes KL
+    + _aliases("openrlhf", [
+        ("actor_lr", "learning_rate"),
+        ("critic_loss", "value_loss"),
+        ("ppo_clip_ratio", "clip_frac"),
+        ("ppo_kl", "approx_kl"),
+        ("actor_grad_norm", "grad_norm"),
+        ("critic_grad_norm", "grad_norm_value"),
+        ("score", "reward_mean"),
+        ("rollout/reward_mean", "reward_mean"),
+        ("rollout/reward_std", "reward_std"),
+        ("rollout/response_length_mean", "response_length_mean"),
+        ("rollout/truncated_rate", "truncation_rate"),
+        ("timing/step_total", "step_time"),
+    ])
+    # DeepSpeed-Chat step 3 (console 2023 and current spellings, TensorBoard tags)
+    + _aliases("deepspeed-chat", [
+        ("act_loss", "policy_loss"),
+        ("Actor Loss", "policy_loss"),
+        ("actor_loss", "policy_loss"),
+        ("cri_loss", "value_loss"),
+        ("Critic Loss", "value_loss"),
+        ("average reward score", "reward_mean"),
+        ("Average reward score", "reward_mean"),
+        ("E2E latency", "step_time"),
+        ("CurSamplesPerSec", "samples_per_s"),
+    ])
+    # NeMo-Aligner (init_policy_kl is left unmapped: its unit is not documented)
+    + _aliases("nemo-aligner", [
+        ("train_rollouts/rewards", "reward_mean"),
+        ("train_rollouts/rewards_with_kl", "reward_penalized"),
+        ("train_rollouts/advantages_mean", "advantage_mean"),
+        ("train_rollouts/advantages_std", "advantage_std"),
+        ("train_rollouts/generation_length", "response_length_mean"),
+        ("train_optim/loss", "policy_loss"),
+        ("train_optim/grad_norm", "grad_norm"),
+        ("train_optim/lr", "learning_rate"),
+        ("train_optim/ppo_ratio_clamped", "clip_frac"),
+    ])
+    + [
+        Alias("train_rollouts/fraction_of_samples_properly_ended", "truncation_rate", "nemo-aligner",
+              transform="one_minus", note="NeMo-Aligner logs the complement (responses that ended)"),
+        # LLaMA-Factory trainer_log.jsonl and W&B history
+        Alias("current_steps", "step", "llamafactory"),
+        Alias("_timestamp", "timestamp", "wandb"),
+    ]
 )
+
+#: Unit and meaning notes for aliases declared in bulk above (shown in the report's column mapping).
+_UNIT_NOTES: dict[str, str] = {
+    "actor/kl_loss": "veRL: per-token mean KL of the KL loss (GRPO-style), not a sequence sum",
+    "actor/reward_kl_penalty": "veRL: per-token mean KL applied in the reward",
+    "critic/kl": "veRL <= 0.3: per-token mean KL applied in the reward",
+    "actor/entropy": "veRL: per-token mean entropy",
+    "actor/entropy_loss": "veRL <= 0.3: the per-token mean entropy (despite the name)",
+    "critic/score/mean": "veRL: task score before any KL penalty",
+    "critic/rewards/mean": "veRL: reward after the in-reward KL penalty",
+    "ppo/policy/entropy": "old TRL PPO: per-token entropy (objective/entropy is the sequence NLL)",
+    "reward": "batch mean reward (TRL GRPO: weighted sum over reward functions; OpenRLHF: score, "
+              "not the KL-including return)",
+    "score": "OpenRLHF >= 0.9: raw reward-function score",
+    "actor_lr": "OpenRLHF: last value of the update",
+    "perf/throughput": "veRL: tokens per second per GPU over the whole step",
+    "E2E latency": "DeepSpeed-Chat: generation + training seconds of the step",
+    "eps": "TRL PPO new API: episodes (responses) per second",
+}
+ALIASES = tuple(a if a.note or a.source not in _UNIT_NOTES else
+                Alias(a.source, a.canonical, a.framework, a.transform, _UNIT_NOTES[a.source]) for a in ALIASES)
+
+#: Prefixes that loggers put in front of a trainer's own keys (HF ``rewrite_logs`` and OpenRLHF
+#: write ``train/<key>`` to W&B and TensorBoard); a prefixed key maps like the bare key.
+TRAIN_PREFIXES = ("train/",)
 
 _ALIAS_BY_SOURCE: dict[str, Alias] = {}
 for _a in ALIASES:
     _ALIAS_BY_SOURCE.setdefault(_a.source, _a)
 
 # TRL per-reward-function means: rewards/<f>/mean (>= 0.17) and rewards/<f> (0.14-0.16).
+#: DPO/KTO implicit-reward keys that look like reward components but are not.
+_NOT_COMPONENTS = ("chosen", "rejected", "margins", "accuracies")
 _REWARD_COMPONENT = re.compile(r"^(?:rewards?|reward_components?)/(?P<name>[^/]+?)(?:/mean)?$")
 
 
-def canonical_name(key: str) -> tuple[str, Alias | None] | None:
+def canonical_name(key: str, stream: str = STEP) -> tuple[str, Alias | None] | None:
     """Return ``(canonical, alias)`` for a source key, or ``None`` when the key is unknown.
 
     >>> canonical_name("kl")
@@ -296,16 +448,37 @@ def canonical_name(key: str) -> tuple[str, Alias | None] | None:
     'reward/format_reward_fn'
     >>> canonical_name("my_custom_metric") is None
     True
+    >>> canonical_name("train/objective/kl")[0], canonical_name("objective/entropy")[0]
+    ('kl_seq', 'entropy_seq')
+
+    A sample-stream name logged on the step stream is an alias there (a step row's ``reward`` is
+    the batch mean):
+
+    >>> canonical_name("reward")[0], canonical_name("reward", stream="sample")[0]
+    ('reward_mean', 'reward')
     """
-    if key in METRICS:
+    metric = METRICS.get(key)
+    if metric is not None and (metric.stream == stream or stream == SAMPLE):
         return key, None
     alias = _ALIAS_BY_SOURCE.get(key)
     if alias is not None:
         return alias.canonical, alias
+    if metric is not None:
+        return key, None
     match = _REWARD_COMPONENT.match(key)
-    if match and match.group("name") not in ("chosen", "rejected", "margins", "accuracies"):
+    if match and match.group("name") not in _NOT_COMPONENTS and not match.group("name").endswith("_sum"):
         canonical = REWARD_COMPONENT_PREFIX + match.group("name")
         return canonical, Alias(key, canonical, "reward-component")
+    for prefix in TRAIN_PREFIXES:
+        if key.startswith(prefix) and len(key) > len(prefix):
+            hit = canonical_name(key[len(prefix):], stream)
+            if hit is None:
+                return None
+            canonical, inner = hit
+            return canonical, Alias(key, canonical, inner.framework if inner else "prefixed",
+                                    inner.transform if inner else None,
+                                    f"logger prefix {prefix!r} stripped" + (f"; {inner.note}" if inner and
+                                                                           inner.note else ""))
     return None
 
 
@@ -321,6 +494,8 @@ class ColumnMapping:
     transforms: dict[str, str] = field(default_factory=dict)
     unmapped: list[str] = field(default_factory=list)
     shadowed: list[str] = field(default_factory=list)
+    #: unit and meaning notes of the aliases used (``source -> note``), e.g. a per-sequence sum
+    notes: dict[str, str] = field(default_factory=dict)
 
     def target(self, key: str) -> str:
         """Column name a source key is stored under."""
@@ -339,13 +514,15 @@ class ColumnMapping:
             "transforms": dict(sorted(self.transforms.items())),
             "unmapped": sorted(self.unmapped),
             "shadowed": sorted(self.shadowed),
+            "notes": dict(sorted(self.notes.items())),
         }
 
 
 _ALIAS_RANK = {a.source: i for i, a in enumerate(ALIASES)}
 
 
-def resolve_columns(keys: Iterable[str], previous: ColumnMapping | None = None) -> ColumnMapping:
+def resolve_columns(keys: Iterable[str], previous: ColumnMapping | None = None,
+                    stream: str = STEP) -> ColumnMapping:
     """Map source keys to canonical names.
 
     A canonical key present under its own name always wins over aliases; among aliases the one
@@ -361,14 +538,14 @@ def resolve_columns(keys: Iterable[str], previous: ColumnMapping | None = None) 
     """
     result = ColumnMapping() if previous is None else ColumnMapping(
         dict(previous.mapping), dict(previous.transforms), list(previous.unmapped),
-        list(previous.shadowed))
+        list(previous.shadowed), dict(previous.notes))
     taken = set(result.mapping.values())
     known = set(result.mapping) | set(result.unmapped) | set(result.shadowed)
     new = [k for k in keys if k not in known]
     # direct canonical names first, then aliases in priority order, then unknown keys
     candidates: list[tuple[int, str, str, Alias | None]] = []
     for key in new:
-        hit = canonical_name(key)
+        hit = canonical_name(key, stream)
         if hit is None:
             result.unmapped.append(key)
             continue
@@ -383,6 +560,8 @@ def resolve_columns(keys: Iterable[str], previous: ColumnMapping | None = None) 
         result.mapping[key] = canonical
         if alias is not None and alias.transform:
             result.transforms[key] = alias.transform
+        if alias is not None and alias.note:
+            result.notes[key] = alias.note
     return result
 
 

@@ -11,6 +11,11 @@ running sums, whose rounding depends on where the sum started).
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -55,7 +60,7 @@ class History:
         return full, n_prior
 
 
-def _rolling(x: np.ndarray, window: int, min_periods: int) -> pd.core.window.Rolling:
+def _rolling(x: np.ndarray, window: int, min_periods: int) -> Any:
     return pd.Series(x, copy=False).rolling(window, min_periods=min_periods)
 
 
@@ -157,18 +162,12 @@ def pearson(x: np.ndarray, y: np.ndarray) -> float:
     return float((xs * ys).sum() / denom)
 
 
-class warnings_off:
+@contextlib.contextmanager
+def warnings_off() -> Iterator[None]:
     """Silence numpy's 'mean of empty slice' warnings inside a block."""
-
-    def __enter__(self) -> None:
-        import warnings
-
-        self._ctx = warnings.catch_warnings()
-        self._ctx.__enter__()
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=RuntimeWarning)
-
-    def __exit__(self, *exc: object) -> None:
-        self._ctx.__exit__(*exc)
+        yield
 
 
 class Context:

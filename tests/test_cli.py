@@ -102,3 +102,11 @@ def test_scan_is_deterministic(tmp_path: Path) -> None:
 def test_version() -> None:
     res = run("--version")
     assert res.exit_code == 0 and "forensics" in res.output
+
+
+def test_rules_catalogue_doc_is_current() -> None:
+    from .conftest import ROOT
+
+    doc = ROOT / "docs" / "rules.md"
+    assert doc.read_text(encoding="utf-8") == run("rules", "--markdown").output, (
+        "docs/rules.md is stale: regenerate with `forensics rules --markdown > docs/rules.md`")

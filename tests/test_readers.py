@@ -148,3 +148,24 @@ def test_unknown_columns_carried_through(tmp_path: Path) -> None:
     assert "grad_norm" in frame and "grad_norm_policy" not in frame
     mapping = a.mappings[str(tmp_path / "s.jsonl")]
     assert mapping.unmapped == ["my_metric"] and mapping.mapping["grad_norm_policy"] == "grad_norm"
+
+
+def test_metrics_store_spills_and_reads_back() -> None:
+    from forensics.store import MetricsStore
+
+    store = MetricsStore(spill_rows=100)
+    rng = np.random.default_rng(0)
+    ref = []
+    for start in range(0, 1000, 70):
+        steps = np.arange(start, min(start + 70, 1000))
+        cols = {"a": rng.normal(size=len(steps))}
+        if start >= 500:
+            cols["late"] = np.ones(len(steps))
+        store.append(steps, cols)
+        ref.append(cols["a"].astype(np.float32))
+    assert store._files  # spilled to disk
+    frame = store.frame()
+    assert frame["step"].tolist() == list(range(1000))
+    np.testing.assert_array_equal(frame["a"], np.concatenate(ref))
+    assert np.isnan(frame["late"][:490]).all() and (frame["late"][560:] == 1).all()
+    assert sum(len(p["step"]) for p in store.parts(["a"])) == 1000

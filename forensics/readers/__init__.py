@@ -109,6 +109,10 @@ def detect_format(path: Path) -> str:
     if not path.exists():
         raise InputError("no such file or directory", path=str(path))
     if path.is_dir():
+        # a folder is one input only for a format that says so (TensorBoard event files)
+        for fmt in _formats():
+            if fmt.detect(path, b""):
+                return fmt.name
         raise InputError("is a directory; give a file", path=str(path))
     head = _head(path)
     if not head.strip():

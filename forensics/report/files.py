@@ -98,6 +98,73 @@ def write_reports(analysis: Analysis, out_dir: Path) -> dict[str, Path]:
         paths["summary"].write_text(to_json(summary_dict(analysis)), encoding="utf-8")
         write_metrics_csv(analysis, paths["metrics"])
         write_findings_csv(analysis, paths["findings"])
+        paths.update(write_training_files(analysis, out_dir))
+        paths.update(write_rendered(json.loads(paths["analysis"].read_text(encoding="utf-8")), out_dir))
     except OSError as exc:
         raise UsageError(f"cannot write reports to {out_dir}: {exc.strerror or exc}") from None
     return paths
+
+
+WINDOWS_FILE = "windows.csv"
+RECOMMENDATIONS_JSON = "recommendations.json"
+RECOMMENDATIONS_YAML = "recommendations.yaml"
+WINDOW_COLUMNS = ("window", "first_step", "last_step", "rows", "reward_mean", "loss_mean", "loss_metric",
+                  "reward_var", "reward_trend", "loss_trend", "reward_direction", "loss_direction",
+                  "status", "issues")
+
+
+def _cell(v: Any) -> Any:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return ""
+    if isinstance(v, (list, tuple)):
+        return ";".join(str(x) for x in v)
+    return v
+
+
+def write_training_files(analysis: Analysis, out_dir: Path) -> dict[str, Path]:
+    """windows.csv and recommendations.{json,yaml} when the windows tracker produced them."""
+    from ..health_check import to_yaml
+
+    sections: dict[str, Any] = {}
+    for r in analysis.results:
+        sections.update(r.sections)
+    out: dict[str, Path] = {}
+    if sections.get("windows"):
+        out["windows"] = out_dir / WINDOWS_FILE
+        with open(out["windows"], "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(WINDOW_COLUMNS)
+            for row in sections["windows"]:
+                w.writerow([_cell(row.get(c)) for c in WINDOW_COLUMNS])
+    if sections.get("recommendations"):
+        rec = _jsonable(sections["recommendations"])
+        out["recommendations"] = out_dir / RECOMMENDATIONS_JSON
+        out["recommendations"].write_text(to_json(rec), encoding="utf-8")
+        out["recommendations_yaml"] = out_dir / RECOMMENDATIONS_YAML
+        out["recommendations_yaml"].write_text(
+            "# forensics: recommended adjustments (see recommendations.json for the same data)\n"
+            + to_yaml(rec), encoding="utf-8")
+    return out
+
+
+HTML_FILE = "report.html"
+MARKDOWN_FILE = "report.md"
+
+
+def write_rendered(data: dict[str, Any], out_dir: Path, formats: tuple[str, ...] = ("html", "md")
+                   ) -> dict[str, Path]:
+    """Write report.html and/or report.md for an analysis dict (a scan or a saved analysis.json)."""
+    from .html import write_html
+    from .markdown import write_markdown
+
+    out: dict[str, Path] = {}
+    if "html" in formats:
+        out["html"] = write_html(data, out_dir / HTML_FILE)
+    if "md" in formats:
+        out["markdown"] = write_markdown(data, out_dir / MARKDOWN_FILE)
+    return out
+
+
+# imported for their side effect: they register the "plots" and "timeline" analysis sections
+from .. import timeline as _timeline  # noqa: E402, F401
+from . import plots as _plots  # noqa: E402, F401

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..engine import Analysis
 from ..findings import Severity
 
@@ -45,8 +47,81 @@ def render_summary(analysis: Analysis, top: int = 8) -> str:
             lines.append(f"  {'':<10} -> {f.remedy}")
     if len(analysis.findings) > top:
         lines.append(f"  ... {len(analysis.findings) - top} more in findings.csv")
+    lines.extend(_training_health(analysis))
     notes = [n for r in analysis.results for n in r.notes]
     if notes:
         lines.append("")
         lines.extend(f"note: {n}" for n in notes)
     return "\n".join(lines)
+
+
+def _num(v: Any, fmt: str = ".4g") -> str:
+    return "-" if v is None or (isinstance(v, float) and v != v) else format(v, fmt)
+
+
+def _training_health(analysis: Analysis, max_windows: int = 10) -> list[str]:
+    """Reward components, window table, recommended adjustments, throughput, generation."""
+    lines: list[str] = []
+    results = {r.name: r for r in analysis.results}
+    sections: dict[str, Any] = {}
+    for r in analysis.results:
+        sections.update(r.sections)
+    rw = results.get("rewards")
+    if rw is not None and rw.active and rw.summary.get("components"):
+        lines += ["", "reward components (mean, first -> last level):"]
+        for name, st in rw.summary["components"].items():
+            lines.append(f"  {name:<24} mean {_num(st.get('mean'))}  {_num(st.get('first'))} -> "
+                         f"{_num(st.get('last'))} ({st.get('direction') or '-'})")
+    windows = sections.get("windows") or []
+    if windows:
+        mode = results["windows"].summary.get("mode") if "windows" in results else None
+        unit = "epoch" if mode == "epoch" else f"{results['windows'].summary.get('window_steps')} steps"
+        lines += ["", f"windows (per {unit}):",
+                  f"  {'window':>6} {'steps':>13} {'reward':>10} {'loss':>10} {'reward var':>10} "
+                  f"{'r trend':>8} {'l trend':>8} {'status':>6}  issues"]
+        if len(windows) > max_windows:
+            lines.append(f"  ... {len(windows) - max_windows} earlier windows in windows.csv")
+        for w in windows[-max_windows:]:
+            lines.append(f"  {w['window']:>6} {str(w['first_step']) + '-' + str(w['last_step']):>13} "
+                         f"{_num(w['reward_mean']):>10} {_num(w['loss_mean']):>10} "
+                         f"{_num(w['reward_var']):>10} {w['reward_direction'] or '-':>8} "
+                         f"{w['loss_direction'] or '-':>8} {w['status']:>6}  {', '.join(w['issues'])}")
+    rec = sections.get("recommendations") or {}
+    if rec.get("adjustments"):
+        lines += ["", "recommended adjustments (recommendations.yaml):"]
+        for pri in ("immediate", "short_term", "medium_term"):
+            for item in rec["priorities"].get(pri, []):
+                lines.append(f"  [{pri.replace('_', ' ')}] {item}")
+    tp = results.get("throughput")
+    if tp is not None and tp.active:
+        s = tp.summary
+        parts = []
+        if s.get("step_time"):
+            parts.append(f"step time p50 {_num(s['step_time']['p50'])} s, p99 {_num(s['step_time']['p99'])} s")
+        for name, label in (("gen_tokens_per_s", "gen"), ("train_tokens_per_s", "train")):
+            if s.get(name):
+                parts.append(f"{label} {_num(s[name]['p50'], '.0f')} tok/s")
+        if s.get("mfu"):
+            parts.append(f"MFU {_num(s['mfu']['mean'], '.1%')}")
+        if s.get("duration"):
+            parts.append(f"duration {_num(s['duration']['seconds'] / 3600, '.2f')} h")
+        if s.get("eta") and s["eta"].get("eta_seconds") is not None:
+            parts.append(f"ETA {_num(s['eta']['eta_seconds'] / 3600, '.2f')} h")
+        if parts:
+            lines += ["", "throughput: " + "; ".join(parts)]
+        api = s.get("api") or {}
+        if api.get("api_tokens_sent") or api.get("api_tokens_received"):
+            sent = (api.get("api_tokens_sent") or {}).get("total")
+            recv = (api.get("api_tokens_received") or {}).get("total")
+            lines.append(f"judge/teacher API: {_num(sent, '.0f')} tokens sent, {_num(recv, '.0f')} received")
+        res = s.get("resources") or {}
+        if res:
+            lines.append("resources: " + "; ".join(f"{k} max {_num(v['max'])}" for k, v in res.items()))
+    gen = sections.get("generation")
+    if gen:
+        g = gen["summary"]
+        lines += ["", f"generation: {g['responses']} responses, format {_num(g.get('format_rate'), '.0%')}, "
+                      f"repetition {_num(g.get('repetition'), '.1%')}, think {_num(g.get('mean_think_chars'), '.0f')}"
+                      f" chars, answer {_num(g.get('mean_answer_chars'), '.0f')} chars, reasoning indicators "
+                      f"{_num(g.get('reasoning_indicators_per_response'), '.2f')}/response"]
+    return lines

@@ -380,7 +380,8 @@ class KLSchedule(Tracker):
         for rule, eps in self.ep.items():
             for ep in eps.finish():
                 self._emit(rule, ep, target, unit)
-        if (summary.get("late_over_early") or 0) > p.drift_factor and not any(
+        late_over_early = summary.get("late_over_early")
+        if isinstance(late_over_early, float) and late_over_early > p.drift_factor and not any(
             f.rule == "kl.runaway" for f in self._findings
         ):
             from ..episodes import Episode

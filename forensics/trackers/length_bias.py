@@ -128,7 +128,8 @@ class LengthBias(Tracker):
     # -- step stream ------------------------------------------------------------------------
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
         if batch.stream == "sample":
-            return self._update_samples(batch)
+            self._update_samples(batch)
+            return None
         if not (batch.has("response_length_mean") or batch.has("truncation_rate")) \
                 and not self.step_rows:
             return None

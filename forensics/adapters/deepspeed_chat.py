@@ -1,0 +1,124 @@
+"""DeepSpeed-Chat step-3 (PPO) console, one block per generation batch::
+
+    epoch: 0|step: 12|ppo_ep: 1|act_loss: 0.1148|cri_loss: 0.0623|unsuper_loss: 0.0      (2023)
+    Epoch: 0 | Step: 12 | PPO Epoch: 1 | Actor Loss: x | Critic Loss: y | Unsupervised Loss: z
+    average reward score: -0.61                 /  Average reward score: r | EMA reward score: e
+    |E2E latency=3.79s |Gather latency=0.00s (0.00%) |Generate time=2.50s (65.92%) |...|CurSamplesPerSec=16.91
+
+DeepSpeed engine lines (``[Rank 0] step=10, skipped=4, lr=[5.79e-07, ...]``) and
+``OVERFLOW! Rank 0 Skipping step`` lines are printed while a step trains, before its header:
+they go to the next block as ``ds_engine/skipped`` (cumulative skipped optimizer steps),
+``ds_engine/lr`` and ``ds_engine/overflows`` (overflow lines in the block), which make fp16
+overflows visible. The ``step`` of DeepSpeed-Chat restarts every epoch: the stream's step is a
+global counter (the original is kept as ``ds_step``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from ..readers.base import ReadReport
+from ._common import ANSI, LineParser, LineSource, Rows, parse_number
+
+__all__ = ["DeepSpeedChatParser", "DeepSpeedChatSource", "detect"]
+
+_HEADER = re.compile(r"^\s*(?:epoch|Epoch): *(?P<epoch>\d+) *\| *(?:step|Step): *(?P<step>\d+) *\|(?P<rest>.*)$")
+_REWARD = re.compile(r"^\s*(?:average|Average) reward score: ")
+_E2E = re.compile(r"^\s*\|?E2E latency=")
+_ENGINE = re.compile(r"step=(?P<step>\d+), skipped=(?P<skipped>\d+), lr=\[(?P<lr>[^\],]+)")
+_OVERFLOW = re.compile(r"OVERFLOW!")
+_NUM = re.compile(r"^\s*(?P<v>[-+\w.]+?)s?\s*(?:\([^)]*\))?\s*$")
+
+
+def detect(path: Path, head: bytes) -> bool:
+    return re.search(rb"(?m)^\s*(?:epoch|Epoch): *\d+ *\| *(?:step|Step): *\d+ *\|", head) is not None
+
+
+def _pairs(text: str, sep: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for part in text.split("|"):
+        key, s, val = part.partition(sep)
+        if not s or not key.strip():
+            continue
+        m = _NUM.match(val)
+        num = parse_number(m.group("v")) if m else None
+        if num is not None:
+            out[key.strip()] = num
+    return out
+
+
+class DeepSpeedChatParser(LineParser):
+    def __init__(self, report: ReadReport, strict: bool = False) -> None:
+        super().__init__(report, strict)
+        self.block: tuple[int, dict[str, Any]] | None = None
+        self.pending: dict[str, Any] = {}
+        self.overflows = 0
+        self.offset = 0
+        self.last: tuple[int, int] | None = None
+        self.resets = 0
+        self.ignored = 0
+        self.total_overflows = 0
+
+    def line(self, lineno: int, text: str) -> Rows:
+        text = ANSI.sub("", text)
+        m = _HEADER.match(text)
+        if m:
+            out = self.flush()
+            epoch, step = int(m.group("epoch")), int(m.group("step"))
+            if self.last is not None and epoch != self.last[0] and step <= self.last[1]:
+                self.offset += self.last[1] + 1
+                self.resets += 1
+            self.last = (epoch, step)
+            row: dict[str, Any] = {"step": self.offset + step, "epoch": epoch, "ds_step": step}
+            row.update(_pairs(m.group("rest"), ":"))
+            row.update(self.pending)
+            row["ds_engine/overflows"] = self.overflows
+            self.pending, self.overflows = {}, 0
+            self.block = (lineno, row)
+            return out
+        if _REWARD.match(text) or _E2E.match(text):
+            vals = _pairs(text, ":" if _REWARD.match(text) else "=")
+            if self.block is None:
+                self.ignored += 1
+                return []
+            self.block[1].update({k: v for k, v in vals.items() if k not in self.block[1]})
+            row = self.block[1]
+            has_reward = any(k.lower() == "average reward score" for k in row)
+            if has_reward and "E2E latency" in row:
+                return self.flush()
+            return []
+        e = _ENGINE.search(text)
+        if e:
+            self.pending["ds_engine/skipped"] = float(e.group("skipped"))
+            lr = parse_number(e.group("lr"))
+            if lr is not None:
+                self.pending.setdefault("ds_engine/lr", lr)
+            return []
+        if _OVERFLOW.search(text):
+            self.overflows += 1
+            self.total_overflows += 1
+            return []
+        self.ignored += 1
+        return []
+
+    def flush(self) -> Rows:
+        out, self.block = ([self.block] if self.block is not None else []), None
+        return out
+
+    def finish_notes(self) -> None:
+        notes = self.report.notes
+        if self.resets:
+            notes.append(f"DeepSpeed-Chat's step restarts every epoch ({self.resets} restart(s)): the "
+                         "stream's step is a global counter; the logged step is kept as ds_step")
+        if self.total_overflows:
+            notes.append(f"{self.total_overflows} fp16 OVERFLOW line(s) (skipped optimizer steps): counted "
+                         "per step in ds_engine/overflows")
+        if self.ignored:
+            notes.append(f"{self.ignored} non-metric line(s) ignored (not rows, not errors)")
+
+
+class DeepSpeedChatSource(LineSource):
+    format_name = "deepspeed-chat"
+    parser_class = DeepSpeedChatParser

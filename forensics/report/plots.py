@@ -1,0 +1,143 @@
+"""Plot series: per-step metrics downsampled so that spikes survive, for the HTML report.
+
+A long run has far more steps than a chart has pixels. Each series is cut into equal buckets of
+consecutive finite values and every bucket keeps its minimum and its maximum (in step order), the
+min/max envelope: a one-step spike is the maximum of its bucket, so it is always drawn. A series
+with at most ``max_points`` finite values is kept whole.
+
+The result is the ``plots`` section of the analysis JSON, so ``forensics report`` renders the
+HTML from a saved analysis without re-reading the logs. Values are rounded to 6 significant
+digits to keep the file small (a 100,000-step run carries a few hundred kB of series).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Any
+
+import numpy as np
+
+from ..engine import ANALYSIS_SECTIONS, Analysis
+
+__all__ = ["MAX_POINTS", "PLOTTED", "envelope", "frame_columns", "paired_sample", "plots_from_frame",
+           "plots_section"]
+
+#: Most points kept per series (the envelope keeps ``MAX_POINTS // 2`` buckets).
+MAX_POINTS = 2000
+
+#: Per-step columns carried into the plots section (glob patterns), when logged.
+PLOTTED = (
+    "kl", "kl_seq", "kl_coef", "approx_kl", "learning_rate",
+    "grad_norm", "grad_norm_value", "grad_norm_clipped",
+    "advantage_mean", "advantage_std", "advantage_min", "advantage_max",
+    "reward_mean", "reward_std", "reward_penalized", "reward/*",
+    "response_length_mean", "response_length_max", "truncation_rate",
+    "loss", "policy_loss", "value_loss", "entropy_loss", "entropy", "clip_frac",
+    "step_time", "gen_tokens_per_s", "train_tokens_per_s", "samples_per_s", "mfu",
+)
+
+
+def _round(values: np.ndarray) -> list[float]:
+    return [float(f"{v:.6g}") for v in values.tolist()]
+
+
+def envelope(steps: np.ndarray, values: np.ndarray,
+             max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """Min/max envelope of the finite values: at most ``max_points`` points, spikes kept.
+
+    >>> s = np.arange(10_000)
+    >>> v = np.zeros(10_000); v[4321] = 50.0
+    >>> x, y = envelope(s, v, max_points=100)
+    >>> len(x) <= 100, float(y.max()), int(x[y.argmax()])
+    (True, 50.0, 4321)
+    """
+    values = np.asarray(values)
+    if values.dtype.kind != "f":
+        values = values.astype(np.float64)
+    steps = np.asarray(steps)
+    ok = np.isfinite(values)
+    s, v = (steps, values) if ok.all() else (steps[ok], values[ok])
+    n = len(v)
+    if n <= max_points:
+        return s, v
+    size = -(-n // max(1, max_points // 2))  # values per bucket (ceil): at most max_points // 2 buckets
+    full = n // size  # whole buckets, as a (full, size) view; the remainder is one more bucket
+    body = v[: full * size].reshape(full, size)
+    offsets = np.arange(full) * size
+    parts = [body.argmin(axis=1) + offsets, body.argmax(axis=1) + offsets]
+    if full * size < n:
+        tail = v[full * size :]
+        parts.append(np.array([tail.argmin(), tail.argmax()]) + full * size)
+    idx = np.unique(np.concatenate(parts))
+    return s[idx], v[idx]
+
+
+def paired_sample(steps: np.ndarray, x: np.ndarray, y: np.ndarray,
+                  max_points: int = MAX_POINTS // 2) -> dict[str, list[Any]]:
+    """Rows where both ``x`` and ``y`` are finite, thinned evenly to ``max_points`` (scatter)."""
+    ok = np.isfinite(x) & np.isfinite(y)
+    idx = np.flatnonzero(ok)
+    if len(idx) > max_points:
+        idx = idx[np.linspace(0, len(idx) - 1, max_points).astype(np.int64)]
+    return {"step": [int(s) for s in steps[idx]], "x": _round(x[idx]), "y": _round(y[idx])}
+
+
+def _duration(frame: dict[str, np.ndarray]) -> dict[str, Any] | None:
+    ts = frame.get("timestamp")
+    if ts is not None and np.isfinite(ts).sum() >= 2:
+        # float32 storage loses sub-minute precision on epoch seconds; good enough for a header
+        t = ts[np.isfinite(ts)].astype(np.float64)
+        return {"seconds": float(f"{t.max() - t.min():.6g}"), "source": "timestamp"}
+    st = frame.get("step_time")
+    if st is not None and np.isfinite(st).any():
+        return {"seconds": float(f"{float(np.nansum(st.astype(np.float64))):.6g}"),
+                "source": "sum of step_time"}
+    return None
+
+
+def plots_from_frame(frame: dict[str, np.ndarray], max_points: int = MAX_POINTS) -> dict[str, Any]:
+    """The ``plots`` section for per-step columns ``frame`` (``step`` plus metric arrays)."""
+    steps = frame["step"]
+    names = sorted(k for k in frame if k != "step" and any(fnmatch.fnmatchcase(k, p) for p in PLOTTED))
+    series: dict[str, Any] = {}
+    for name in names:
+        values = frame[name]
+        finite = int(np.isfinite(values).sum())
+        if finite == 0:
+            continue
+        x, y = envelope(steps, values, max_points)
+        series[name] = {"x": [int(s) for s in x], "y": _round(y), "n": finite,
+                        "downsampled": finite > len(x)}
+    pairs: dict[str, Any] = {}
+    if "response_length_mean" in frame and "reward_mean" in frame:
+        pairs["length_reward"] = paired_sample(steps, frame["response_length_mean"],
+                                               frame["reward_mean"], max_points // 2)
+    return {
+        "method": "min/max envelope per bucket of consecutive finite values",
+        "max_points": max_points,
+        "rows": len(steps),
+        "series": series,
+        "pairs": pairs,
+        "duration": _duration(frame),
+    }
+
+
+def frame_columns(analysis: Analysis, patterns: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """``step`` and the per-step columns matching ``patterns`` (plus sample-derived series).
+
+    A 1,000,000-step scan keeps ~25 columns, possibly spilled to disk; the plots need a few, so
+    only those are materialised.
+    """
+    names = getattr(analysis.metrics, "names", None)
+    if names is None:  # a store without column names: take the whole frame
+        return analysis.metrics_frame()
+    wanted = [n for n in names if n != "step" and any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+    return analysis.metrics_frame(wanted)
+
+
+def plots_section(analysis: Analysis) -> dict[str, Any]:
+    """``ANALYSIS_SECTIONS["plots"]``: the downsampled series the HTML report draws."""
+    return plots_from_frame(frame_columns(analysis, (*PLOTTED, "timestamp")))
+
+
+ANALYSIS_SECTIONS["plots"] = plots_section

@@ -1,0 +1,78 @@
+"""Per-step columns kept for the reports, with memory bounded by a spill threshold.
+
+Small runs stay in memory. Past ``spill_rows`` rows, buffered batches are written to Arrow IPC
+files in a private temporary folder, so a million-step scan does not hold every column of every
+step in memory; consumers stream the parts back (:meth:`MetricsStore.parts`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.feather as feather
+
+__all__ = ["MetricsStore"]
+
+
+class MetricsStore:
+    """Append-only per-step table (float32 values, int64 steps), spilled to disk when large."""
+
+    def __init__(self, spill_rows: int = 200_000) -> None:
+        self.spill_rows = spill_rows
+        self.n = 0
+        self.names: dict[str, None] = {"step": None}
+        self._buffer: list[dict[str, np.ndarray]] = []
+        self._buffered = 0
+        self._files: list[Path] = []
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    def append(self, steps: np.ndarray, cols: dict[str, np.ndarray]) -> None:
+        part = {"step": steps.astype(np.int64, copy=False)}
+        for name, values in cols.items():
+            part[name] = values.astype(np.float32)
+            self.names.setdefault(name, None)
+        self._buffer.append(part)
+        self._buffered += len(steps)
+        self.n += len(steps)
+        if self._buffered >= self.spill_rows:
+            self._spill()
+
+    def _spill(self) -> None:
+        if not self._buffer:
+            return
+        if self._tmp is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="forensics-")
+        table = pa.concat_tables([pa.table(p) for p in self._buffer], promote_options="default")
+        path = Path(self._tmp.name) / f"part-{len(self._files):05d}.arrow"
+        feather.write_feather(table, path, compression="uncompressed")
+        self._files.append(path)
+        self._buffer, self._buffered = [], 0
+
+    def parts(self, columns: list[str] | None = None) -> Iterator[dict[str, np.ndarray]]:
+        """Consecutive parts as ``{column: array}``; absent columns are NaN-filled."""
+        wanted = list(self.names) if columns is None else ["step", *[c for c in columns
+                                                                      if c != "step"]]
+        for path in self._files:
+            table = feather.read_table(path, memory_map=True)
+            have = [c for c in wanted if c in table.schema.names]
+            yield self._fill({c: table[c].to_numpy() for c in have}, wanted)
+        for part in self._buffer:
+            yield self._fill(part, wanted)
+
+    @staticmethod
+    def _fill(part: dict[str, np.ndarray], wanted: list[str]) -> dict[str, np.ndarray]:
+        n = len(part["step"])
+        return {c: part[c] if c in part else np.full(n, np.nan, dtype=np.float32) for c in wanted}
+
+    def frame(self, columns: list[str] | None = None) -> dict[str, np.ndarray]:
+        """Whole columns (materialised: for small runs, or a few columns of a large one)."""
+        parts = list(self.parts(columns))
+        wanted = list(self.names) if columns is None else ["step", *[c for c in columns
+                                                                      if c != "step"]]
+        if not parts:
+            return {c: np.zeros(0, dtype=np.int64 if c == "step" else np.float32) for c in wanted}
+        return {c: np.concatenate([p[c] for p in parts]) for c in wanted}

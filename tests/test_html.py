@@ -1,0 +1,256 @@
+"""HTML and Markdown reports: structure, escaping of log text, no network, size on long runs."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from forensics.cli import main
+from forensics.engine import scan_path
+from forensics.report.files import to_json
+from forensics.report.html import render_html
+from forensics.report.markdown import render_markdown
+from forensics.report.plots import MAX_POINTS, envelope, plots_from_frame
+
+from .conftest import RLDK, healthy_rows, write_jsonl
+from .test_timeline import cascade_rows
+
+XSS_SCRIPT = "<script>alert(1)</script>"
+XSS_IMG = '<img src=x onerror="alert(2)">'
+STUB_JS = "/* plotly stub */"
+
+
+class Tags(HTMLParser):
+    """Collects start tags with their attributes, and the text of each script element."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.scripts: list[tuple[dict[str, str | None], str]] = []
+        self._in_script: dict[str, str | None] | None = None
+        self._buf: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        if tag == "script":
+            self._in_script, self._buf = dict(attrs), []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "script" and self._in_script is not None:
+            self.scripts.append((self._in_script, "".join(self._buf)))
+            self._in_script = None
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script is not None:
+            self._buf.append(data)
+
+
+def with_sections(d: dict) -> dict:
+    """Add hand-made windows, recommendations and generation sections with hostile text."""
+    d = json.loads(json.dumps(d))
+    d["windows"] = [{"window": i, "first_step": 100 * i, "last_step": 100 * i + 99, "reward_mean": 0.1 * i,
+                     "loss_mean": 0.5, "reward_var": 0.01, "reward_trend": "up", "loss_trend": "flat",
+                     "status": "healthy" if i < 2 else "warning",
+                     "issues": [] if i < 2 else [f"reward falls {XSS_IMG}"]} for i in range(4)]
+    d["recommendations"] = {
+        "adjustments": [{"parameter": "learning_rate", "current": 1e-5, "suggested": 8e-6,
+                         "reason": f"grad.explode {XSS_SCRIPT}"}],
+        "config_patch": {"learning_rate": 8e-6},
+        "priorities": {"immediate": ["Lower the learning rate 20%"], "short_term": ["Clip at 1.0"],
+                       "medium_term": []},
+        "monitoring": ["grad_norm"]}
+    d["generation"] = {"format_compliance": 0.9, "examples": {
+        "best": [{"step": 10, "reward": 1.0, "prompt": "2+2?", "completion": "4 </script><b>bold</b>"}],
+        "worst": [{"step": 20, "reward": -1.0, "prompt": XSS_IMG, "completion": XSS_SCRIPT + XSS_IMG}]}}
+    d["findings"].append({"rule": "kl.spike", "severity": "warning", "tracker": "kl_schedule",
+                          "first_step": 5, "last_step": 9, "onset_step": 5, "message": f"msg {XSS_SCRIPT}",
+                          "remedy": XSS_IMG, "explanation": "", "evidence": {"note": XSS_SCRIPT}})
+    d["inputs"][0]["path"] = f"/runs/{XSS_IMG}/steps.jsonl"
+    return d
+
+
+@pytest.fixture(scope="module")
+def analysis(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    base = tmp_path_factory.mktemp("html")
+    rows = cascade_rows()
+    for r in rows:
+        r["loss"], r["step_time"], r["gen_tokens_per_s"] = 0.5, 10.0, 2000.0
+        r["reward/format"] = 0.5
+        r[f"reward/{XSS_IMG}"] = 0.1  # a hostile column name reaches the plot legends
+    d = scan_path(write_jsonl(base / "steps.jsonl", rows)).to_dict()
+    return json.loads(to_json(d))
+
+
+def test_sections_present_and_log_text_escaped(analysis: dict) -> None:
+    d = with_sections(analysis)
+    page = render_html(d, plotly_js=STUB_JS)
+    for section in ("summary", "health", "findings", "timeline", "plots", "windows", "recommendations",
+                    "generation", "inputs"):
+        assert f'id="{section}"' in page, section
+    for fig in ("fig-kl", "fig-grad", "fig-adv", "fig-length", "fig-length_reward", "fig-reward", "fig-loss",
+                "fig-throughput", "fig-timeline"):
+        assert f'id="{fig}"' in page, fig
+    assert "First domino" in page and "lr.change" in page
+    # hostile text only ever appears escaped
+    assert XSS_SCRIPT not in page and "<img" not in page and "<b>bold" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&lt;img src=x onerror=" in page
+    parser = Tags()
+    parser.feed(page)
+    scripts = parser.scripts
+    assert len(scripts) == 3
+    assert scripts[0] == ({}, STUB_JS)
+    assert scripts[1][0] == {"type": "application/json", "id": "forensics-data"}
+    assert "Plotly.newPlot" in scripts[2][1] and "alert" not in scripts[2][1]
+    # no inline event handlers, no external resources
+    for tag, attrs in parser.tags:
+        assert not any(k.startswith("on") for k in attrs), (tag, attrs)
+        assert "src" not in attrs, tag
+        assert not str(attrs.get("href") or "").startswith(("http", "//")), tag
+        assert tag not in ("link", "iframe", "object", "embed", "img")
+    assert not re.search(r"https?://", page.replace(STUB_JS, ""))
+    # the data block is plain JSON with no raw '<' (so no log text can close it)
+    data_text = scripts[1][1]
+    assert "<" not in data_text and "</" not in data_text
+    data = json.loads(data_text)
+    ids = [f["id"] for f in data["figures"]]
+    assert "fig-kl" in ids and "fig-timeline" in ids
+    names = [t.get("name", "") for f in data["figures"] for t in f["data"]]
+    assert any("&lt;img" in n for n in names)  # plotly labels are escaped too
+    kl = next(f for f in data["figures"] if f["id"] == "fig-kl")
+    assert any(s["type"] == "rect" and s["yref"] == "paper" for s in kl["layout"]["shapes"])  # shaded
+    grad = next(f for f in data["figures"] if f["id"] == "fig-grad")
+    assert grad["layout"]["yaxis"]["type"] == "log"
+
+
+def test_missing_sections_are_skipped() -> None:
+    d = json.loads(to_json(scan_path(RLDK).to_dict()))
+    for k in ("windows", "recommendations", "generation", "plots", "timeline"):
+        d.pop(k, None)
+    page = render_html(d, plotly_js=STUB_JS)
+    for section in ("windows", "recommendations", "generation"):
+        assert f'id="{section}"' not in page
+    assert 'id="findings"' in page and "kl.spike" in page
+    assert "carries no plot series" in page
+    assert 'id="fig-timeline"' in page  # rebuilt from the findings
+
+
+def test_kl_target_band_drawn(analysis: dict) -> None:
+    d = json.loads(json.dumps(analysis))
+    d["run"]["kl_target"] = 0.05
+    page = render_html(d, plotly_js=STUB_JS)
+    assert "band [0.025, 0.075]" in page
+
+
+def test_envelope_keeps_spikes() -> None:
+    n = 100_000
+    rng = np.random.default_rng(0)
+    steps = np.arange(n)
+    v = rng.normal(0, 1, n)
+    v[54_321], v[77_777] = 80.0, -60.0
+    x, y = envelope(steps, v)
+    assert len(x) <= MAX_POINTS
+    assert y.max() == 80.0 and x[y.argmax()] == 54_321
+    assert y.min() == -60.0 and x[y.argmin()] == 77_777
+    assert np.all(np.diff(x) > 0)
+    v[::7] = np.nan  # NaN rows are skipped, not plotted as gaps that hide the spike
+    x, y = envelope(steps, v)
+    assert y.max() == 80.0
+
+
+def test_100k_steps_give_a_few_mb(analysis: dict, tmp_path: Path) -> None:
+    n = 100_000
+    rng = np.random.default_rng(1)
+    frame = {"step": np.arange(n, dtype=np.int64)}
+    for name in ("kl", "kl_coef", "grad_norm", "grad_norm_value", "advantage_mean", "advantage_std",
+                 "reward_mean", "reward/format", "reward/correct", "response_length_mean",
+                 "truncation_rate", "loss", "policy_loss", "value_loss", "entropy", "step_time",
+                 "gen_tokens_per_s", "learning_rate"):
+        frame[name] = np.exp(rng.normal(0, 0.2, n)).astype(np.float32)
+    frame["grad_norm"][61_234] = 1e4
+    plots = plots_from_frame(frame)
+    assert max(plots["series"]["grad_norm"]["y"]) == 1e4
+    d = json.loads(json.dumps(analysis))
+    d["plots"] = plots
+    d["steps"].update(first=0, last=n - 1, rows=n)
+    section = len(to_json({"plots": plots}))
+    page = render_html(d)
+    out = tmp_path / "report.html"
+    out.write_text(page, encoding="utf-8")
+    size = out.stat().st_size
+    print(f"100k steps: plots section {section / 1e6:.2f} MB, HTML {size / 1e6:.2f} MB")
+    assert section < 1.5e6
+    assert size < 7e6
+    data = json.loads(_data_block(page))
+    grad = next(f for f in data["figures"] if f["id"] == "fig-grad")
+    assert max(grad["data"][0]["y"]) == 1e4
+
+
+def _data_block(page: str) -> str:
+    start = page.index('id="forensics-data">') + len('id="forensics-data">')
+    return page[start: page.index("</script>", start)]
+
+
+def test_markdown_summary(analysis: dict) -> None:
+    md = render_markdown(with_sections(analysis))
+    assert md.startswith("## forensics: ")
+    assert "| overall |" in md and "First domino:" in md and "`lr.change`" in md
+    assert "<script" not in md and "<img" not in md
+    assert "&lt;script&gt;" in md
+    assert "**Do now:**" in md
+
+
+def test_report_command_renders_saved_analysis(tmp_path: Path) -> None:
+    rows = healthy_rows(200)
+    log = write_jsonl(tmp_path / "run.jsonl", rows)
+    res = CliRunner().invoke(main, ["scan", str(log), "-o", str(tmp_path / "out"), "-q"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "out" / "report.html").stat().st_size > 0
+    assert (tmp_path / "out" / "report.md").stat().st_size > 0
+    log.unlink()  # the report command never reads the logs again
+    res = CliRunner().invoke(main, ["report", str(tmp_path / "out" / "analysis.json"), "-o",
+                                    str(tmp_path / "again"), "--format", "md"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "again" / "report.md").exists() and not (tmp_path / "again" / "report.html").exists()
+    res = CliRunner().invoke(main, ["report", str(tmp_path / "out"), "-o", str(tmp_path / "h"),
+                                    "--format", "html"])
+    assert res.exit_code == 0 and (tmp_path / "h" / "report.html").exists()
+    assert CliRunner().invoke(main, ["report", str(tmp_path / "nope.json")]).exit_code == 3
+    assert CliRunner().invoke(main, ["report", str(tmp_path / "out" / "analysis.json"),
+                                     "--format", "pdf"]).exit_code == 2
+
+
+def test_timeline_chart_stays_readable_with_many_findings(analysis: dict) -> None:
+    d = json.loads(json.dumps(analysis))
+    d.pop("timeline", None)
+    d["findings"] = [{"rule": "reward.trend", "severity": "info", "first_step": i, "last_step": i + 3,
+                      "onset_step": i, "message": "m", "remedy": "", "tracker": "rewards"} for i in range(200)]
+    d["findings"].append({"rule": "grad.explode", "severity": "critical", "first_step": 50, "last_step": 60,
+                          "onset_step": 50, "message": "boom", "remedy": "", "tracker": "grad_norms"})
+    page = render_html(d, plotly_js=STUB_JS)
+    fig = next(f for f in json.loads(_data_block(page))["figures"] if f["id"] == "fig-timeline")
+    assert len(fig["data"][0]["y"]) <= 40
+    assert any("grad.explode" in t for t in fig["layout"]["yaxis"]["ticktext"])
+
+
+def test_report_without_plots_section_uses_metrics_csv(tmp_path: Path) -> None:
+    log = write_jsonl(tmp_path / "run.jsonl", healthy_rows(120))
+    assert CliRunner().invoke(main, ["scan", str(log), "-o", str(tmp_path / "out"), "-q"]).exit_code == 0
+    path = tmp_path / "out" / "analysis.json"
+    d = json.loads(path.read_text())
+    del d["plots"]
+    renamed = tmp_path / "out" / "old-analysis.json"
+    renamed.write_text(to_json(d))
+    res = CliRunner().invoke(main, ["report", str(renamed), "-o", str(tmp_path / "r"), "--format", "html"])
+    assert res.exit_code == 0, res.output
+    assert 'id="fig-kl"' in (tmp_path / "r" / "report.html").read_text()
+    # a renamed analysis is recognised by content by gate and diff too
+    pol = tmp_path / "p.toml"
+    pol.write_text('fail_on = "critical"\n')
+    assert CliRunner().invoke(main, ["gate", str(renamed), "--policy", str(pol)]).exit_code == 0

@@ -1,0 +1,109 @@
+"""Timeline: ordering by onset, documented cause-and-effect links, the first domino."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from forensics.engine import scan_path
+from forensics.report import files  # noqa: F401 - registers the timeline section
+from forensics.timeline import CAUSAL_RULES, build_timeline, lr_changes
+
+from .conftest import healthy_rows, write_jsonl
+
+
+def _f(rule: str, onset: int, last: int | None = None, severity: str = "warning") -> dict:
+    return {"rule": rule, "severity": severity, "first_step": onset, "last_step": last or onset + 5,
+            "onset_step": onset, "message": f"{rule} at {onset}"}
+
+
+def cascade_rows(n: int = 600, seed: int = 11) -> list[dict]:
+    """Learning rate x10 at 300, gradient explosion at 305, KL spike at 320, reward decline from 340."""
+    rows = healthy_rows(n, seed)
+    for i, r in enumerate(rows):
+        r["learning_rate"] = 1e-6 if i < 300 else 1e-5
+    for r in rows[305:309]:
+        r["grad_norm"] *= 25
+    for r in rows[320:326]:
+        r["kl"] *= 6
+    for i, r in enumerate(rows[340:]):
+        r["reward_mean"] -= 0.004 * i
+    return rows
+
+
+def test_chain_grad_kl_reward_and_first_domino() -> None:
+    findings = [_f("reward.decline", 150, 300, "critical"), _f("kl.spike", 110), _f("grad.spike", 100),
+                _f("length.truncation", 20, 40)]
+    tl = build_timeline(findings, step_span=1000)
+    assert [e["onset_step"] for e in tl["events"]] == [20, 100, 110, 150]
+    pairs = {(lk["cause_rule"], lk["effect_rule"]) for lk in tl["links"]}
+    assert pairs == {("grad.spike", "kl.spike"), ("kl.spike", "reward.decline")}
+    dom = tl["first_domino"]
+    assert dom["rule"] == "grad.spike" and dom["onset_step"] == 100 and dom["linked"]
+    assert dom["chain_rules"] == ["grad.spike", "kl.spike", "reward.decline"]
+    # events point back at their findings
+    assert {e["finding_index"] for e in tl["events"]} == {0, 1, 2, 3}
+
+
+def test_no_link_when_effect_precedes_cause_or_lag_too_long() -> None:
+    tl = build_timeline([_f("kl.spike", 90), _f("grad.spike", 100)], step_span=100)
+    assert tl["links"] == []
+    assert tl["first_domino"]["rule"] == "kl.spike" and not tl["first_domino"]["linked"]
+    lag = next(r.max_lag for r in CAUSAL_RULES if r.matches("grad.spike", "kl.spike"))
+    tl = build_timeline([_f("grad.spike", 0), _f("kl.spike", lag + 1)], step_span=100)
+    assert tl["links"] == []
+    tl = build_timeline([_f("grad.spike", 0), _f("kl.spike", lag)], step_span=100)
+    assert len(tl["links"]) == 1 and tl["links"][0]["lag"] == lag
+
+
+def test_length_growth_then_truncation_and_controller_then_runaway() -> None:
+    tl = build_timeline([_f("length.truncation", 180), _f("length.growth", 100),
+                         _f("kl_ctl.wrong_direction", 10, severity="critical"), _f("kl.runaway", 60)],
+                        step_span=1000)
+    pairs = {(lk["cause_rule"], lk["effect_rule"]) for lk in tl["links"]}
+    assert ("length.growth", "length.truncation") in pairs
+    assert ("kl_ctl.wrong_direction", "kl.runaway") in pairs
+    assert tl["first_domino"]["rule"] == "kl_ctl.wrong_direction"
+
+
+def test_info_only_runs_have_no_domino() -> None:
+    assert build_timeline([_f("kl.drift", 5, severity="info")])["first_domino"] is None
+    assert build_timeline([])["first_domino"] is None
+
+
+def test_lr_changes_ignore_smooth_schedules() -> None:
+    steps = np.arange(1000)
+    cosine = 1e-5 * (0.5 + 0.5 * np.cos(np.pi * steps / 2000))
+    assert lr_changes(steps, cosine) == []
+    jump = np.where(steps < 400, 1e-6, 5e-6)
+    ev = lr_changes(steps, jump)
+    assert len(ev) == 1 and ev[0]["onset_step"] == 400 and ev[0]["rule"] == "lr.change"
+
+
+def test_scan_carries_timeline_with_links(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "steps.jsonl", cascade_rows())
+    d = scan_path(path).to_dict()
+    tl = d["timeline"]
+    rules = [e["rule"] for e in tl["events"]]
+    assert "lr.change" in rules
+    onsets = [e["onset_step"] for e in tl["events"]]
+    assert onsets == sorted(onsets)
+    pairs = {(lk["cause_rule"], lk["effect_rule"]) for lk in tl["links"]}
+    grad = next(r for r in rules if r.startswith("grad."))
+    assert ("lr.change", grad) in pairs
+    assert (grad, "kl.spike") in pairs
+    assert tl["first_domino"]["rule"] == "lr.change"
+    assert tl["first_domino"]["chain_rules"][:3] == ["lr.change", grad, "kl.spike"]
+    if "reward.decline" in rules:  # when the rewards tracker is registered
+        assert ("kl.spike", "reward.decline") in pairs
+        assert tl["first_domino"]["chain_rules"] == ["lr.change", grad, "kl.spike", "reward.decline"]
+    # info findings are never effects
+    info = {e["id"] for e in tl["events"] if e["severity"] == "info"}
+    assert not any(lk["effect"] in info for lk in tl["links"])
+
+
+def test_repeated_causes_link_once_to_the_nearest() -> None:
+    findings = [_f("grad.spike", s) for s in (100, 120, 140)] + [_f("kl.spike", 150)]
+    tl = build_timeline(findings, step_span=1000)
+    assert len(tl["links"]) == 1 and tl["links"][0]["lag"] == 10
