@@ -12,7 +12,8 @@ recommends).
   that alarm's onset minus ``t0`` (negative: early warning).
 * **False alarms**: every alarm in a healthy run, and alarms before ``t0 - a`` in a faulty run
   (the run was still healthy). Alarms after the onset whose rule was not expected are consequences
-  of the fault and are reported separately (``other``), not counted either way.
+  of the fault and are reported separately (``other``), not counted either way. Ops rules
+  (``throughput.*``, ``resource.*``) judge the machine, not the training, and are listed apart.
 * **Per-rule precision** = alarms of the rule inside a window that expects it / all alarms of the
   rule outside the ``other`` class; **recall** = faults expecting the rule in which it fired in the
   window / faults expecting it.
@@ -33,6 +34,10 @@ __all__ = ["LabelledRun", "Quality", "evaluate", "load_runs", "render_table"]
 
 A_TP, A_FN, A_FP = 1.0, 1.0, 0.11
 ALARM_SEVERITIES = ("warning", "critical")
+#: Rules about the machine, not the training (wall-clock throughput, memory). The labelled corpus
+#: has no ops labels and its timings are real measurements of a shared machine, so these alarms
+#: are listed per run (``ops``) but counted neither as detections nor as false alarms.
+OPS_PREFIXES = ("throughput.", "resource.")
 
 
 @dataclass
@@ -47,7 +52,13 @@ class LabelledRun:
 
     @property
     def alarms(self) -> list[dict[str, Any]]:
-        return [f for f in self.findings if f["severity"] in ALARM_SEVERITIES]
+        return [f for f in self.findings if f["severity"] in ALARM_SEVERITIES
+                and not f["rule"].startswith(OPS_PREFIXES)]
+
+    @property
+    def ops_alarms(self) -> list[str]:
+        return sorted({f["rule"] for f in self.findings if f["severity"] in ALARM_SEVERITIES
+                       and f["rule"].startswith(OPS_PREFIXES)})
 
 
 @dataclass
@@ -121,7 +132,8 @@ def evaluate(runs: list[LabelledRun]) -> Quality:
     nab_raw = nab_null = nab_perfect = 0.0
     for run in runs:
         alarms = run.alarms
-        rec: dict[str, Any] = {"name": run.name, "fault": run.fault, "onset": run.onset_step}
+        rec: dict[str, Any] = {"name": run.name, "fault": run.fault, "onset": run.onset_step,
+                               "ops": run.ops_alarms}
         if run.fault is None or run.onset_step is None:
             healthy_steps += run.steps
             false_alarms += len(alarms)
@@ -224,6 +236,8 @@ def render_table(q: Quality) -> str:
         else:
             status = "MISSED"
         extra = f"; early alarms {r['false_alarms']}" if r.get("fault") and r["false_alarms"] else ""
+        if r.get("ops"):
+            extra += f"; ops alarms (not scored) {r['ops']}"
         lines.append(f"  {r['name']:<34} {r.get('fault') or 'healthy'!s:<22} {status}{extra}")
     return "\n".join(lines)
 

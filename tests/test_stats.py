@@ -122,3 +122,12 @@ def test_step_grouper_complete_steps_only() -> None:
     out += list(g.flush())
     groups = [(int(s), d["x"].tolist()) for steps, gs in out for s, d in zip(steps, gs)]
     assert groups == [(0, [1.0, 2.0]), (1, [3.0, 4.0, 5.0]), (2, [6.0])]
+
+
+@pytest.mark.parametrize("n,window,min_periods", [(10, 50, 25), (10, 50, 5), (300, 50, 10), (3, 3, 3)])
+def test_trailing_block_median_matches_pandas_any_length(n: int, window: int, min_periods: int) -> None:
+    from forensics.stats import trailing_block_median
+
+    x = _with_nans(n)
+    ref = pd.Series(x).rolling(window, min_periods=min_periods).median().to_numpy()
+    np.testing.assert_array_equal(trailing_block_median(x, window, min_periods), ref)

@@ -92,7 +92,7 @@ def test_kl_runaway_without_target_uses_baseline(tmp_path: Path) -> None:
     fs = findings(tmp_path, rows)
     run = [f for f in fs if f.rule == "kl.runaway"]
     assert run and run[0].severity.value == "warning"
-    assert run[0].evidence["reference"] == "early baseline"
+    assert run[0].evidence["reference"] == "level 100 rows earlier"
 
 
 def test_vanishing_gradients(tmp_path: Path) -> None:

@@ -25,6 +25,9 @@ from .grouping import StepGrouper
 
 __all__ = ["Advantages"]
 
+#: Algorithms whose advantages are normalised within each prompt's group of responses.
+GROUP_RELATIVE = frozenset({"grpo", "rloo", "dapo", "dr_grpo", "gspo"})
+
 
 @dataclass
 class AdvantagesParams:
@@ -53,7 +56,9 @@ RULES = (
        ("bias_ratio", "persist_k", "persist_m"), "SIGNATURES #19"),
     _R("adv.not_normalized", Severity.WARNING, "Advantage normalisation broken",
        "The run whitens advantages (declared, or seen in its first steps) but mean and std "
-       "moved away from 0 and 1: normalisation is off, or a mask or sharding bug skews it.",
+       "moved away from 0 and 1: normalisation is off, or a mask or sharding bug skews it. "
+       "For group-relative algorithms (GRPO, RLOO) only the mean is checked: their batch std is "
+       "legitimately below 1 when some groups' rewards tie.",
        "Re-enable advantage whitening (mean 0, std 1 per batch); check the mask used for the "
        "moments and that they are reduced across data-parallel ranks.",
        ("whitened_mean", "whitened_std"), "SIGNATURES #19"),
@@ -168,7 +173,11 @@ class Advantages(Tracker):
             whitened = abs(self.base_std - 1) < p.whitened_std and abs(self.base_mean) < \
                 p.whitened_mean
         if whitened:
-            dev = np.fmax(np.abs(mean) / p.whitened_mean, np.abs(std - 1) / p.whitened_std)
+            dev = np.abs(mean) / p.whitened_mean
+            if not self._group_relative():
+                # group-relative advantages (GRPO, RLOO) have mean 0 in every group, but their batch
+                # std is below 1 whenever some groups tie (their advantages are all 0)
+                dev = np.fmax(dev, np.abs(std - 1) / p.whitened_std)
             gate = after if self.meta.advantage_normalization else (after & has_base)
             self.ep["adv.not_normalized"].update(rows, steps, gate & (dev > 1), dev,
                                                  {"mean": mean, "std": std})
@@ -182,6 +191,11 @@ class Advantages(Tracker):
         tail = (c["kurt"] > p.kurtosis) | (np.abs(c["skew"]) > p.skew)
         self.ep["adv.heavy_tail"].update(rows, steps, after & tail, c["kurt"],
                                          {"skew": c["skew"]})
+
+    def _group_relative(self) -> bool:
+        algo = (self.meta.algorithm or "").lower()
+        kind = str(self.meta.config.get("advantage_normalization_kind", "")).lower()
+        return algo in GROUP_RELATIVE or kind == "group"
 
     def finish(self) -> TrackerResult:
         if self.used_samples:

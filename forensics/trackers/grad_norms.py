@@ -46,6 +46,8 @@ class GradNormsParams:
     imbalance_decades: float = param(2.0, "|log10(policy / value grad norm)| above this is an "
                                      "imbalance (2 = 100x).")
     imbalance_rows: int = param(10, "Consecutive rows the imbalance must hold.")
+    imbalance_shift: float = param(1.0, "A shift of the policy/value ratio by this many decades "
+                                   "from its early level is an imbalance too (1 = 10x).")
     clip_share: float = param(0.05, "Share of recent steps clipped that means saturation "
                               "(MON: healthy <= 0.5%).")
     clip_window: int = param(300, "Rows over which the clipped share is measured.")
@@ -80,8 +82,9 @@ RULES = (
        "are non-zero and the loss is connected to the parameters.",
        ("vanish_ratio", "vanish_abs", "vanish_rows")),
     _R("grad.imbalance", Severity.WARNING, "Policy/value gradient imbalance",
-       "Policy and value gradient norms differ by orders of magnitude: one loss dominates the "
-       "shared update (typically an unscaled value loss).",
+       "Policy and value gradient norms differ by orders of magnitude, or their ratio shifted by "
+       "an order of magnitude from its early level: one loss dominates the shared update "
+       "(typically an unscaled value loss).",
        "Scale the value loss (vf_coef 0.1-0.5) or clip the value-loss gradient separately; "
        "give the value head its own optimizer or learning rate.",
        ("imbalance_decades", "imbalance_rows")),
@@ -124,6 +127,8 @@ class GradNorms(Tracker):
         self.clipped_rows = 0
         self.norm_rows = 0
         self.log_ratio_first: float | None = None
+        self.ratio_vals: list[np.ndarray] = []
+        self.base_ratio: float | None = None
         self.log_ratio_last: float | None = None
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
@@ -177,7 +182,16 @@ class GradNorms(Tracker):
             if self.log_ratio_first is None:
                 self.log_ratio_first = float(lr[ok][0])
             self.log_ratio_last = float(lr[ok][-1])
-        imb = ok & after & (np.abs(lr) > p.imbalance_decades)
+        if self.base_ratio is None:
+            sel = (rows >= p.probation) & (rows < p.probation + p.baseline_rows)
+            self.ratio_vals.append(lr[sel])
+            if rows[-1] >= p.probation + p.baseline_rows - 1:
+                vals = np.concatenate(self.ratio_vals)
+                vals = vals[np.isfinite(vals)]
+                self.base_ratio = float(np.median(vals)) if len(vals) else float("nan")
+        shifted = has_base & (np.abs(lr - (self.base_ratio if self.base_ratio is not None
+                                           else np.nan)) > p.imbalance_shift)
+        imb = ok & after & ((np.abs(lr) > p.imbalance_decades) | shifted)
         self.ep["grad.imbalance"].update(rows, steps, imb, lr,
                                          {"policy": g, "value": gv})
         # clipping saturation, when the clip threshold is known
@@ -246,7 +260,9 @@ class GradNorms(Tracker):
                       f"(policy {ep.extras.get('policy', float('nan')):.3g}, value "
                       f"{ep.extras.get('value', float('nan')):.3g}), steps {ep.first_step}-{ep.last_step}",
                       {"log10_ratio": ep.peak, "first_log10_ratio": self.log_ratio_first,
+                       "baseline_log10_ratio": self.base_ratio,
                        "threshold_decades": p.imbalance_decades,
+                       "threshold_shift_decades": p.imbalance_shift,
                        "metrics": ["grad_norm", "grad_norm_value"]})
         for ep in self.ep["grad.clip_saturation"].finish():
             self.emit("grad.clip_saturation", ep,

@@ -29,7 +29,7 @@ from ..batch import Batch
 from ..config import param
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
-from ..stats import BlockStats, Context, History
+from ..stats import BlockStats, Context, History, _block_median_mad
 from .base import Tracker, TrackerResult
 
 __all__ = ["KLSchedule"]
@@ -49,7 +49,8 @@ class KLScheduleParams:
     band_low: float = param(0.5, "Lower edge of the target band, as a multiple of the target.")
     band_high: float = param(1.5, "Upper edge of the target band (SIGNATURES #1: 1.5 x target).")
     runaway_critical: float = param(4.0, "KL above this multiple of the target is critical.")
-    drift_factor: float = param(3.0, "Without a target: KL this many times the baseline is drift.")
+    drift_factor: float = param(3.0, "Without a target: KL this many times its level one window "
+                                "earlier (and rising) is a runaway; late/early ratio for kl.drift.")
     trend_ratio: float = param(1.2, "Median of the last window/2 rows over the window/2 before "
                                "it that counts as rising.")
     negative_token: float = param(-0.01, "Mean per-token KL below this is negative KL.")
@@ -62,6 +63,9 @@ class KLScheduleParams:
     oscillation_crossings: int = param(4, "Band crossings within one window that count as "
                                        "oscillation.")
     coef_collapse: float = param(1e-3, "beta below this multiple of beta_0 is a runaway.")
+    stall_ratio: float = param(1e-3, "approx_kl (old vs new policy) below this multiple of its "
+                               "highest earlier block median means the policy stopped moving.")
+    stall_rows: int = param(10, "Consecutive rows the stalled-update condition must hold.")
     coef_explode: float = param(100.0, "beta above this multiple of beta_0 is a runaway.")
 
 
@@ -117,13 +121,21 @@ RULES = (
        "Check n (batch size x processes), the horizon and the KL fed to the controller.",
        ("law_tolerance",), "SIGNATURES #3b, section 4"),
     _R("kl_ctl.overshoot", Severity.INFO, "KL overshoots the band",
-       "KL crossed from one side of the target band to the other.",
+       "KL's smoothed level (median over the two blocks before each row) crossed from one side "
+       "of the target band to the other.",
        "A longer controller horizon damps overshoot.", ("band_low", "band_high")),
     _R("kl_ctl.oscillation", Severity.WARNING, "KL oscillates around the target",
-       "KL crossed the band from side to side repeatedly within one window: the controller "
-       "overcorrects.",
+       "KL's smoothed level crossed the band from side to side repeatedly within one window: "
+       "the controller overcorrects.",
        "Lengthen the controller horizon (e.g. double it) or lower the learning rate 20%.",
        ("oscillation_crossings", "window"), stability=True),
+    _R("update.stalled", Severity.WARNING, "Policy updates stalled",
+       "The KL between the policy before and after each update (approx_kl) fell by orders of "
+       "magnitude below its earlier level and stayed there: the optimizer no longer moves the "
+       "policy (learning rate far too low, a schedule that decayed to zero, or skipped steps).",
+       "Check the learning rate and its schedule (raise it back to the value the run started "
+       "with); check that optimizer.step() runs and that gradients reach the policy parameters.",
+       ("stall_ratio", "stall_rows"), "SIGNATURES #16"),
     _R("kl_ctl.runaway", Severity.WARNING, "KL coefficient ran away",
        "beta collapsed toward zero or grew by orders of magnitude from its initial value.",
        "Retune the KL target; bound beta; check the KL units fed to the controller.",
@@ -164,7 +176,10 @@ class KLSchedule(Tracker):
             "kl_ctl.overshoot": Episodes(1, 1, gap=p.window),
             "kl_ctl.oscillation": Episodes(1, 1, gap=p.window),
             "kl_ctl.runaway": Episodes(1, 1, gap=p.window),
+            "update.stalled": Episodes(p.stall_rows, p.stall_rows, gap=p.window, mode="min"),
         }
+        self.upd_partial = np.zeros(0)
+        self.upd_max = -np.inf
         # controller state: the previous row, whose update is judged when the next row arrives
         self.prev: tuple[float, float, int, int] | None = None
         self.beta0: float | None = None
@@ -196,11 +211,12 @@ class KLSchedule(Tracker):
 
     # -- update -------------------------------------------------------------------------
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
+        if batch.has("approx_kl") or len(self.upd_partial) or np.isfinite(self.upd_max):
+            self._update_stall(batch)
         if self.series_name is None:
-            if batch.has("kl"):
-                self.series_name = "kl"
-            elif batch.has("kl_seq"):
-                self.series_name = "kl_seq"
+            # with both units logged, follow the target's unit (run.json kl_target_unit)
+            prefer = ("kl_seq", "kl") if self.meta.kl_target_unit == "sequence" else ("kl", "kl_seq")
+            self.series_name = next((s for s in prefer if batch.has(s)), None)
         has_coef = batch.has("kl_coef")
         if self.series_name is None and not has_coef and not self.coef_seen:
             return None
@@ -222,6 +238,12 @@ class KLSchedule(Tracker):
         ratio = kl / np.exp(med)
         recent, previous = self.bs.trend(max(self.bs.nblocks // 2, 1))
         rising = np.exp(recent - previous) > p.trend_ratio
+        # KL's level one window earlier: the reference for drift when there is no target (the
+        # early baseline would be: KL starts at 0, so any healthy growth is a large multiple)
+        # (judged only once that whole earlier window lies past probation: not against the
+        # first rows, where KL grows from 0)
+        _, lagged = self.bs.trend(self.bs.nblocks)
+        lagged_kl = np.where(rows >= p.probation + 2 * p.window, np.exp(lagged), np.nan)
 
         # baseline: robust median over [probation, probation + baseline_rows)
         if self.baseline is None:
@@ -233,8 +255,6 @@ class KLSchedule(Tracker):
                 self.baseline = float(np.median(vals)) if len(vals) else None
                 end = rows == p.probation + p.baseline_rows - 1
                 self.baseline_end_step = int(steps[end][0]) if end.any() else int(steps[-1])
-        has_base = rows >= p.probation + p.baseline_rows
-        base = self.baseline if self.baseline is not None else np.nan
 
         finite = np.isfinite(kl)
         self.n_rows_kl += int(finite.sum())
@@ -249,16 +269,25 @@ class KLSchedule(Tracker):
             band_state = np.where(kl > hi, 1, np.where(kl < lo, -1, 0))
             band_state = np.where(finite, band_state, 0)
             self.in_band += int((finite & (band_state == 0)).sum())
-            runaway = after_probation & (kl > hi) & rising
+            # the smoothed level must be out of band too: a noisy KL straddling the band edge
+            # is not a runaway
+            level_log, _ = self.bs.trend(2)
+            runaway = after_probation & (kl > hi) & (np.exp(level_log) > hi) & rising
             self.ep["kl.runaway"].update(rows, steps, runaway, kl / target,
                                          {"kl": kl, "target": np.full(len(kl), target)})
             off = after_probation & (band_state != 0)
             self.ep["kl.off_target"].update(rows, steps, off, kl / target, {"kl": kl})
-            self._crossings(rows, steps, band_state, kl / target)
+            # crossings are judged on the smoothed level (median of the two blocks before each
+            # row): a noisy KL that straddles the band is not an oscillating controller
+            level_log, _ = self.bs.trend(2)
+            level = np.exp(level_log)
+            smooth_state = np.where(level > hi, 1, np.where(level < lo, -1, 0))
+            smooth_state = np.where(np.isfinite(level), smooth_state, 0)
+            self._crossings(rows, steps, smooth_state, level / target)
         else:
-            runaway = has_base & after_probation & (kl > p.drift_factor * base) & rising
-            self.ep["kl.runaway"].update(rows, steps, runaway, kl / base,
-                                         {"kl": kl, "baseline": np.full(len(kl), base)})
+            runaway = after_probation & (kl > p.drift_factor * lagged_kl) & rising
+            self.ep["kl.runaway"].update(rows, steps, runaway, kl / lagged_kl,
+                                         {"kl": kl, "reference": lagged_kl})
         neg = p.negative_token if name == "kl" else p.negative_sequence
         self.ep["kl.negative"].update(rows, steps, after_probation & (kl < neg), kl)
         robust_cv = np.expm1(sigma)
@@ -268,6 +297,27 @@ class KLSchedule(Tracker):
         self.last_step = int(steps[-1])
         self._controller(batch, kl, coef, target)
         return {"kl_robust_z": z}
+
+    def _update_stall(self, batch: Batch) -> None:
+        """approx_kl against the highest block median before each row's block."""
+        self.active = True
+        p = self.p
+        ak = batch.col("approx_kl")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            la = np.log(np.where(ak > 0, ak, np.nan))
+        full = np.concatenate([self.upd_partial, la])
+        nc = len(full) // p.block
+        meds = _block_median_mad(full[: nc * p.block].reshape(-1, p.block))[0]
+        # cm[j]: the highest block median before the j-th block that completes in this batch
+        cm = np.fmax.accumulate(np.concatenate([[self.upd_max], meds]))
+        ref = cm[np.arange(len(self.upd_partial), len(full)) // p.block]
+        self.upd_max = float(cm[-1])
+        self.upd_partial = full[nc * p.block :]
+        after = batch.rows >= p.probation
+        with np.errstate(invalid="ignore"):
+            stalled = after & np.isfinite(la) & (la < np.log(p.stall_ratio) + ref)
+        self.ep["update.stalled"].update(batch.rows, batch.steps, stalled, ak,
+                                         {"reference": np.exp(ref)})
 
     def _crossings(self, rows: np.ndarray, steps: np.ndarray, state: np.ndarray,
                    rel: np.ndarray) -> None:
@@ -410,7 +460,7 @@ class KLSchedule(Tracker):
             if ep.peak >= p.spike_critical_ratio:
                 sev = Severity.CRITICAL
         elif rule == "kl.runaway":
-            ref = "target" if target is not None else "early baseline"
+            ref = "target" if target is not None else f"level {p.window} rows earlier"
             msg = (f"KL reached {ep.peak:.3g}x the {ref} at step {ep.peak_step} and kept rising "
                    f"(steps {ep.first_step}-{ep.last_step})")
             ev.update(peak_ratio=ep.peak, peak_kl=ep.extras.get("kl"), reference=ref,
@@ -453,6 +503,13 @@ class KLSchedule(Tracker):
             msg = (f"KL crossed the band {int(ep.peak)} times within {p.window} rows, steps "
                    f"{ep.first_step}-{ep.last_step}")
             ev.update(crossings=ep.peak, threshold=p.oscillation_crossings)
+        elif rule == "update.stalled":
+            ref = ep.extras.get("reference", float("nan"))
+            msg = (f"approx_kl fell to {ep.peak:.3g} ({ref / ep.peak if ep.peak else float('inf'):.3g}x "
+                   f"below its earlier level {ref:.3g}): the policy stopped moving, steps "
+                   f"{ep.first_step}-{ep.last_step}")
+            ev.update(min_approx_kl=ep.peak, earlier_level=ref, threshold_ratio=p.stall_ratio,
+                      metrics=["approx_kl"])
         else:  # kl_ctl.runaway
             msg = f"KL coefficient reached {ep.peak:.3g}x its initial value at step {ep.peak_step}"
             ev.update(beta_over_beta0=ep.peak, beta0=self.beta0)
