@@ -170,9 +170,18 @@ def scan(path: Path, out_dir: Path, samples: Path | None, meta: Path | None,
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--markdown", is_flag=True, help="The catalogue as Markdown (docs/rules.md).")
-def rules(as_json: bool, markdown: bool) -> None:
+@click.option("--metrics", is_flag=True, help="List the canonical metric names instead.")
+def rules(as_json: bool, markdown: bool, metrics: bool) -> None:
     """List every rule, and every tracker parameter with its default and meaning."""
     from .trackers import TRACKERS, all_rules
+
+    if metrics:
+        from .schema import METRICS
+
+        for m in METRICS.values():
+            used = ", ".join(m.trackers) or "-"
+            click.echo(f"{m.name:<24} [{m.stream}] {m.unit:<14} {m.meaning}  (read by: {used})")
+        return
 
     if markdown:
         from .catalogue import rules_markdown

@@ -110,3 +110,9 @@ def test_rules_catalogue_doc_is_current() -> None:
     doc = ROOT / "docs" / "rules.md"
     assert doc.read_text(encoding="utf-8") == run("rules", "--markdown").output, (
         "docs/rules.md is stale: regenerate with `forensics rules --markdown > docs/rules.md`")
+
+
+def test_rules_metrics_lists_canonical_names() -> None:
+    res = run("rules", "--metrics")
+    assert res.exit_code == 0
+    assert res.output.startswith("step ") and "kl_seq" in res.output and "nats/sequence" in res.output
