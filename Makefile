@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/forensics scan fixtures/real-logs/rldk_grpo_synthetic_seed2.jsonl -o reports/rldk_grpo_seed2
+	$(VENV)/bin/forensics scan fixtures/runs/ppo_lr_high -o reports/ppo_lr_high
 
 test: $(STAMP)
 	$(PY) -m pytest forensics tests

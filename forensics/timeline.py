@@ -37,7 +37,8 @@ lr.change                               kl.spike, kl.runaway, loss.*          10
 adv.*                                   grad.*                                50
 grad.explode, grad.spike, grad.nonf.    kl.spike, kl.runaway, kl.drift        100
 grad.explode, grad.nonfinite            loss.*, reward.*                      200
-kl_ctl.*                                kl.runaway, kl.drift, kl.off_target   200
+kl_ctl.wrong_direction, stuck, law_m.   kl.runaway, kl.drift, kl.off_target   200
+lr.change                               update.stalled, reward.stagnation     100
 kl.spike, kl.runaway                    reward.*                              200
 loss.*                                  reward.*                              200
 length.reward_correlation               length.growth                         200
@@ -96,8 +97,12 @@ CAUSAL_RULES: tuple[CausalRule, ...] = (
                "an oversized update moves the policy away from the reference in one step"),
     CausalRule(("grad.explode", "grad.nonfinite"), ("loss.*", "reward.*"), 200,
                "exploding or non-finite gradients corrupt the weights; loss and reward follow"),
-    CausalRule(("kl_ctl.*",), ("kl.runaway", "kl.drift", "kl.off_target"), 200,
+    # saturation, overshoot and oscillation are symptoms of KL being off target, not causes
+    CausalRule(("kl_ctl.wrong_direction", "kl_ctl.stuck", "kl_ctl.law_mismatch", "kl_ctl.runaway"),
+               ("kl.runaway", "kl.drift", "kl.off_target"), 200,
                "a KL controller that does not pull back lets KL drift out of its band"),
+    CausalRule(("lr.change",), ("update.stalled", "reward.stagnation"), 100,
+               "a learning rate cut by orders of magnitude stops the policy from moving"),
     CausalRule(("kl.spike", "kl.runaway"), ("reward.*",), 200,
                "a policy far from the reference degrades (or hacks) the reward"),
     CausalRule(("loss.*",), ("reward.*",), 200,
@@ -190,7 +195,11 @@ def _first_domino(events: list[dict[str, Any]], links: list[dict[str, Any]]) -> 
         return {"id": first["id"], "rule": first["rule"], "onset_step": first["onset_step"],
                 "severity": first["severity"], "chain": [first["id"]], "chain_rules": [first["rule"]],
                 "linked": False}
-    roots.sort(key=lambda e: (e["onset_step"], -_SEV_RANK.get(e["severity"], 0), e["rule"]))
+    # at the same onset, the root that explains most (direct effects) comes first: a learning-rate
+    # change at step 100 is the first domino, not a symptom that starts at the same step
+    n_effects = {i: sum(1 for lk in links if lk["cause"] == i) for i in causes}
+    roots.sort(key=lambda e: (e["onset_step"], -n_effects[e["id"]], -_SEV_RANK.get(e["severity"], 0),
+                              e["rule"]))
     root = roots[0]
     chain = [root["id"]]
     seen = {root["id"]}
