@@ -15,7 +15,11 @@ how many rows it replayed.
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -209,6 +213,35 @@ class Analysis:
         return frame
 
 
+#: Batches of at least this many rows have their tracker updates run on worker threads: the
+#: trackers are independent and their work (numpy, bottleneck, sorts) releases the GIL, so they
+#: overlap on a multi-core machine. A live stream's small batches run inline, where the hand-off
+#: would cost more than it saves.
+PARALLEL_ROWS = 4096
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _tracker_pool() -> ThreadPoolExecutor | None:
+    """The shared worker pool (None on a single core). Created once; its threads idle between
+    scans, and a scan stays a pure function of its inputs (each tracker runs on one thread at a
+    time and only touches its own state and the read-only batch)."""
+    global _POOL
+    workers = min(os.cpu_count() or 1, 4)
+    if workers < 2:
+        return None
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(workers, thread_name_prefix="forensics-tracker")
+    return _POOL
+
+
+def _timed(tracker: Tracker, batch: Batch) -> tuple[dict[str, np.ndarray] | None, float]:
+    t0 = time.perf_counter()
+    out = tracker.update(batch)
+    return out, time.perf_counter() - t0
+
+
 class Scan:
     """Feed raw batches of a step stream (and optionally a sample stream); ``finish`` analyses.
 
@@ -232,6 +265,7 @@ class Scan:
         self._canon: dict[str, _Canonicalizer] = {}
         self.order = StepOrder()
         self.store = MetricsStore()
+        self._cost: dict[int, float] = {}  # seconds each step tracker took on the last batch
         self.rows = 0
         self.sample_rows = 0
         self.first_step: int | None = None
@@ -267,11 +301,21 @@ class Scan:
         if self.first_step is None:
             self.first_step = int(batch.steps[0])
         self.last_step = int(batch.steps[-1])
+        step_trackers = [t for t in self.trackers if "step" in t.streams]
+        pool = _tracker_pool() if len(batch) >= PARALLEL_ROWS else None
+        if pool is None:
+            outs = [t.update(batch) for t in step_trackers]
+        else:
+            # slowest first (by the last batch's time): the workers finish together, not with
+            # one of them starting the largest tracker last
+            order = sorted(range(len(step_trackers)), key=lambda i: -self._cost.get(i, 0.0))
+            futs = {i: pool.submit(_timed, step_trackers[i], batch) for i in order}
+            outs = []
+            for i in range(len(step_trackers)):
+                out, self._cost[i] = futs[i].result()
+                outs.append(out)
         derived: dict[str, np.ndarray] = {}
-        for tracker in self.trackers:
-            if "step" not in tracker.streams:
-                continue
-            out = tracker.update(batch)
+        for out in outs:  # in tracker order, as inline: the same columns whatever the threading
             if out:
                 derived.update(out)
         self.store.append(batch.steps, {**batch.columns, **derived})

@@ -21,7 +21,9 @@ __all__ = ["MetricsStore"]
 class MetricsStore:
     """Append-only per-step table (float32 values, int64 steps), spilled to disk when large."""
 
-    def __init__(self, spill_rows: int = 200_000) -> None:
+    # one reader batch (65536 rows, ~30 float32 columns: ~8 MB) is held at most: more buys nothing
+    # (the parts are read back memory-mapped) and costs peak memory
+    def __init__(self, spill_rows: int = 65_536) -> None:
         self.spill_rows = spill_rows
         self.n = 0
         self.names: dict[str, None] = {"step": None}
@@ -69,10 +71,18 @@ class MetricsStore:
         return {c: part[c] if c in part else np.full(n, np.nan, dtype=np.float32) for c in wanted}
 
     def frame(self, columns: list[str] | None = None) -> dict[str, np.ndarray]:
-        """Whole columns (materialised: for small runs, or a few columns of a large one)."""
-        parts = list(self.parts(columns))
+        """Whole columns (materialised: for small runs, or a few columns of a large one).
+
+        Each part is copied into arrays allocated once, so the peak is the result plus one part
+        (not every part and then their concatenation, twice the result).
+        """
         wanted = list(self.names) if columns is None else ["step", *[c for c in columns
                                                                       if c != "step"]]
-        if not parts:
-            return {c: np.zeros(0, dtype=np.int64 if c == "step" else np.float32) for c in wanted}
-        return {c: np.concatenate([p[c] for p in parts]) for c in wanted}
+        out = {c: np.empty(self.n, dtype=np.int64 if c == "step" else np.float32) for c in wanted}
+        pos = 0
+        for part in self.parts(columns):
+            k = len(part["step"])
+            for c in wanted:
+                out[c][pos : pos + k] = part[c]
+            pos += k
+        return {c: v[:pos] for c, v in out.items()}

@@ -152,3 +152,18 @@ def test_evidence_names_thresholds(tmp_path: Path) -> None:
     assert f.evidence["threshold_z"] == 6.0 and f.evidence["peak_ratio"] > 2
     assert f.remedy and f.explanation
     assert f.evidence["source_keys"] == {"kl": "kl"}
+
+
+def test_grpo_loss_is_not_a_progress_signal(tmp_path: Path) -> None:
+    """GRPO's loss is zero-mean noise plus beta * KL: it rises as the policy learns."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    rows = healthy_rows(300)
+    for i, r in enumerate(rows):
+        r["loss"] = float(rng.normal(0, 0.003) + 0.04 * 0.3 * min(i, 150) / 150)
+    rows[120]["loss"] = 0.05
+    grpo = findings(tmp_path, rows, RunMeta(algorithm="grpo"))
+    assert not any(f.rule.startswith("loss.") for f in grpo)
+    ppo = findings(tmp_path, rows, RunMeta(algorithm="ppo"))
+    assert any(f.rule == "loss.spike" and f.onset_step == 120 for f in ppo)

@@ -7,12 +7,14 @@ routine; SIGNATURES section 2.1 uses the robust z of log loss); otherwise on its
 loss sits near zero and changes sign (and rises as beta * KL grows: "completely normal",
 SIGNATURES 1.1), so ratios of values near zero mean nothing: on the linear scale a series counts
 as *positive-level* only where its trailing median is clearly above zero (``level_iqrs`` robust
-sigmas); only then do the ratio guards apply. Deviations are always
-measured in robust sigmas: IQR / 1.349 of the trailing window (spikes) or the robust per-step
-noise ``median |diff| / 0.954`` over half a window (divergence), which a trend does not inflate.
+sigmas); only then do the ratio guards apply. Deviations are always measured in robust sigmas:
+the blocks' MAD / 0.6745 combined with the spread of their medians over the trailing window
+(spikes; see :class:`forensics.stats.BlockScale`: the window is the ``window // block`` blocks of
+``block`` rows before the row's own block) or the robust per-step noise ``median |diff| / 0.954``
+over half a window (divergence), which a trend does not inflate.
 
 * ``loss.spike`` (warning): robust z against the trailing window *excluding* the current point
-  (SIGNATURES section 2.1) above ``spike_z``; on a positive-level series the value must also be
+  and its block (SIGNATURES section 2.1) above ``spike_z``; on a positive-level series the value must also be
   ``spike_min_ratio`` x the trailing median.
 * ``loss.oscillation`` (warning): the typical step-to-step swing (median ``|diff|`` over half a
   window) stays ``oscillation_ratio`` x above the run's early swing while the loss alternates
@@ -37,7 +39,8 @@ from ..batch import Batch
 from ..config import param
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
-from ..stats import Context, robust_scale, shift, trailing_block_median
+from ..stats import BlockScale, Context, History, shift, trailing_block_median
+from .advantages import GROUP_RELATIVE
 from .base import Tracker, TrackerResult
 from .rewards import DIFF_TO_SIGMA
 
@@ -50,6 +53,7 @@ LOSS_SERIES = ("loss", "policy_loss", "value_loss", "entropy_loss")
 @dataclass
 class LossesParams:
     window: int = param(100, "Trailing window (rows) of the robust baseline.")
+    block: int = param(10, "Rows per block of the robust baseline (see stats.BlockStats).")
     min_history: int = param(20, "Rows of history before a robust z-score is trusted.")
     probation: int = param(10, "Rows at the start on which no relative rule fires.")
     baseline_rows: int = param(50, "Rows after probation that define the early swing.")
@@ -89,7 +93,9 @@ RULES = (
        (), "SIGNATURES #22", stability=True),
     _R("loss.spike", Severity.WARNING, "Loss spike",
        "A loss value far from the run's recent level (robust z against the trailing window, "
-       "current point excluded; on positive losses also a minimum ratio to the median).",
+       "current point excluded; on positive losses also a minimum ratio to the median). For "
+       "group-relative algorithms (GRPO, RLOO) the total and policy loss are not judged for "
+       "spikes, oscillation or divergence: they are not a progress signal there.",
        "Inspect the batch at onset; lower the learning rate 20% and tighten gradient clipping "
        "20% if spikes repeat.",
        ("spike_z", "spike_min_ratio", "window", "min_history"), "SIGNATURES #20", stability=True),
@@ -142,9 +148,12 @@ def lag1_autocorr(y: np.ndarray, window: int, at: np.ndarray | None = None) -> n
 class _LossSeries:
     """The rolling state of one loss series."""
 
-    def __init__(self, name: str, p: LossesParams) -> None:
+    def __init__(self, name: str, p: LossesParams, progress_signal: bool = True) -> None:
         self.name, self.p = name, p
         self.ctx = Context(2 * p.window + p.smooth + 2)
+        # the robust baseline, created once the scale is decided (its block summaries are on it)
+        self.bs: BlockScale | None = None
+        self.sigma_hist = History(p.window)  # sigma one window back (the run's scale near zero)
         self.base: list[np.ndarray] = []
         self.base_swing: float | None = None
         self.lowest = np.inf
@@ -155,7 +164,11 @@ class _LossSeries:
         self.rows = 0
         self.nonfinite = 0
         # an entropy bonus rises when entropy falls: that is the entropy tracker's business
-        self.judge_divergence = name != "entropy_loss"
+        self.judge_divergence = name != "entropy_loss" and progress_signal
+        # with group-relative advantages the surrogate is zero-mean noise and the loss rises with
+        # beta * KL as the policy learns (SIGNATURES section 1.1, algorithm gating): only
+        # non-finite values are judged there
+        self.judge_level = progress_signal
         self.ep = {
             "loss.nonfinite": Episodes(1, 1, gap=5),
             "loss.spike": Episodes(1, 1, gap=3, mode="absmax"),
@@ -176,6 +189,30 @@ class _LossSeries:
             self.decided_row = int(rows[ok][need - 1]) if need > 0 else int(rows[0])
             self.log = bool(np.mean(np.asarray(self.first) > 0) >= self.p.log_share)
 
+    def _baseline(self, rows: np.ndarray, yf: np.ndarray, n0: int) -> tuple[np.ndarray, np.ndarray]:
+        """Trailing robust median and sigma of the new rows (NaN before the scale is decided).
+
+        Block statistics instead of per-row rolling quantiles: the same robust baseline, about 20x
+        cheaper. The block summaries are on the decided scale, so the baseline starts when the scale
+        is decided, from the history kept in ``ctx`` (longer than the window): the same
+        summaries whichever batch the decision fell in. Rows before the decision get NaN, for
+        the same reason.
+        """
+        n = len(rows)
+        if self.log is None or not n:
+            return np.full(n, np.nan), np.full(n, np.nan)
+        if self.bs is None:
+            p = self.p
+            self.bs = BlockScale(p.window, p.block, min_blocks=max(p.min_history // p.block, 2))
+            start = int(rows[0]) - n0  # global row of yf[0]; pad back to a block boundary
+            pad = start % p.block
+            med, sigma = self.bs.update(np.concatenate([np.full(pad, np.nan), yf]), start - pad)
+            med, sigma = med[-n:], sigma[-n:]
+        else:
+            med, sigma = self.bs.update(yf[n0:], int(rows[0]))
+        early = rows < self.decided_row
+        return np.where(early, np.nan, med), np.where(early, np.nan, sigma)
+
     def _update(self, batch: Batch) -> dict[str, np.ndarray]:
         p = self.p
         rows, steps = batch.rows, batch.steps
@@ -193,25 +230,24 @@ class _LossSeries:
         yf = np.log(np.where(xf > 0, xf, np.nan)) if self.log else xf
         ready = (rows >= max(p.probation, self.decided_row)) if self.log is not None \
             else np.zeros(len(rows), dtype=bool)
-        med, sigma = robust_scale(yf, p.window, p.min_history)
-        scale = np.fmax(sigma, np.fmax(0.0 if self.log else 1e-3 * np.abs(med), 1e-12))
-        z = ((yf - med) / scale)[n0:]
-        med_b = med[n0:]
+        med_b, sigma_b = self._baseline(rows, yf, n0)
+        scale_b = np.fmax(sigma_b, np.fmax(0.0 if self.log else 1e-3 * np.abs(med_b), 1e-12))
+        z = (yf[n0:] - med_b) / scale_b
         if self.log:
             spike = (z > p.spike_z) & (x >= p.spike_min_ratio * np.exp(med_b))
             median_x = np.exp(med_b)
         else:
             # a level clearly above zero: also the log-scale z by the delta method,
             # log(x / median) / (sigma / median), so a heavy right tail does not count
-            positive = (med_b > p.level_iqrs * sigma[n0:]) & (med_b > 0)
+            positive = (med_b > p.level_iqrs * sigma_b) & (med_b > 0)
             ratio_x = x / np.where(positive, med_b, np.nan)
-            z_log = np.log(np.where(ratio_x > 0, ratio_x, np.nan)) / (scale[n0:] / med_b)
+            z_log = np.log(np.where(ratio_x > 0, ratio_x, np.nan)) / (scale_b / med_b)
             spike = np.where(positive, (z > p.spike_z) & (ratio_x >= p.spike_min_ratio)
                              & (z_log > p.spike_z), np.abs(z) > p.spike_z)
             median_x = med_b
-        spike &= np.isfinite(z) & ready
+        spike &= np.isfinite(z) & ready & self.judge_level
         self.ep["loss.spike"].update(rows, steps, spike, z, {"value": x, "median": median_x,
-                                                            "scale": scale[n0:]})
+                                                            "scale": scale_b})
         # oscillation: swing over half a window vs the early swing
         half = max(p.window // 2, 2)
         d = np.abs(np.diff(yf, prepend=np.nan))
@@ -231,7 +267,7 @@ class _LossSeries:
         ratio = swing / max(base_swing, 1e-12) if np.isfinite(base_swing) else np.full(len(x), np.nan)
         wide = has_base & np.isfinite(ratio) & (ratio > p.oscillation_ratio)
         rho1 = lag1_autocorr(yf, half, np.concatenate([np.zeros(n0, dtype=bool), wide]))[n0:]
-        osc = wide & (rho1 < -p.oscillation_rho)
+        osc = wide & (rho1 < -p.oscillation_rho) & self.judge_level
         self.ep["loss.oscillation"].update(rows, steps, osc, ratio, {"swing": swing, "lag1": rho1})
         # divergence: level vs one window ago and vs the lowest level, in noise sigmas
         level_f = trailing_block_median(yf, p.smooth, max(p.smooth // 2, 1))
@@ -249,7 +285,8 @@ class _LossSeries:
             rel = np.exp(level - lowest) - 1.0
             level_x, lowest_x = np.exp(level), np.exp(lowest)
         else:  # the run's scale: |lowest level|, or the spread one window earlier near zero
-            iqr_before = shift(sigma * 1.349, p.window)[n0:]
+            sig_f, k0 = self.sigma_hist.extend(sigma_b)
+            iqr_before = shift(sig_f * 1.349, p.window)[k0:]
             scale_run = np.fmax(np.abs(lowest), np.where(np.isfinite(iqr_before), iqr_before, 0.0))
             rel = (level - lowest) / np.fmax(scale_run, 1e-12)
             level_x, lowest_x = level, lowest
@@ -277,7 +314,9 @@ class Losses(Tracker):
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
         for name in LOSS_SERIES:
             if name not in self.series and batch.has(name):
-                self.series[name] = _LossSeries(name, self.p)
+                algo = (self.meta.algorithm or "").lower()
+                progress = not (algo in GROUP_RELATIVE and name in ("loss", "policy_loss"))
+                self.series[name] = _LossSeries(name, self.p, progress)
                 self.source_keys.setdefault(name, name)
         if not self.series:
             return None

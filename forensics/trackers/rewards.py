@@ -38,7 +38,7 @@ from ..config import param
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
 from ..schema import REWARD_COMPONENT_PREFIX
-from ..stats import Context, History, shift, spearman, trailing_block_median
+from ..stats import Context, History, shift, spearman_ordered, trailing_block_median
 from .base import Tracker, TrackerResult
 from .grouping import StepGrouper
 
@@ -342,10 +342,13 @@ class Rewards(Tracker):
         p = self.p
         notes: list[str] = []
         summary: dict[str, Any] = {"rows": self.rows, "source": self.source}
-        steps = np.concatenate(self.steps) if self.steps else np.zeros(0, np.int64)
-        r = np.concatenate(self.reward) if self.reward else np.zeros(0)
+        # joined in place, freeing the pieces (a million rows: not pieces and joins at once)
+        self.steps[:] = [np.concatenate(self.steps)] if self.steps else []
+        self.reward[:] = [np.concatenate(self.reward)] if self.reward else []
+        steps = self.steps[0] if self.steps else np.zeros(0, np.int64)
+        r = self.reward[0] if self.reward else np.zeros(0)
         if self.active:
-            summary["reward_step_spearman"] = spearman(steps.astype(float), r)
+            summary["reward_step_spearman"] = spearman_ordered(steps, r)
             summary["total"] = self.trends["reward_mean"].stats() if "reward_mean" in self.trends \
                 else {"rows": 0}
             summary["components"] = {name[len(REWARD_COMPONENT_PREFIX):]: tr.stats()

@@ -27,13 +27,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from ..batch import Batch
 from ..config import param
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
-from ..stats import Context, shift
+from ..stats import Context, aligned_blocks, block_quantiles, shift, window_median
 from .base import Tracker, TrackerResult
 from .rewards import block_median
 
@@ -57,6 +56,10 @@ class ThroughputParams:
     run_window: int = param(1000, "Trailing rows (before the recent ones) whose median is the run "
                             "median.")
     min_history: int = param(100, "Rows of run history needed before step times are compared.")
+    run_block: int = param(50, "Rows per block (aligned on the row index) of the run statistics: "
+                           "the run median and quantile are medians of per-block medians and "
+                           "quantiles over the run_window rows of complete blocks before the "
+                           "recent rows.")
     step_time_ratio: float = param(1.25, "Recent median step time above this multiple of the run "
                                    "median is degradation (SIGNATURES #27).")
     step_time_rows: int = param(30, "Consecutive rows the step-time condition must hold (a slow "
@@ -177,24 +180,23 @@ class Throughput(Tracker):
                                       ("step_time", "gen_tokens_per_s", "train_tokens_per_s", *MEMORY)})
         # step time and tokens/s: median of the recent rows vs the run's median (and quantile)
         # over the run_window rows before them; both medians, so single slow steps do not count
+        start = int(rows[0]) - n0 if len(rows) else 0  # global row of full[...][0]
         for name, slower in (("step_time", True), ("gen_tokens_per_s", False),
                              ("train_tokens_per_s", False)):
             y = full[name]
             if not np.isfinite(y).any():
                 self.ep[name].update(rows, steps, np.zeros(len(rows), dtype=bool))
                 continue
-            recent = block_median(y, p.recent_rows, max(p.recent_rows // 2, 1))
-            roll = pd.Series(y).rolling(p.run_window, min_periods=p.min_history)
-            run = shift(roll.median().to_numpy(), p.recent_rows)
-            tail = shift(roll.quantile(p.run_quantile if slower else 1.0 - p.run_quantile).to_numpy(),
-                         p.recent_rows)
-            ratio = (recent / run)[n0:]
+            recent = block_median(y, p.recent_rows, max(p.recent_rows // 2, 1))[n0:]
+            run, tail = self._run_stats(y, start, rows,
+                                        p.run_quantile if slower else 1.0 - p.run_quantile)
+            ratio = recent / run
             if slower:
-                cond = (ratio > p.step_time_ratio) & (recent > tail)[n0:]
+                cond = (ratio > p.step_time_ratio) & (recent > tail)
             else:
-                cond = (ratio < 1.0 - p.tokens_drop) & (recent < tail)[n0:]
+                cond = (ratio < 1.0 - p.tokens_drop) & (recent < tail)
             self.ep[name].update(rows, steps, after & np.isfinite(ratio) & cond, ratio,
-                                 {"recent": recent[n0:], "run": run[n0:]})
+                                 {"recent": recent, "run": run})
         q = p.growth_block
         for name in MEMORY:
             y = full[name]
@@ -208,11 +210,42 @@ class Throughput(Tracker):
                                   "slope": ((m3 - m0) / (3 * q))[n0:]})
         return out or None
 
+    def _run_stats(self, y: np.ndarray, start: int, rows: np.ndarray,
+                   q: float) -> tuple[np.ndarray, np.ndarray]:
+        """Run median and ``q``-quantile for each new row, over the ``run_window`` rows before
+        its recent rows.
+
+        A per-row rolling median and quantile over 1000 rows (pandas' skip list) cost about a
+        second per million rows and series; medians of per-block medians and quantiles over
+        blocks aligned on the row index cost a sort of ``run_block``-wide rows. The window ends
+        with the last complete block before the first recent row (at most ``run_block - 1``
+        rows earlier than the exact trailing window).
+        """
+        p = self.p
+        out = np.full((2, len(rows)), np.nan)
+        blocks, b0 = aligned_blocks(y, start, p.run_block)
+        if not len(blocks):
+            return out[0], out[1]
+        summ = block_quantiles(blocks, (0.5, q))
+        nblk = max(p.run_window // p.run_block, 1)
+        need = max(-(-p.min_history // p.run_block), 1)  # blocks worth min_history rows
+        j = (rows - p.recent_rows + 1) // p.run_block - 1 - b0  # last block before the recent rows
+        ok = (j >= 0) & (j < len(summ))
+        for k in range(2):
+            roll = window_median(summ[:, k], nblk, need)
+            out[k, ok] = roll[j[ok]]
+        return out[0], out[1]
+
     # -- finish ---------------------------------------------------------------------------
     def finish(self) -> TrackerResult:
         notes: list[str] = []
-        v = {k: np.concatenate(a) for k, a in self.values.items()}
-        steps = np.concatenate(self.steps) if self.steps else np.zeros(0, np.int64)
+        # concatenated in place: the pieces are freed as each column is joined (a million-step
+        # run keeps several columns; holding pieces and joins at once doubled the peak)
+        for a in self.values.values():
+            a[:] = [np.concatenate(a)]
+        v = {k: a[0] for k, a in self.values.items()}
+        self.steps[:] = [np.concatenate(self.steps)] if self.steps else []
+        steps = self.steps[0] if self.steps else np.zeros(0, np.int64)
         summary: dict[str, Any] = {"rows": self.rows}
         if self.active:
             summary.update(self._summary(v, steps, notes))
