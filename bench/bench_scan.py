@@ -1,13 +1,14 @@
 """Benchmark: scan a 1,000,000-step log against pyarrow reading the same file, in the same run.
 
-Writes ``bench/data/steps_1m.jsonl`` (about 22 numeric fields a row) and its Parquet twin once,
+Writes ``bench/data/steps_1000000.jsonl`` (about 22 numeric fields a row) and its Parquet twin once,
 then times, each in a fresh subprocess (so peak memory is the child's own):
 
 * baseline JSONL: pyarrow's streaming JSON reader (``pyarrow.json.open_json``) over the file;
 * baseline Parquet: ``pyarrow.parquet.ParquetFile.iter_batches`` over the file;
+* forensics: the full analysis (read, canonicalise, all trackers, findings, health, and the
+  analysis JSON with its plot series and timeline) of each.
 
 Imports happen before the clock starts, for all three.
-* forensics: the full analysis (read, canonicalise, all trackers, findings, health) of each.
 
 Prints seconds, the ratio to the baseline (target <= 1.5x) and peak RSS (target < 400 MB).
 Usage: ``python bench/bench_scan.py [--rows N] [--repeat K]``.

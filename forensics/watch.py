@@ -15,7 +15,6 @@ printed, keyed by ``(rule, onset_step)``.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -23,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from .config import Config, RunMeta
 from .engine import Scan
@@ -31,6 +29,7 @@ from .errors import FormatError, InputError
 from .findings import Finding, Severity
 from .readers import HEAD_BYTES, RawBatch, ReadReport, detect_format, open_source
 from .readers.arrow import rows_to_raw
+from .readers.jsonl import parse_json_object
 from .schema import resolve_columns
 
 __all__ = ["LiveFindings", "Watcher"]
@@ -82,18 +81,10 @@ class _JsonlParser:
         s = text.strip()
         if not s:
             return []
-        try:
-            obj = orjson.loads(s)
-        except orjson.JSONDecodeError:
-            try:
-                obj = json.loads(s)
-            except json.JSONDecodeError as exc:
-                self.report.rows_read += 1
-                self.report.skip(lineno, f"invalid JSON: {exc.msg} (column {exc.colno})", "malformed line")
-                return []
-        if not isinstance(obj, dict):
+        obj, reason = parse_json_object(s)
+        if obj is None:
             self.report.rows_read += 1
-            self.report.skip(lineno, f"expected a JSON object, got {type(obj).__name__}", "malformed line")
+            self.report.skip(lineno, reason, "malformed line")
             return []
         return [(lineno, obj)]
 

@@ -10,14 +10,12 @@ training row of the same step as their own columns, or stay out of the step stre
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from ..readers.base import ReadReport
+from ..readers.jsonl import parse_json_object
 from ._common import ApartRows, LineParser, LineSource, Rows
 
 __all__ = ["LlamaFactoryParser", "LlamaFactorySource", "detect", "timedelta_seconds"]
@@ -56,16 +54,9 @@ class LlamaFactoryParser(LineParser):
         s = text.strip()
         if not s:
             return []
-        try:
-            obj = orjson.loads(s)
-        except orjson.JSONDecodeError:
-            try:
-                obj = json.loads(s)
-            except json.JSONDecodeError as exc:
-                self.bad(lineno, f"invalid JSON: {exc.msg} (column {exc.colno})")
-                return []
-        if not isinstance(obj, dict):
-            self.bad(lineno, f"expected a JSON object, got {type(obj).__name__}")
+        obj, reason = parse_json_object(s)
+        if obj is None:
+            self.bad(lineno, reason)
             return []
         step = obj.get("current_steps")
         if not isinstance(step, int) or isinstance(step, bool):

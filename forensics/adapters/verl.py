@@ -25,9 +25,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from ..readers.base import ReadReport
+from ..readers.jsonl import parse_json_object
 from ..schema import canonical_name
 from ._common import ANSI, ApartRows, LineParser, LineSource, Rows, parse_number
 
@@ -152,15 +151,11 @@ class VerlJsonlParser(LineParser):
         s = text.strip()
         if not s:
             return []
-        try:
-            obj = orjson.loads(s)
-        except orjson.JSONDecodeError:
-            try:
-                obj = json.loads(s)
-            except json.JSONDecodeError as exc:
-                self.bad(lineno, f"invalid JSON: {exc.msg} (column {exc.colno})")
-                return []
-        if not isinstance(obj, dict) or not isinstance(obj.get("data"), dict):
+        obj, reason = parse_json_object(s)
+        if obj is None:
+            self.bad(lineno, reason)
+            return []
+        if not isinstance(obj.get("data"), dict):
             self.bad(lineno, 'expected {"step": N, "data": {...}}')
             return []
         step = obj.get("step")

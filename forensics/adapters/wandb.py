@@ -21,9 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from ..errors import InputError, StrictModeError
+from ..readers.jsonl import parse_json_object
 from ._common import Row, RowSource, iter_lines, merge_same_step, open_binary, parse_number
 
 __all__ = ["WandbChartSource", "WandbHistorySource", "detect_chart", "detect_history"]
@@ -202,15 +201,8 @@ class WandbHistorySource(_WandbSource):
             s = text.strip()
             if not s:
                 continue
-            try:
-                obj = orjson.loads(s)
-            except orjson.JSONDecodeError:
-                try:
-                    obj = json.loads(s)
-                except json.JSONDecodeError as exc:
-                    self._bad(line, f"invalid JSON: {exc.msg} (column {exc.colno})")
-                    continue
-            if not isinstance(obj, dict):
-                self._bad(line, f"expected a JSON object, got {type(obj).__name__}")
+            obj, reason = parse_json_object(s)
+            if obj is None:
+                self._bad(line, reason)
                 continue
             yield line, obj

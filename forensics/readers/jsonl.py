@@ -25,7 +25,7 @@ from ..errors import InputError, StrictModeError
 from .arrow import rows_to_raw, table_to_raw
 from .base import RawBatch, ReadReport
 
-__all__ = ["JsonlSource"]
+__all__ = ["JsonlSource", "parse_json_object"]
 
 _MIN_CHUNK = 1 << 20
 #: Largest chunk (about 14k rows of a 22-field log). pyarrow's parse needs a few times a chunk's
@@ -98,8 +98,12 @@ def _open(path: Path) -> IO[bytes]:
         raise InputError(f"cannot open: {exc.strerror or exc}", path=str(path)) from None
 
 
-def _parse_line(raw: bytes) -> tuple[dict[str, Any] | None, str]:
-    """Parse one line; return (object, '') or (None, reason)."""
+def parse_json_object(raw: bytes | str) -> tuple[dict[str, Any] | None, str]:
+    """Parse one JSON line into an object; return ``(object, "")`` or ``(None, reason)``.
+
+    orjson first (fast); Python's json for what it rejects, since trainers write the ``NaN``,
+    ``Infinity`` and ``-Infinity`` literals it accepts.
+    """
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -266,7 +270,7 @@ class JsonlSource:
             if not stripped:
                 continue
             self.report.rows_read += 1
-            obj, reason = _parse_line(stripped)
+            obj, reason = parse_json_object(stripped)
             if obj is None:
                 truncated = final and i == last and not body.endswith(b"\n")
                 if truncated:
