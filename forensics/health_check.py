@@ -12,6 +12,8 @@ Issues detected per window (all relative to the run's own windows, never absolut
 ============================  ==================================================================
 issue                         condition
 ============================  ==================================================================
+``kl_rising``                 the window's median KL to the reference is ``kl_rise_factor``
+                              times the previous window's or more
 ``loss_spiking``              a loss value in the window lies ``spike_z`` robust sigmas (IQR /
                               1.349 of the window) above the window's median
 ``loss_high``                 the window's loss median exceeds the median of the earlier
@@ -39,6 +41,7 @@ Rule table (:data:`RULE_TABLE`): issue -> adjustments
 ======================  ============  ==========================================================
 issue                   priority      adjustments
 ======================  ============  ==========================================================
+``kl_rising``           immediate     KL coefficient +20%
 ``loss_spiking``        immediate     learning rate -20%, gradient clip -20%
 ``reward_declining``    immediate     KL coefficient -10%, learning rate -20%
 ``loss_high``           short_term    learning rate -20%
@@ -49,8 +52,10 @@ issue                   priority      adjustments
 ======================  ============  ==========================================================
 
 When several issues change the same parameter, the issue with the most urgent priority wins
-(ties: table order); changes are never compounded. Config keys: the patch uses the run's own
-key for each parameter when the trainer config (``RunMeta.config``) has one (e.g. ``lr`` or
+(ties: table order); changes are never compounded. So a reward that declines while KL runs away
+raises the KL coefficient (the decline is the runaway's effect) instead of lowering it.
+
+Config keys: the patch uses the run's own key for each parameter when the trainer config (``RunMeta.config``) has one (e.g. ``lr`` or
 ``actor_rollout_ref.actor.optim.lr``), with the new value computed from the current one; when
 the current value is unknown the patch gives the change as a string (``"x0.8"``, ``"+0.02"``).
 
@@ -108,6 +113,8 @@ class HealthCheckParams:
                              "variance high) are made.")
     variance_min_share: float = param(0.1, "Variance high also needs the reward's standard deviation "
                                       "above this share of the range of window means so far.")
+    kl_rise_factor: float = param(2.0, "Window median KL this many times the previous window's is "
+                                  "kl_rising.")
     loss_level_sigmas: float = param(2.0, "A window's loss is a progress signal only where |median| "
                                      "exceeds this many robust sigmas (a GRPO loss near zero is not).")
 
@@ -140,6 +147,12 @@ class IssueRule:
 _A = Adjustment
 #: The documented rule table: issue -> priority and adjustments (see the module docstring).
 RULE_TABLE: tuple[IssueRule, ...] = (
+    IssueRule("kl_rising", "immediate", "KL to the reference more than doubled", (
+        _A("kl_coef", 1.2, None,
+           "The policy is leaving the reference faster than the penalty holds it; a stronger "
+           "penalty pulls it back before the reward is hacked or collapses.",
+           "KL levels off within a window; reward growth may slow."),
+    )),
     IssueRule("loss_spiking", "immediate", "loss spiked far above the window's level", (
         _A("learning_rate", 0.8, None,
            "Spikes mean single updates overshoot; a smaller step keeps them inside the trust region.",
@@ -218,7 +231,8 @@ def _arr(values: Any) -> np.ndarray:
     return a[np.isfinite(a)]
 
 
-def window_stats(reward: Any = None, loss: Any = None) -> dict[str, float | int | None]:
+def window_stats(reward: Any = None, loss: Any = None, kl: Any = None
+                 ) -> dict[str, float | int | None]:
     """Summary of one window's per-step values (lists, arrays or single numbers).
 
     ``reward_var`` is the sample variance (ddof=1, as pandas ``var``); ``loss_sigma`` the robust
@@ -228,8 +242,9 @@ def window_stats(reward: Any = None, loss: Any = None) -> dict[str, float | int 
     >>> s["reward_mean"], s["reward_var"], s["n_loss"]
     (2.0, 1.0, 4)
     """
-    r, lo = _arr(reward), _arr(loss)
+    r, lo, k = _arr(reward), _arr(loss), _arr(kl)
     out: dict[str, float | int | None] = {"n_reward": len(r), "n_loss": len(lo)}
+    out["kl_median"] = float(np.median(k)) if len(k) else None
     out["reward_mean"] = float(np.mean(r)) if len(r) else None
     out["reward_var"] = float(np.var(r, ddof=1)) if len(r) > 1 else None
     out["loss_mean"] = float(np.mean(lo)) if len(lo) else None
@@ -370,7 +385,7 @@ class HealthCheck:
         reward = metrics.get("reward_mean", metrics.get("reward"))
         loss = metrics.get("loss", metrics.get("policy_loss"))
         window = epoch if epoch is not None else len(self.windows)
-        return self.add_window(window, window_stats(reward, loss))
+        return self.add_window(window, window_stats(reward, loss, metrics.get("kl")))
 
     def add_window(self, window: Any, stats: dict[str, Any]) -> WindowReport:
         """Judge a window from :func:`window_stats` against the windows before it."""
@@ -380,6 +395,10 @@ class HealthCheck:
         l_delta, l_dir = _direction(stats, prev, "loss", p.flat_z)
         issues: list[str] = []
         earlier = [w.stats for w in self.windows]
+        kl_now, kl_prev = stats.get("kl_median"), (prev or {}).get("kl_median")
+        if kl_now is not None and kl_prev is not None and kl_prev > 0 and \
+                kl_now >= p.kl_rise_factor * kl_prev:
+            issues.append("kl_rising")
         if stats.get("loss_max_z") is not None and stats["loss_max_z"] >= p.spike_z:
             issues.append("loss_spiking")
         if r_dir == "down":

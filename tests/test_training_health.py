@@ -316,6 +316,7 @@ def test_health_check_maps_issues_to_documented_adjustments() -> None:
            "beta": 0.04, "temperature": 0.7, "reward_weights": [1.0, 0.5]}
     hc = HealthCheck(cfg)
     expected = {
+        "kl_rising": {"kl_coef": ("+20%", 0.048)},
         "loss_spiking": {"learning_rate": ("-20%", 8e-7), "max_grad_norm": ("-20%", 0.8)},
         "reward_declining": {"kl_coef": ("-10%", 0.036), "learning_rate": ("-20%", 8e-7)},
         "loss_high": {"learning_rate": ("-20%", 8e-7)},
@@ -330,6 +331,13 @@ def test_health_check_maps_issues_to_documented_adjustments() -> None:
         assert got == adj, issue
         for a in hc.adjustments_for([issue]):
             assert a["rationale"] and a["expected_effect"] and a["issue"] == issue
+    # a reward that falls while KL runs away: raise the penalty, do not lower it
+    both2 = {a["parameter"]: a["change"] for a in hc.adjustments_for(["reward_declining", "kl_rising"])}
+    assert both2["kl_coef"] == "+20%"
+    online = HealthCheck()
+    online.after_epoch({"reward": [0.5, 0.52, 0.48, 0.51], "kl": [0.1, 0.12, 0.09, 0.11]})
+    rep = online.after_epoch({"reward": [0.5, 0.49, 0.52, 0.5], "kl": [0.3, 0.35, 0.28, 0.33]})
+    assert rep.issues == ["kl_rising"]
     # conflicts: the most urgent issue wins (KL down for a declining reward beats KL up)
     both = {a["parameter"]: a for a in hc.adjustments_for(["overfitting", "reward_declining"])}
     assert both["kl_coef"]["change"] == "-10%" and both["kl_coef"]["also_raised_by"] == ["overfitting"]

@@ -45,6 +45,8 @@ class WindowsParams:
                                       "above this share of the range of window means so far.")
     loss_level_sigmas: float = param(2.0, "A window's loss is a progress signal only where |median| "
                                      "exceeds this many robust sigmas.")
+    kl_rise_factor: float = param(2.0, "Window median KL this many times the previous window's is "
+                                  "kl_rising.")
 
 
 def window_keys(steps: np.ndarray, epoch: np.ndarray | None, first_step: int, window_steps: int,
@@ -82,7 +84,8 @@ class Windows(Tracker):
         hp = HealthCheckParams(flat_z=p.flat_z, spike_z=p.spike_z, loss_high_z=p.loss_high_z,
                                variance_ratio=p.variance_ratio, stagnant_windows=p.stagnant_windows,
                                min_windows=p.min_windows, variance_min_share=p.variance_min_share,
-                               loss_level_sigmas=p.loss_level_sigmas)
+                               loss_level_sigmas=p.loss_level_sigmas,
+                               kl_rise_factor=p.kl_rise_factor)
         meta_values = {"max_grad_norm": self.meta.max_grad_norm, "kl_coef": self.meta.kl_coef_init}
         self.check = HealthCheck(self.meta.config, hp, meta_values, self.meta.algorithm)
         self.mode: str | None = None
@@ -106,7 +109,9 @@ class Windows(Tracker):
             batch.steps, batch.col("epoch") if self.mode == "epoch" else None, self.first_step,
             self.p.window_steps, self.last_epoch)
         cols = {"step": batch.steps.astype(np.float64), "reward": batch.col("reward_mean"),
-                "loss": batch.col("loss"), "policy_loss": batch.col("policy_loss")}
+                "loss": batch.col("loss"), "policy_loss": batch.col("policy_loss"),
+                "kl": batch.col("kl_seq") if batch.has("kl_seq") and not batch.has("kl")
+                else batch.col("kl")}
         bounds = np.flatnonzero(np.diff(keys)) + 1
         for a, b in zip(np.r_[0, bounds], np.r_[bounds, len(keys)]):
             k = int(keys[a])
@@ -123,7 +128,7 @@ class Windows(Tracker):
         cols = {k: np.concatenate(v) for k, v in self.buf.items()}
         self.buf = {}
         loss_metric = "loss" if np.isfinite(cols["loss"]).any() else "policy_loss"
-        stats = window_stats(cols["reward"], cols[loss_metric])
+        stats = window_stats(cols["reward"], cols[loss_metric], cols["kl"])
         rep = self.check.add_window(self.key, stats)
         has_loss = bool(stats["n_loss"])
         self.table.append({
