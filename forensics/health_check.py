@@ -57,7 +57,8 @@ raises the KL coefficient (the decline is the runaway's effect) instead of lower
 
 Config keys: the patch uses the run's own key for each parameter when the trainer config
 (``RunMeta.config``) has one (e.g. ``lr`` or ``actor_rollout_ref.actor.optim.lr``), with the new
-value computed from the current one; when the current value is unknown the patch gives the change as a string (``"x0.8"``, ``"+0.02"``).
+value computed from the current one; when the current value is unknown the patch gives the
+change as a string (``"x0.8"``, ``"+0.02"``).
 
 >>> hc = HealthCheck(config={"lr": 1e-5})
 >>> _ = hc.after_epoch({"reward": [0.50, 0.52, 0.51, 0.49], "loss": [1.0, 1.1, 0.9, 1.0]})
