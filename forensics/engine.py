@@ -392,13 +392,9 @@ class Scan:
                 f.evidence["source_keys"] = {k: to_source.get(v, v) for k, v in keys.items()}
 
     def _stream_findings(self) -> list[Finding]:
-        from .episodes import Episode
-
         out: list[Finding] = []
         spec = STREAM_RULES[0]
         for r in self.order.replays:
-            ep = Episode(onset_step=r.to_step, first_step=r.to_step, last_step=r.last_step,
-                         last_row=0, n_rows=r.rows)
             out.append(Finding(
                 rule=spec.id, severity=spec.severity, first_step=r.to_step,
                 last_step=max(r.from_step, r.last_step), onset_step=r.from_step,
@@ -408,7 +404,6 @@ class Scan:
                 evidence={"went_back_from": r.from_step, "went_back_to": r.to_step,
                           "line": r.line, "replayed_rows": r.rows},
                 explanation=spec.explanation))
-            del ep
         spec = STREAM_RULES[1]
         for rep in sorted(self.reports, key=lambda rep: rep.path):
             n = rep.rows_skipped - rep.skipped.get("step replayed", 0)

@@ -80,6 +80,7 @@ from typing import Any
 import numpy as np
 
 from .config import param
+from .stats import IQR_TO_SIGMA
 
 __all__ = [
     "ISSUES",
@@ -95,7 +96,6 @@ __all__ = [
     "window_stats",
 ]
 
-IQR_TO_SIGMA = 1.349
 PRIORITIES = ("immediate", "short_term", "medium_term")
 
 

@@ -11,9 +11,6 @@ running sums, whose rounding depends on where the sum started).
 
 from __future__ import annotations
 
-import contextlib
-import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import bottleneck as bn
@@ -23,12 +20,8 @@ import pandas as pd
 __all__ = [
     "History",
     "persist",
-    "robust_scale",
-    "robust_z",
     "spearman",
     "trailing_median",
-    "trailing_quantile",
-    "window_means",
 ]
 
 #: 1.349 is the IQR of the standard normal: IQR / 1.349 estimates sigma robustly, as MAD / 0.6745 does.
@@ -87,43 +80,6 @@ def trailing_median(x: np.ndarray, window: int, min_periods: int) -> np.ndarray:
     return np.concatenate([[np.nan], med[:-1]]) if len(x) else med
 
 
-def trailing_quantile(x: np.ndarray, q: float, window: int, min_periods: int) -> np.ndarray:
-    """``q``-quantile (linear interpolation) of the ``window`` values before each position."""
-    qs = _rolling(x, window, min_periods).quantile(q).to_numpy()
-    return np.concatenate([[np.nan], qs[:-1]]) if len(x) else qs
-
-
-def robust_scale(x: np.ndarray, window: int, min_periods: int) -> tuple[np.ndarray, np.ndarray]:
-    """Trailing median and robust sigma (IQR / 1.349) of the values before each position."""
-    med = trailing_median(x, window, min_periods)
-    q75 = trailing_quantile(x, 0.75, window, min_periods)
-    q25 = trailing_quantile(x, 0.25, window, min_periods)
-    return med, (q75 - q25) / IQR_TO_SIGMA
-
-
-def robust_z(
-    x: np.ndarray,
-    window: int,
-    min_periods: int,
-    rel_floor: float = 0.0,
-    abs_floor: float = 1e-12,
-) -> np.ndarray:
-    """Robust z-score of each value against the trailing window that excludes it.
-
-    ``z = (x - median) / max(sigma, rel_floor * |median|, abs_floor)`` with ``sigma = IQR/1.349``,
-    the normal-consistent robust scale (equivalent to Iglewicz-Hoaglin's ``0.6745 (x - m) / MAD``
-    for normal data). The floors stop a constant or quantised baseline from turning any change
-    into an infinite score.
-
-    >>> x = np.r_[np.tile([1.0, 1.1, 0.9, 1.05, 0.95], 10), 3.0]
-    >>> round(float(robust_z(x, 50, 10)[-1]), 1)
-    27.0
-    """
-    med, sigma = robust_scale(x, window, min_periods)
-    scale = np.fmax(sigma, np.fmax(rel_floor * np.abs(med), abs_floor))
-    return (x - med) / scale
-
-
 def persist(cond: np.ndarray, k: int, m: int) -> np.ndarray:
     """True where ``cond`` held on at least ``k`` of the last ``m`` positions (inclusive).
 
@@ -134,23 +90,6 @@ def persist(cond: np.ndarray, k: int, m: int) -> np.ndarray:
     idx = np.arange(1, len(cond) + 1)
     counts = c[idx] - c[np.maximum(idx - m, 0)]
     return counts >= k
-
-
-def window_means(x: np.ndarray, window: int) -> np.ndarray:
-    """Mean of the ``window`` values ending at each position (inclusive, NaN ignored).
-
-    Each mean is computed from its own window, so the result does not depend on where the
-    array starts.
-    """
-    n = len(x)
-    out = np.full(n, np.nan)
-    if n == 0:
-        return out
-    padded = np.concatenate([np.full(window - 1, np.nan), x])
-    view = np.lib.stride_tricks.sliding_window_view(padded, window)
-    with np.errstate(invalid="ignore"), warnings_off():
-        out = np.nanmean(view, axis=1)
-    return out
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
@@ -173,14 +112,6 @@ def pearson(x: np.ndarray, y: np.ndarray) -> float:
     if denom == 0.0:
         return float("nan")
     return float((xs * ys).sum() / denom)
-
-
-@contextlib.contextmanager
-def warnings_off() -> Iterator[None]:
-    """Silence numpy's 'mean of empty slice' warnings inside a block."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", category=RuntimeWarning)
-        yield
 
 
 class Context:

@@ -15,7 +15,6 @@ from forensics.stats import (
     History,
     pearson,
     persist,
-    robust_z,
     spearman,
     trailing_median,
     window_median,
@@ -42,15 +41,6 @@ def test_trailing_median_excludes_current_point() -> None:
     x = _with_nans(300)
     ref = pd.Series(x).rolling(20, min_periods=5).median().shift(1).to_numpy()
     np.testing.assert_allclose(trailing_median(x, 20, 5), ref, equal_nan=True)
-
-
-def test_robust_z_matches_definition() -> None:
-    x = RNG.normal(size=400)
-    z = robust_z(x, 100, 20)
-    s = pd.Series(x).rolling(100, min_periods=20)
-    med = s.median().shift(1)
-    iqr = (s.quantile(0.75) - s.quantile(0.25)).shift(1)
-    np.testing.assert_allclose(z, ((x - med) / (iqr / 1.349)).to_numpy(), equal_nan=True)
 
 
 def test_block_stats_against_direct_computation() -> None:
