@@ -18,10 +18,21 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
+    "BlockScale",
+    "BlockStats",
+    "Context",
     "History",
+    "aligned_blocks",
+    "block_quantiles",
+    "pearson",
     "persist",
+    "shift",
     "spearman",
+    "spearman_ordered",
+    "trailing_block_median",
     "trailing_median",
+    "window_mad",
+    "window_median",
 ]
 
 #: 1.349 is the IQR of the standard normal: IQR / 1.349 estimates sigma robustly, as MAD / 0.6745 does.
