@@ -427,13 +427,17 @@ class Scan:
 def _find_run_files(path: Path) -> tuple[Path, Path | None, Path | None]:
     """A run folder holds steps.*, optional samples.* and run.json; a file stands alone."""
     if path.is_dir():
-        steps = [p for p in sorted(path.iterdir()) if p.name.startswith("steps.")]
+        # steps.jsonl, steps.parquet, or steps.parquet.parts/ left by a writer that was killed
+        # (a *.tmp is a write that never finished)
+        steps = [p for p in sorted(path.iterdir())
+                 if p.name.startswith("steps.") and not p.name.endswith(".tmp")]
         if not steps:
             from .readers import FORMATS
             if any(f.detect(path, b"") for f in FORMATS):  # a log folder, e.g. TensorBoard events
                 return path, None, None
             raise InputError("run folder has no steps.jsonl or steps.parquet", path=str(path))
-        samples = [p for p in sorted(path.iterdir()) if p.name.startswith("samples.")]
+        samples = [p for p in sorted(path.iterdir())
+                   if p.name.startswith("samples.") and not p.name.endswith(".tmp")]
         meta = path / "run.json"
         return steps[0], samples[0] if samples else None, meta if meta.exists() else None
     if not path.name.startswith("steps."):

@@ -38,6 +38,7 @@ import atexit
 import json
 import math
 import os
+import shutil
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -116,7 +117,15 @@ def _meta_value(value: Any) -> Any:
 
 
 class _Stream:
-    """One buffered output file (steps or samples) in JSONL or Parquet."""
+    """One buffered output stream (steps or samples) in JSONL or Parquet.
+
+    Parquet cannot be appended to and is unreadable until its footer is written, so each flush
+    goes to its own complete part file (``steps.parquet.parts/part-000000.parquet``, written to a
+    temporary name and renamed, so a part is whole or absent). ``close`` merges the parts into
+    ``steps.parquet`` (one row group per flush, schemas unified: a key first logged late becomes
+    a column of nulls before it) and removes them. After a hard kill the parts folder is still a
+    readable run: ``forensics scan`` reads it as one stream, and ``resume=True`` carries on.
+    """
 
     def __init__(self, path: Path, fmt: str, resume: bool) -> None:
         self.path = path
@@ -124,22 +133,26 @@ class _Stream:
         self.rows: list[dict[str, Any]] = []
         self.rows_written = 0
         self._fh: Any = None
-        self._pq_writer: Any = None
-        self._schema: Any = None
-        self._target = path  # where the open Parquet writer writes (a temp file after a rewrite)
-        self._carry: list[Any] = []  # Parquet tables to copy into the next file opened
+        self.parts = path.with_name(path.name + ".parts")
         if fmt == "jsonl":
             if resume and path.exists():
                 _trim_partial_line(path)
             self._fh = open(path, "a" if resume else "w", encoding="utf-8")
-        elif resume and path.exists():
-            import pyarrow.parquet as pq
+            return
+        if not resume:
+            if path.exists():
+                path.unlink()
+            if self.parts.exists():
+                shutil.rmtree(self.parts)
+        self.parts.mkdir(parents=True, exist_ok=True)
+        if resume and path.exists():
+            # a closed file becomes the first part: close() merges old and new rows
+            os.replace(path, self._next_part())
 
-            # a closed Parquet file cannot be appended to: its rows are copied into the new file
-            self._carry = [pq.read_table(path)]
-            self._schema = self._carry[0].schema
-        elif path.exists():
-            path.unlink()
+    def _next_part(self) -> Path:
+        done = sorted(self.parts.glob("part-*.parquet"))
+        k = int(done[-1].stem.split("-")[1]) + 1 if done else 0
+        return self.parts / f"part-{k:06d}.parquet"
 
     def write(self, rows: list[dict[str, Any]]) -> None:
         if not rows:
@@ -150,11 +163,12 @@ class _Stream:
             self._fh.write(text)
             self._fh.flush()
         else:
-            self._write_parquet(rows)
+            self._write_part(rows)
         self.rows_written += len(rows)
 
-    def _write_parquet(self, rows: list[dict[str, Any]]) -> None:
+    def _write_part(self, rows: list[dict[str, Any]]) -> None:
         import pyarrow as pa
+        import pyarrow.parquet as pq
 
         columns: dict[str, list[Any]] = {}
         for i, row in enumerate(rows):
@@ -163,58 +177,41 @@ class _Stream:
                     columns[key] = [None] * i
             for key, col in columns.items():
                 col.append(row.get(key))
-        schema = self._schema
-        new_fields = [pa.field(k, _arrow_type(k, v)) for k, v in columns.items()
-                      if schema is None or schema.get_field_index(k) < 0]
-        if new_fields:
-            schema = pa.schema(list(schema or []) + new_fields)
-        if self._pq_writer is None or new_fields:
-            self._open_parquet(schema)
-        arrays = [pa.array(_coerce(columns.get(f.name, [None] * len(rows)), f.type), type=f.type)
-                  for f in self._schema]
-        self._pq_writer.write_table(pa.Table.from_arrays(arrays, schema=self._schema),
-                                    row_group_size=len(rows))
-
-    def _open_parquet(self, schema: Any) -> None:
-        """Open the Parquet writer, carrying the rows already written when the schema widens.
-
-        A Parquet file has one schema, fixed when it is opened. A key first logged late (an eval
-        metric) would otherwise be dropped; instead the file written so far is closed (so it
-        stays complete and readable where it is), and its row groups are copied, padded with
-        nulls, into a temporary file that goes on receiving row groups and replaces the original
-        atomically on close. A stable key set never triggers this.
-        """
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        if self._pq_writer is not None:
-            self._pq_writer.close()
-            self._pq_writer = None
-            if self._target != self.path:
-                os.replace(self._target, self.path)
-            pf = pq.ParquetFile(self.path)
-            self._carry = [pf.read_row_group(i) for i in range(pf.num_row_groups)]
-        self._target = self.path.with_name(self.path.name + ".tmp") if self._carry else self.path
-        writer = pq.ParquetWriter(self._target, schema)
-        for table in self._carry:
-            for fld in schema:
-                if table.schema.get_field_index(fld.name) < 0:
-                    table = table.append_column(fld, pa.nulls(len(table), type=fld.type))
-            writer.write_table(table.select(schema.names).cast(schema))
-        self._carry = []
-        self._pq_writer = writer
-        self._schema = schema
+        fields = [pa.field(k, _arrow_type(k, v)) for k, v in columns.items()]
+        arrays = [pa.array(_coerce(columns[f.name], f.type), type=f.type) for f in fields]
+        table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+        part = self._next_part()
+        tmp = part.with_suffix(".tmp")
+        pq.write_table(table, tmp, row_group_size=len(rows))
+        os.replace(tmp, part)
 
     def close(self) -> None:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
-        if self._pq_writer is not None:
-            self._pq_writer.close()
-            self._pq_writer = None
-            if self._target != self.path:
-                os.replace(self._target, self.path)
-                self._target = self.path
+        if self.fmt == "parquet" and self.parts.exists():
+            _merge_parts(self.parts, self.path)
+
+
+def _merge_parts(parts_dir: Path, path: Path) -> None:
+    """Merge part files into one Parquet file (one row group per part) and remove them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parts = sorted(parts_dir.glob("part-*.parquet"))
+    if parts:
+        schema = pa.unify_schemas([pq.read_schema(p) for p in parts], promote_options="permissive")
+        tmp = path.with_name(path.name + ".tmp")
+        with pq.ParquetWriter(tmp, schema) as writer:
+            for part in parts:  # one part in memory at a time
+                table = pq.read_table(part)
+                for fld in schema:
+                    if table.schema.get_field_index(fld.name) < 0:
+                        table = table.append_column(fld, pa.nulls(len(table), type=fld.type))
+                writer.write_table(table.select(schema.names).cast(schema),
+                                   row_group_size=max(len(table), 1))
+        os.replace(tmp, path)
+    shutil.rmtree(parts_dir)
 
 
 def _trim_partial_line(path: Path) -> None:

@@ -262,3 +262,31 @@ def test_cuda_logging_does_not_synchronise(tmp_path: Path) -> None:
     w.close()
     assert len(_lines(tmp_path / "steps.jsonl")) == 20
     assert len(_lines(tmp_path / "samples.jsonl")) == 80
+
+
+def test_parquet_hard_kill_leaves_readable_parts(tmp_path: Path) -> None:
+    # os._exit: no close, no atexit, no footer; every flushed part must still be readable
+    proc = _run_python(f"""
+        import os
+        from forensics.writer import RunWriter
+        w = RunWriter({str(tmp_path)!r}, format="parquet", flush_every=10)
+        for step in range(25):
+            w.log_step(step, kl=0.01 * step, **({{"late": 1.0}} if step == 15 else {{}}))
+        os._exit(1)
+    """)
+    assert proc.returncode == 1, proc.stderr
+    assert not (tmp_path / "steps.parquet").exists()
+    assert len(list((tmp_path / "steps.parquet.parts").glob("part-*.parquet"))) == 2
+    from forensics import scan_path
+
+    analysis = scan_path(tmp_path)  # the run folder scans: the parts are one stream
+    assert analysis.steps["rows"] == 20 and analysis.inputs[0].format == "parquet-parts"
+    frame = analysis.metrics_frame()
+    assert frame["step"].tolist() == list(range(20))
+    assert frame["late"][15] == 1.0
+    # resuming carries on and close() merges everything into one file
+    with RunWriter(tmp_path, format="parquet", resume=True, timestamp=False) as w:
+        w.log_step(20, kl=0.2)
+    assert not (tmp_path / "steps.parquet.parts").exists()
+    steps = pq.read_table(tmp_path / "steps.parquet").column("step").to_pylist()
+    assert steps == list(range(21))

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import FormatError, InputError, UsageError
 from .base import RawBatch, ReadReport, RowIssue, Source
 from .jsonl import JsonlSource
-from .parquet import ParquetSource
+from .parquet import ParquetPartsSource, ParquetSource
 
 __all__ = [
     "FORMATS",
@@ -48,12 +48,18 @@ def _is_parquet(path: Path, head: bytes) -> bool:
     return head.startswith(b"PAR1")
 
 
+def _is_parquet_parts(path: Path, head: bytes) -> bool:
+    return path.is_dir() and any(path.glob("part-*.parquet"))
+
+
 def _is_jsonl(path: Path, head: bytes) -> bool:
     text = head.lstrip()
     return text.startswith(b"{") and (b"\n" in text or len(head) < HEAD_BYTES)
 
 
 _GENERIC = [
+    Format("parquet-parts", _is_parquet_parts, lambda p, s: ParquetPartsSource(p, strict=s),
+           "a folder of Parquet parts left by a writer that did not close (steps.parquet.parts)"),
     Format("parquet", _is_parquet, lambda p, s: ParquetSource(p, strict=s),
            "Parquet, one row per step (canonical or aliased column names)"),
     Format("jsonl", _is_jsonl, lambda p, s: JsonlSource(p, strict=s),
