@@ -16,7 +16,7 @@ its score is left out of the health areas.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -30,23 +30,11 @@ __all__ = ["Windows", "window_keys"]
 
 
 @dataclass
-class WindowsParams:
+class WindowsParams(HealthCheckParams):
+    """The health check's parameters (:class:`forensics.health_check.HealthCheckParams`), plus
+    the window size for logs without an epoch column."""
+
     window_steps: int = param(100, "Steps per window when the log has no epoch column.")
-    flat_z: float = param(2.0, "Change of a window mean below this many standard errors is flat.")
-    spike_z: float = param(8.0, "Loss value this many robust sigmas above the window median is a "
-                           "spike.")
-    loss_high_z: float = param(3.0, "Window loss median this many robust sigmas above the earlier "
-                               "windows' median is too high for this run.")
-    variance_ratio: float = param(2.0, "Reward variance above this multiple of the earlier windows' "
-                                  "median is high.")
-    stagnant_windows: int = param(2, "Consecutive flat-reward windows that make reward stagnant.")
-    min_windows: int = param(2, "Earlier windows needed before run-relative window checks.")
-    variance_min_share: float = param(0.1, "Variance high also needs the reward's standard deviation "
-                                      "above this share of the range of window means so far.")
-    loss_level_sigmas: float = param(2.0, "A window's loss is a progress signal only where |median| "
-                                     "exceeds this many robust sigmas.")
-    kl_rise_factor: float = param(2.0, "Window median KL this many times the previous window's is "
-                                  "kl_rising.")
 
 
 def window_keys(steps: np.ndarray, epoch: np.ndarray | None, first_step: int, window_steps: int,
@@ -81,11 +69,7 @@ class Windows(Tracker):
         super().__init__(params, meta)
         p: WindowsParams = self.params
         self.p = p
-        hp = HealthCheckParams(flat_z=p.flat_z, spike_z=p.spike_z, loss_high_z=p.loss_high_z,
-                               variance_ratio=p.variance_ratio, stagnant_windows=p.stagnant_windows,
-                               min_windows=p.min_windows, variance_min_share=p.variance_min_share,
-                               loss_level_sigmas=p.loss_level_sigmas,
-                               kl_rise_factor=p.kl_rise_factor)
+        hp = HealthCheckParams(**{f.name: getattr(p, f.name) for f in fields(HealthCheckParams)})
         meta_values = {"max_grad_norm": self.meta.max_grad_norm, "kl_coef": self.meta.kl_coef_init}
         self.check = HealthCheck(self.meta.config, hp, meta_values, self.meta.algorithm)
         self.mode: str | None = None
