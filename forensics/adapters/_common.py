@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import InputError, StrictModeError
 from ..readers.arrow import rows_to_raw
 from ..readers.base import RawBatch, ReadReport
+from ..readers.jsonl import parse_json_object
 
 __all__ = ["ANSI", "ApartRows", "LineParser", "LineSource", "RowSource", "Rows", "merge_same_step", "parse_number"]
 
@@ -75,6 +76,17 @@ class LineParser:
 
     def finish_notes(self) -> None:
         """Add the summary notes to the report (ignored lines, precision, ...)."""
+
+    def json_object(self, lineno: int, text: str) -> dict[str, Any] | None:
+        """The JSON object on a line; ``None`` for a blank line or (counted by :meth:`bad`) a
+        line that is not one."""
+        s = text.strip()
+        if not s:
+            return None
+        obj, reason = parse_json_object(s)
+        if obj is None:
+            self.bad(lineno, reason)
+        return obj
 
     def bad(self, lineno: int, reason: str, category: str = "malformed line") -> None:
         """Count a row-like line that could not be used; fatal under ``strict``."""

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from ..readers.base import ReadReport
-from ..readers.jsonl import parse_json_object
 from ._common import ApartRows, LineParser, LineSource, Rows
 
 __all__ = ["LlamaFactoryParser", "LlamaFactorySource", "detect", "timedelta_seconds"]
@@ -51,12 +50,8 @@ class LlamaFactoryParser(LineParser):
         self.times = 0
 
     def line(self, lineno: int, text: str) -> Rows:
-        s = text.strip()
-        if not s:
-            return []
-        obj, reason = parse_json_object(s)
+        obj = self.json_object(lineno, text)
         if obj is None:
-            self.bad(lineno, reason)
             return []
         step = obj.get("current_steps")
         if not isinstance(step, int) or isinstance(step, bool):

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from ..readers.base import ReadReport
-from ..readers.jsonl import parse_json_object
 from ..schema import canonical_name
 from ._common import ANSI, ApartRows, LineParser, LineSource, Rows, parse_number
 
@@ -148,12 +147,8 @@ class VerlJsonlParser(LineParser):
         self.val = ApartRows("validation-only line(s)")
 
     def line(self, lineno: int, text: str) -> Rows:
-        s = text.strip()
-        if not s:
-            return []
-        obj, reason = parse_json_object(s)
+        obj = self.json_object(lineno, text)
         if obj is None:
-            self.bad(lineno, reason)
             return []
         if not isinstance(obj.get("data"), dict):
             self.bad(lineno, 'expected {"step": N, "data": {...}}')
