@@ -8,7 +8,8 @@ then times, each in a fresh subprocess (so peak memory is the child's own):
 * forensics: the full analysis (read, canonicalise, all trackers, findings, health, and the
   analysis JSON with its plot series and timeline) of each.
 
-Imports happen before the clock starts, for all three.
+Imports happen before the clock starts, for all three (pyarrow's for the baselines; forensics and the
+libraries its readers use for the scan).
 
 Prints seconds, the ratio to the baseline (target <= 1.5x) and peak RSS (target < 400 MB).
 Usage: ``python bench/bench_scan.py [--rows N] [--repeat K]``.
@@ -32,6 +33,7 @@ import json, sys, time
 import pyarrow.json as pj, pyarrow.parquet as pq
 kind, path = sys.argv[1], sys.argv[2]
 if kind == "forensics":
+    import polars  # the JSONL reader's parser, imported on first use: a library import, as pyarrow's
     from forensics.engine import scan_path
 t0 = time.perf_counter()
 if kind == "arrow-jsonl":

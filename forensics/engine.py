@@ -32,6 +32,7 @@ from .config import Config, RunMeta, build_params, load_run_meta
 from .errors import InputError
 from .findings import Finding, RuleSpec, Severity
 from .health import health_scores
+from .memory import trim
 from .readers import RawBatch, ReadReport, open_source
 from .schema import TRANSFORMS, ColumnMapping, resolve_columns
 from .store import MetricsStore
@@ -319,6 +320,9 @@ class Scan:
             if out:
                 derived.update(out)
         self.store.append(batch.steps, {**batch.columns, **derived})
+        if pool is not None:  # a large batch's temporaries are freed: hand the memory back
+            del batch, outs, derived
+            trim()
         return []
 
     def feed_samples(self, raw: RawBatch, report: ReadReport) -> None:
@@ -351,6 +355,7 @@ class Scan:
     def finish(self) -> Analysis:
         """Close every tracker and assemble the analysis."""
         results = [t.finish() for t in self.trackers]
+        trim()
         findings: list[Finding] = [f for r in results for f in r.findings]
         self._name_source_keys(findings)
         stream_findings = self._stream_findings()

@@ -11,11 +11,8 @@ running sums, whose rounding depends on where the sum started).
 
 from __future__ import annotations
 
-from typing import Any
-
 import bottleneck as bn
 import numpy as np
-import pandas as pd
 
 __all__ = [
     "BlockScale",
@@ -26,7 +23,9 @@ __all__ = [
     "block_quantiles",
     "pearson",
     "persist",
+    "rankdata",
     "shift",
+    "skew_kurtosis",
     "spearman",
     "spearman_ordered",
     "trailing_block_median",
@@ -63,10 +62,6 @@ class History:
         n_prior = len(self.values)
         self.values = full[-self.size :] if self.size > 0 else full[:0]
         return full, n_prior
-
-
-def _rolling(x: np.ndarray, window: int, min_periods: int) -> Any:
-    return pd.Series(x, copy=False).rolling(window, min_periods=min_periods)
 
 
 def _move_median(x: np.ndarray, window: int, min_periods: int) -> np.ndarray:
@@ -108,9 +103,46 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
     ok = np.isfinite(x) & np.isfinite(y)
     if ok.sum() < 3:
         return float("nan")
-    rx = pd.Series(x[ok]).rank().to_numpy()
-    ry = pd.Series(y[ok]).rank().to_numpy()
-    return pearson(rx, ry)
+    return pearson(rankdata(x[ok]), rankdata(y[ok]))
+
+
+def rankdata(x: np.ndarray) -> np.ndarray:
+    """Ranks ``1 .. n`` of the values of ``x`` (no NaN), ties sharing their average rank (as
+    ``scipy.stats.rankdata`` and pandas' ``rank``; here without importing either on the scan path).
+
+    >>> rankdata(np.array([3.0, 1.0, 3.0, 2.0])).tolist()
+    [3.5, 1.0, 3.5, 2.0]
+    """
+    n = len(x)
+    order = np.argsort(x, kind="stable")
+    s = x[order]
+    new = np.empty(n, dtype=bool)
+    new[:1] = True
+    np.not_equal(s[1:], s[:-1], out=new[1:])
+    del s
+    starts = np.flatnonzero(new)
+    counts = np.diff(np.append(starts, n))
+    ranks = np.empty(n)
+    ranks[order] = np.repeat(starts + (counts + 1) / 2.0, counts)
+    return ranks
+
+
+def skew_kurtosis(a: np.ndarray) -> tuple[float, float]:
+    """Sample skewness and excess kurtosis, biased (moment) estimators: the definitions of
+    ``scipy.stats.skew``/``kurtosis`` and of the writer's :func:`forensics.torch_helpers.advantage_stats`,
+    so per-response and per-step moments agree. NaN for fewer than 2 values or a constant input.
+
+    >>> [round(v, 4) for v in skew_kurtosis(np.array([1.0, 2.0, 3.0, 10.0]))]
+    [1.0182, -0.7696]
+    """
+    if len(a) < 2:
+        return float("nan"), float("nan")
+    d = a - a.mean()
+    d2 = d * d
+    m2 = float(d2.mean())
+    if not m2 > 0.0:
+        return float("nan"), float("nan")
+    return float((d2 * d).mean() / m2**1.5), float((d2 * d2).mean() / m2**2 - 3.0)
 
 
 def pearson(x: np.ndarray, y: np.ndarray) -> float:
@@ -367,9 +399,7 @@ def spearman_ordered(x: np.ndarray, y: np.ndarray) -> float:
     # pearson()'s arithmetic, on arrays it may overwrite (every rank is finite)
     xs = np.arange(1.0, n + 1.0)
     xs -= xs.mean()
-    ys = np.array(pd.Series(y[ok]).rank().to_numpy(), dtype=np.float64, copy=False)
-    if not ys.flags.writeable:
-        ys = ys.copy()
+    ys = rankdata(y[ok])
     ys -= ys.mean()
     denom = float(np.sqrt((xs * xs).sum() * (ys * ys).sum()))
     if denom == 0.0:

@@ -169,3 +169,94 @@ def test_metrics_store_spills_and_reads_back() -> None:
     np.testing.assert_array_equal(frame["a"], np.concatenate(ref))
     assert np.isnan(frame["late"][:490]).all() and (frame["late"][560:] == 1).all()
     assert sum(len(p["step"]) for p in store.parts(["a"])) == 1000
+
+
+def _rows_by_line(batches) -> dict[int, dict[str, object]]:
+    """Every row's present values by line: numbers as floats (NaN kept), text as str."""
+    out: dict[int, dict[str, object]] = {}
+    for raw in batches:
+        for i, line in enumerate(raw.lines.tolist()):
+            row: dict[str, object] = {}
+            for k, v in raw.numeric.items():
+                if not (k in raw.missing and raw.missing[k][i]):
+                    row[k] = "nan" if np.isnan(v[i]) else float(v[i])
+            for k, v in raw.text.items():
+                if v[i] is not None:
+                    row[k] = str(v[i])
+            out[int(line)] = row
+    return out
+
+
+def test_fast_parses_lose_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """polars (against the columns seen so far), pyarrow and the line-by-line parse give the same
+    values for every row, whatever the chunk holds: keys that appear late or rarely, nulls, ints
+    then floats, colons and ``: null`` inside strings and keys, booleans, nested objects, a key
+    that turns from number to text, NaN literals, blank and malformed lines."""
+    from forensics.readers import jsonl
+
+    monkeypatch.setattr(jsonl, "_MIN_CHUNK", 2048)
+    monkeypatch.setattr(jsonl, "_MAX_CHUNK", 4096)
+    accepted: list[int] = []
+    parse = jsonl._KnownColumns.parse
+
+    def counting(self, data):
+        frame = parse(self, data)
+        accepted.append(frame is not None)
+        return frame
+
+    monkeypatch.setattr(jsonl._KnownColumns, "parse", counting)
+    rng = np.random.default_rng(7)
+    lines = []
+    for i in range(3000):
+        row: dict[str, object] = {"step": i, "kl": float(rng.normal()), "n": i % 7}
+        if i % 97 == 5:
+            row["eval/score"] = round(float(rng.normal()), 3)  # rare key
+        if i > 1500:
+            row["late"] = i if i % 2 else i + 0.5  # late key, int and float
+        if i % 11 == 0:
+            row["kl"] = None
+        if 600 < i < 700:
+            row["note"] = f"at {i}: null or not"  # colons and ': null' inside a string
+        if 800 < i < 820:
+            row["ratio:x"] = 1.5  # a colon in a key
+        if 900 < i < 910:
+            row["flag"] = bool(i % 2)
+        if 1200 < i < 1210:
+            row["nested"] = {"a": i, "b": None}
+        if 2000 < i < 2100:
+            row["n"] = "seven" if i % 3 == 0 else i % 7  # number, then text
+        if i == 2200:
+            row["ghost"] = None  # a new key that is only ever null
+        lines.append(json.dumps(row))
+    lines[2300] = lines[2300].replace('"kl": ', '"kl": NaN, "x": ', 1)
+    lines[2400] = '{"step": 2400, "kl": '  # malformed
+    lines[2500] = ""
+    p = tmp_path / "s.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    src, batches = read_all(p, batch_rows=200)
+    assert any(accepted) and not all(accepted)  # both fast parses were used
+    got = _rows_by_line(batches)
+
+    expected: dict[int, dict[str, object]] = {}
+    from forensics.readers.arrow import rows_to_raw
+    from forensics.readers.jsonl import parse_json_object
+
+    for n, text in enumerate(lines, start=1):
+        obj, _ = parse_json_object(text) if text else (None, "")
+        if obj is not None:
+            expected.update(_rows_by_line([rows_to_raw([obj], np.array([n]))]))
+    assert src.report.issues[0].line == 2401 and src.report.rows_skipped == 1
+    assert set(got) == set(expected)
+    def norm(row: dict[str, object]) -> dict[str, object]:
+        # a number in a column that is text in its batch (a key that turned into text) comes back
+        # as the number's text
+        out: dict[str, object] = {}
+        for k, v in row.items():
+            try:
+                out[k] = v if v == "nan" else float(v)  # type: ignore[arg-type]
+            except ValueError:
+                out[k] = v
+        return out
+
+    for line, row in expected.items():
+        assert norm(got[line]) == norm(row), (line, got[line], row)

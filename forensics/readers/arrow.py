@@ -1,9 +1,9 @@
-"""Arrow tables and Python rows to :class:`RawBatch` columns."""
+"""Arrow tables, polars frames and Python rows to :class:`RawBatch` columns."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -11,14 +11,27 @@ import pyarrow.compute as pc
 
 from .base import RawBatch
 
-__all__ = ["rows_to_raw", "table_to_raw"]
+if TYPE_CHECKING:
+    import polars as pl
+
+__all__ = ["frame_to_raw", "rows_to_raw", "table_to_raw"]
 
 
 def _flatten(table: pa.Table) -> pa.Table:
-    """Flatten nested structs into ``parent/child`` columns."""
+    """Flatten nested structs into ``parent/child`` columns (as the line-by-line parse names them;
+    a dot in a key is kept)."""
     while any(pa.types.is_struct(f.type) for f in table.schema):
-        table = table.flatten()
-    return table.rename_columns([name.replace(".", "/") for name in table.column_names])
+        names: list[str] = []
+        columns: list[pa.ChunkedArray] = []
+        for name, col in zip(table.column_names, table.columns, strict=True):
+            if pa.types.is_struct(col.type):
+                names.extend(f"{name}/{col.type.field(i).name}" for i in range(col.type.num_fields))
+                columns.extend(col.flatten())  # a null parent makes its children null
+            else:
+                names.append(name)
+                columns.append(col)
+        table = pa.Table.from_arrays(columns, names=names)
+    return table
 
 
 def table_to_raw(table: pa.Table, lines: np.ndarray) -> RawBatch:
@@ -46,6 +59,26 @@ def table_to_raw(table: pa.Table, lines: np.ndarray) -> RawBatch:
         else:  # lists (histograms), binary, timestamps...: carried through as text
             text[name] = np.array([None if v is None else str(v) for v in col.to_pylist()],
                                   dtype=object)
+    return RawBatch(numeric, missing, text, lines)
+
+
+def frame_to_raw(frame: pl.DataFrame, lines: np.ndarray) -> RawBatch:
+    """Convert a flat polars frame (numeric, boolean and string columns, as the JSONL fast path
+    parses them): numbers and booleans become float64 columns, strings text."""
+    import polars as pl
+
+    numeric: dict[str, np.ndarray] = {}
+    missing: dict[str, np.ndarray] = {}
+    text: dict[str, np.ndarray] = {}
+    for col in frame.get_columns():
+        if col.dtype == pl.String:
+            text[col.name] = col.to_numpy()
+            continue
+        if col.dtype == pl.Boolean:
+            col = col.cast(pl.Float64)
+        numeric[col.name] = col.to_numpy().astype(np.float64, copy=False)
+        if col.null_count():
+            missing[col.name] = col.is_null().to_numpy()
     return RawBatch(numeric, missing, text, lines)
 
 

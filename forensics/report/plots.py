@@ -95,31 +95,43 @@ def _duration(frame: dict[str, np.ndarray]) -> dict[str, Any] | None:
     return None
 
 
-def plots_from_frame(frame: dict[str, np.ndarray], max_points: int = MAX_POINTS) -> dict[str, Any]:
-    """The ``plots`` section for per-step columns ``frame`` (``step`` plus metric arrays)."""
-    steps = frame["step"]
-    names = sorted(k for k in frame if k != "step" and any(fnmatch.fnmatchcase(k, p) for p in PLOTTED))
-    series: dict[str, Any] = {}
-    for name in names:
-        values = frame[name]
-        finite = int(np.isfinite(values).sum())
-        if finite == 0:
-            continue
-        x, y = envelope(steps, values, max_points)
-        series[name] = {"x": [int(s) for s in x], "y": _round(y), "n": finite,
-                        "downsampled": finite > len(x)}
-    pairs: dict[str, Any] = {}
-    if "response_length_mean" in frame and "reward_mean" in frame:
-        pairs["length_reward"] = paired_sample(steps, frame["response_length_mean"],
-                                               frame["reward_mean"], max_points // 2)
+def _plotted(names: list[str]) -> list[str]:
+    return sorted(k for k in names if k != "step" and any(fnmatch.fnmatchcase(k, p) for p in PLOTTED))
+
+
+def _series(steps: np.ndarray, values: np.ndarray, max_points: int) -> dict[str, Any] | None:
+    finite = int(np.isfinite(values).sum())
+    if finite == 0:
+        return None
+    x, y = envelope(steps, values, max_points)
+    return {"x": [int(s) for s in x], "y": _round(y), "n": finite, "downsampled": finite > len(x)}
+
+
+def _section(steps: np.ndarray, series: dict[str, Any], pairs: dict[str, Any],
+             duration: dict[str, Any] | None, max_points: int) -> dict[str, Any]:
     return {
         "method": "min/max envelope per bucket of consecutive finite values",
         "max_points": max_points,
         "rows": len(steps),
         "series": series,
         "pairs": pairs,
-        "duration": _duration(frame),
+        "duration": duration,
     }
+
+
+def _pairs(frame: dict[str, np.ndarray], max_points: int) -> dict[str, Any]:
+    if "response_length_mean" in frame and "reward_mean" in frame:
+        return {"length_reward": paired_sample(frame["step"], frame["response_length_mean"],
+                                               frame["reward_mean"], max_points // 2)}
+    return {}
+
+
+def plots_from_frame(frame: dict[str, np.ndarray], max_points: int = MAX_POINTS) -> dict[str, Any]:
+    """The ``plots`` section for per-step columns ``frame`` (``step`` plus metric arrays)."""
+    steps = frame["step"]
+    series = {name: s for name in _plotted(list(frame))
+              if (s := _series(steps, frame[name], max_points)) is not None}
+    return _section(steps, series, _pairs(frame, max_points), _duration(frame), max_points)
 
 
 def frame_columns(analysis: Analysis, patterns: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -135,9 +147,24 @@ def frame_columns(analysis: Analysis, patterns: tuple[str, ...]) -> dict[str, np
     return analysis.metrics_frame(wanted)
 
 
-def plots_section(analysis: Analysis) -> dict[str, Any]:
-    """``ANALYSIS_SECTIONS["plots"]``: the downsampled series the HTML report draws."""
-    return plots_from_frame(frame_columns(analysis, (*PLOTTED, "timestamp")))
+def plots_section(analysis: Analysis, max_points: int = MAX_POINTS) -> dict[str, Any]:
+    """``ANALYSIS_SECTIONS["plots"]``: the downsampled series the HTML report draws.
+
+    One column at a time: a million-step run's plotted columns together would be ~100 MB.
+    """
+    names = getattr(analysis.metrics, "names", None)
+    if names is None:
+        return plots_from_frame(frame_columns(analysis, (*PLOTTED, "timestamp")), max_points)
+    # the columns used together (and the sample-derived series, which are small) in one read
+    base = analysis.metrics_frame([c for c in ("timestamp", "step_time", "response_length_mean",
+                                               "reward_mean") if c in names])
+    steps = base["step"]
+    series: dict[str, Any] = {}
+    for name in _plotted([*names, *base]):
+        values = base[name] if name in base else analysis.metrics.frame([name])[name]
+        if (s := _series(steps, values, max_points)) is not None:
+            series[name] = s
+    return _section(steps, series, _pairs(base, max_points), _duration(base), max_points)
 
 
 ANALYSIS_SECTIONS["plots"] = plots_section

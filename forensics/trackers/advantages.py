@@ -14,12 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from ..batch import Batch
 from ..config import param
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
+from ..stats import skew_kurtosis
 from .base import Tracker, TrackerResult
 from .grouping import StepGrouper
 
@@ -137,12 +137,10 @@ class Advantages(Tracker):
             a = g["a"][np.isfinite(g["a"])]
             if len(a) == 0:
                 continue
-            s = pd.Series(a)
             stats["mean"][i], stats["min"][i], stats["max"][i] = a.mean(), a.min(), a.max()
             stats["std"][i] = a.std(ddof=0)
             if len(a) >= 4:
-                stats["skew"][i] = s.skew()
-                stats["kurt"][i] = s.kurt()
+                stats["skew"][i], stats["kurt"][i] = skew_kurtosis(a)
         rows = np.arange(self.rows, self.rows + len(steps), dtype=np.int64)
         self._moments(rows, steps, stats)
 
