@@ -114,15 +114,18 @@ def rankdata(x: np.ndarray) -> np.ndarray:
     [3.5, 1.0, 3.5, 2.0]
     """
     n = len(x)
-    order = np.argsort(x, kind="stable")
+    order = np.argsort(x)  # the order among ties does not matter: they share one rank
     s = x[order]
-    new = np.empty(n, dtype=bool)
+    new = np.empty(n, dtype=bool)  # True where a run of equal values starts
     new[:1] = True
     np.not_equal(s[1:], s[:-1], out=new[1:])
     del s
+    ranks = np.empty(n)
+    if new.all():  # no ties (the usual case for a continuous metric): ranks are positions
+        ranks[order] = np.arange(1.0, n + 1.0)
+        return ranks
     starts = np.flatnonzero(new)
     counts = np.diff(np.append(starts, n))
-    ranks = np.empty(n)
     ranks[order] = np.repeat(starts + (counts + 1) / 2.0, counts)
     return ranks
 
@@ -211,17 +214,12 @@ def _block_median_mad(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def window_median(x: np.ndarray, window: int, min_count: int) -> np.ndarray:
     """Median of the ``window`` values ending at each position (inclusive), NaN ignored;
-    NaN where fewer than ``min_count`` finite values. Exact, computed per window.
+    NaN where fewer than ``min_count`` non-NaN values. Exact (bottleneck's moving median).
 
     >>> window_median(np.array([1.0, np.nan, 3.0, 10.0, 2.0]), 3, 2).tolist()
     [nan, nan, 2.0, 6.5, 3.0]
     """
-    padded = np.concatenate([np.full(window - 1, np.nan), x])
-    view = np.sort(np.lib.stride_tricks.sliding_window_view(padded, window), axis=1)
-    c = np.isfinite(view).sum(axis=1)
-    rows = np.arange(len(view))
-    lo, hi = np.maximum((c - 1) // 2, 0), np.maximum(c // 2, 0)
-    return np.where(c >= max(min_count, 1), 0.5 * (view[rows, lo] + view[rows, hi]), np.nan)
+    return _move_median(x, window, min_count)
 
 
 class BlockStats:

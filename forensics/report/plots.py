@@ -13,6 +13,7 @@ digits to keep the file small (a 100,000-step run carries a few hundred kB of se
 from __future__ import annotations
 
 import fnmatch
+import itertools
 from typing import Any
 
 import numpy as np
@@ -147,24 +148,30 @@ def frame_columns(analysis: Analysis, patterns: tuple[str, ...]) -> dict[str, np
     return analysis.metrics_frame(wanted)
 
 
-def plots_section(analysis: Analysis, max_points: int = MAX_POINTS) -> dict[str, Any]:
-    """``ANALYSIS_SECTIONS["plots"]``: the downsampled series the HTML report draws.
+#: Plotted columns read back from the per-step store together: a million rows of 4 float32
+#: columns are 16 MB (all ~25 at once would be ~100 MB); each read of the store opens its parts.
+COLUMNS_PER_READ = 4
 
-    One column at a time: a million-step run's plotted columns together would be ~100 MB.
-    """
+
+def plots_section(analysis: Analysis, max_points: int = MAX_POINTS) -> dict[str, Any]:
+    """``ANALYSIS_SECTIONS["plots"]``: the downsampled series the HTML report draws."""
     names = getattr(analysis.metrics, "names", None)
     if names is None:
         return plots_from_frame(frame_columns(analysis, (*PLOTTED, "timestamp")), max_points)
-    # the columns used together (and the sample-derived series, which are small) in one read
+    # the columns used together, and the sample-derived series (small), come with the first read
     base = analysis.metrics_frame([c for c in ("timestamp", "step_time", "response_length_mean",
                                                "reward_mean") if c in names])
     steps = base["step"]
+    rest = [n for n in _plotted(list(names)) if n not in base]
+    frames = itertools.chain([base], (analysis.metrics.frame(rest[i : i + COLUMNS_PER_READ])
+                                      for i in range(0, len(rest), COLUMNS_PER_READ)))
     series: dict[str, Any] = {}
-    for name in _plotted([*names, *base]):
-        values = base[name] if name in base else analysis.metrics.frame([name])[name]
-        if (s := _series(steps, values, max_points)) is not None:
-            series[name] = s
-    return _section(steps, series, _pairs(base, max_points), _duration(base), max_points)
+    for frame in frames:  # one group in memory at a time
+        for name in _plotted(list(frame)):
+            if (s := _series(steps, frame[name], max_points)) is not None:
+                series[name] = s
+    return _section(steps, dict(sorted(series.items())), _pairs(base, max_points), _duration(base),
+                    max_points)
 
 
 ANALYSIS_SECTIONS["plots"] = plots_section

@@ -265,7 +265,7 @@ class Throughput(Tracker):
             fin = ts[np.isfinite(ts)]
             duration = {"seconds": float(fin[-1] - fin[0]), "source": "timestamps"}
         elif st_t is not None and np.isfinite(st_t).any():
-            duration = {"seconds": math.fsum(st_t[np.isfinite(st_t)]), "source": "sum of step_time"}
+            duration = {"seconds": float(np.sum(st_t[np.isfinite(st_t)])), "source": "sum of step_time"}
         s["duration"] = duration
         if duration and duration["seconds"] > 0:
             s["steps_per_s"] = (len(steps) - (1 if duration["source"] == "timestamps" else 0)) / duration[
@@ -280,7 +280,7 @@ class Throughput(Tracker):
                 if name in v:
                     prod = v[name] * st_t
                     if np.isfinite(prod).any():
-                        totals[key] = math.fsum(prod[np.isfinite(prod)])
+                        totals[key] = float(np.sum(prod[np.isfinite(prod)]))
         s["totals"] = totals
         # MFU
         for name in ("mfu", "mfu_estimated"):
