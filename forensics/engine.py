@@ -243,6 +243,10 @@ def _timed(tracker: Tracker, batch: Batch) -> tuple[dict[str, np.ndarray] | None
     return out, time.perf_counter() - t0
 
 
+def _finish(tracker: Tracker) -> TrackerResult:
+    return tracker.finish()
+
+
 class Scan:
     """Feed raw batches of a step stream (and optionally a sample stream); ``finish`` analyses.
 
@@ -354,7 +358,11 @@ class Scan:
 
     def finish(self) -> Analysis:
         """Close every tracker and assemble the analysis."""
-        results = [t.finish() for t in self.trackers]
+        pool = _tracker_pool() if self.rows >= PARALLEL_ROWS else None
+        if pool is None:
+            results = [t.finish() for t in self.trackers]
+        else:  # independent, as their updates are; results in tracker order
+            results = list(pool.map(_finish, self.trackers))
         trim()
         findings: list[Finding] = [f for r in results for f in r.findings]
         self._name_source_keys(findings)

@@ -15,8 +15,10 @@ from forensics.stats import (
     History,
     pearson,
     persist,
+    rankdata,
     spearman,
     trailing_median,
+    trend_spearman,
     window_median,
 )
 from forensics.trackers.grouping import StepGrouper
@@ -73,6 +75,12 @@ def test_correlations_match_scipy() -> None:
     assert spearman(x, y) == pytest.approx(sps.spearmanr(x, y).statistic)
     assert pearson(x, y) == pytest.approx(sps.pearsonr(x, y).statistic)
     assert np.isnan(pearson(np.ones(10), y[:10]))
+    # with ties (rounded values) and NaN: ranks shared, NaN rows left out
+    z = np.round(y + np.linspace(0, 3, 200), 1)
+    z[[5, 50]] = np.nan
+    ok = np.isfinite(z)
+    assert trend_spearman(z) == pytest.approx(sps.spearmanr(np.arange(200)[ok], z[ok]).statistic, rel=1e-12)
+    np.testing.assert_array_equal(rankdata(z[ok]), sps.rankdata(z[ok]))
 
 
 def test_persist_matches_loop() -> None:

@@ -474,6 +474,34 @@ def test_throughput_summary_equals_numpy() -> None:
     assert a.findings == []
 
 
+def test_throughput_streamed_summaries_without_step_time() -> None:
+    """Duration, ETA (from timestamps), num_tokens and epochs are summarised as rows stream by:
+    the same values as numpy over the whole run, whatever the batching."""
+    rows = run_rows(300, epochs=3)
+    rng = np.random.default_rng(5)
+    for i, r in enumerate(rows):
+        r.pop("step_time")
+        r["timestamp"] += float(rng.uniform(0, 3))
+        r["num_tokens"] = float(1000 * (i + 1))
+    for i in (0, 17, 290, 299):  # missing timestamps, at the ends too
+        rows[i]["timestamp"] = None
+    rows[299]["num_tokens"] = None
+    meta = RunMeta(config={"max_steps": 1000})
+    df = pd.DataFrame(rows)
+    ok = df.timestamp.notna()
+    ts, steps = df.timestamp[ok].to_numpy(), df.step[ok].to_numpy()
+    for sizes in (None, [7, 1, 50, 3] * 30):
+        s = next(r for r in scan(rows, sizes=sizes, meta=meta, trackers=("throughput",)).results
+                 if r.name == "throughput").summary
+        assert s["duration"] == {"seconds": ts[-1] - ts[0], "source": "timestamps"}
+        assert s["steps_per_s"] == (300 - 1) / (ts[-1] - ts[0])
+        assert s["totals"]["num_tokens"] == 299000.0
+        per_step = float(np.median(np.diff(ts[-31:]) / np.diff(steps[-31:])))
+        assert s["eta"]["seconds_per_step"] == per_step
+        assert s["eta"]["remaining_steps"] == 1000 - rows[-1]["step"]
+        assert s["api"]["api_tokens_sent"]["per_epoch_mean"] == pytest.approx(df.api_tokens_sent.sum() / 3)
+
+
 def test_throughput_degradation_and_memory_growth() -> None:
     rows = run_rows(600)
     for i, r in enumerate(rows):

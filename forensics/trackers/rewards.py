@@ -38,7 +38,7 @@ from ..config import param
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
 from ..schema import REWARD_COMPONENT_PREFIX
-from ..stats import Context, History, shift, spearman_ordered, trailing_block_median
+from ..stats import Context, History, shift, trailing_block_median, trend_spearman
 from .base import Tracker, TrackerResult
 from .grouping import StepGrouper
 
@@ -191,7 +191,6 @@ class Rewards(Tracker):
         self.low = np.inf
         self.ep = {"reward.stagnation": Episodes(10, 10, gap=p.stagnation_gap, mode="min"),
                    "reward.decline": Episodes(p.decline_k, p.decline_m, gap=p.smooth, mode="max")}
-        self.steps: list[np.ndarray] = []
         self.reward: list[np.ndarray] = []
         self.var: list[np.ndarray] = []
         self.gap: list[np.ndarray] = []
@@ -271,7 +270,6 @@ class Rewards(Tracker):
                 for key in (f"rewards/{short}/std", f"reward/{short}/std"):
                     if key in batch.columns or key in self.comp_std:
                         self.comp_std.setdefault(key, []).append(batch.col(key))
-        self.steps.append(steps)
         self.reward.append(r)
         self.var.append(np.square(batch.col("reward_std")))
         out: dict[str, np.ndarray] = {}
@@ -343,12 +341,10 @@ class Rewards(Tracker):
         notes: list[str] = []
         summary: dict[str, Any] = {"rows": self.rows, "source": self.source}
         # joined in place, freeing the pieces (a million rows: not pieces and joins at once)
-        self.steps[:] = [np.concatenate(self.steps)] if self.steps else []
         self.reward[:] = [np.concatenate(self.reward)] if self.reward else []
-        steps = self.steps[0] if self.steps else np.zeros(0, np.int64)
         r = self.reward[0] if self.reward else np.zeros(0)
         if self.active:
-            summary["reward_step_spearman"] = spearman_ordered(steps, r)
+            summary["reward_step_spearman"] = trend_spearman(r)
             summary["total"] = self.trends["reward_mean"].stats() if "reward_mean" in self.trends \
                 else {"rows": 0}
             summary["components"] = {name[len(REWARD_COMPONENT_PREFIX):]: tr.stats()

@@ -32,7 +32,7 @@ from ..batch import Batch
 from ..config import param
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
-from ..stats import Context, aligned_blocks, block_quantiles, shift, window_median
+from ..stats import Context, History, aligned_blocks, block_quantiles, shift, window_median
 from .base import Tracker, TrackerResult
 from .rewards import block_median
 
@@ -42,8 +42,9 @@ RATES = ("step_time", "gen_tokens_per_s", "train_tokens_per_s", "samples_per_s")
 RESOURCES = ("gpu_mem_allocated_gb", "gpu_mem_reserved_gb", "ram_gb", "cpu_percent")
 MEMORY = ("gpu_mem_allocated_gb", "gpu_mem_reserved_gb", "ram_gb")
 API = ("api_tokens_sent", "api_tokens_received")
-STORED = (*RATES, *RESOURCES, *API, "mfu", "timestamp", "num_tokens", "epoch",
-          "api_input_tokens_per_s", "api_output_tokens_per_s")
+#: Columns kept per row until the end of the run (their quantiles and exact sums need every value);
+#: timestamps, num_tokens and epochs are summarised as they stream by.
+STORED = (*RATES, *RESOURCES, *API, "mfu", "api_input_tokens_per_s", "api_output_tokens_per_s")
 #: Trainer-config keys that give the planned number of steps (for the ETA).
 TOTAL_STEP_KEYS = ("max_steps", "total_steps", "total_training_steps", "trainer.total_training_steps",
                    "num_training_steps")
@@ -128,7 +129,16 @@ class Throughput(Tracker):
         p: ThroughputParams = self.params
         self.p = p
         self.values: dict[str, list[np.ndarray]] = {}
-        self.steps: list[np.ndarray] = []
+        self.n_steps = 0
+        self.last_step = 0
+        # timestamps: first and last finite value, how many, and the last eta_rows + 1 of them
+        # with their steps (the ETA); the last finite num_tokens; the whole epochs seen
+        self.ts_first = self.ts_last = float("nan")
+        self.ts_count = 0
+        self.eta_ts = History(p.eta_rows + 1)
+        self.eta_steps = History(p.eta_rows + 1, dtype=np.int64)
+        self.num_tokens: float | None = None
+        self.epochs: set[float] = set()
         self.ctx = Context(p.run_window + p.recent_rows + 4 * p.growth_block + 2)
         self.ep: dict[str, Episodes] = {
             "step_time": Episodes(p.step_time_rows, p.step_time_rows, gap=p.recent_rows, mode="max"),
@@ -174,7 +184,7 @@ class Throughput(Tracker):
             if name in self.values:
                 self.values[name].append(v)
         self.n_stored += len(steps)
-        self.steps.append(steps)
+        self._stream(steps, batch)
         after = rows >= p.probation
         full, n0 = self.ctx.extend(**{k: batch.col(k) for k in
                                       ("step_time", "gen_tokens_per_s", "train_tokens_per_s", *MEMORY)})
@@ -210,6 +220,29 @@ class Throughput(Tracker):
                                   "slope": ((m3 - m0) / (3 * q))[n0:]})
         return out or None
 
+    def _stream(self, steps: np.ndarray, batch: Batch) -> None:
+        """The run summaries that need no per-row history (exact whatever the batching)."""
+        self.n_steps += len(steps)
+        self.last_step = int(steps[-1])
+        ts = batch.col("timestamp")
+        fin = np.isfinite(ts)
+        if fin.any():
+            t = ts[fin]
+            if not self.ts_count:
+                self.ts_first = float(t[0])
+            self.ts_last = float(t[-1])
+            self.ts_count += len(t)
+            self.eta_ts.extend(t)
+            self.eta_steps.extend(steps[fin])
+        nt = batch.col("num_tokens")
+        nt = nt[np.isfinite(nt)]
+        if len(nt):
+            self.num_tokens = float(nt[-1])
+        ep = batch.col("epoch")
+        ep = ep[np.isfinite(ep)]
+        if len(ep):
+            self.epochs.update(np.unique(np.floor(ep)).tolist())
+
     def _run_stats(self, y: np.ndarray, start: int, rows: np.ndarray,
                    q: float) -> tuple[np.ndarray, np.ndarray]:
         """Run median and ``q``-quantile for each new row, over the ``run_window`` rows before
@@ -244,36 +277,32 @@ class Throughput(Tracker):
         for a in self.values.values():
             a[:] = [np.concatenate(a)]
         v = {k: a[0] for k, a in self.values.items()}
-        self.steps[:] = [np.concatenate(self.steps)] if self.steps else []
-        steps = self.steps[0] if self.steps else np.zeros(0, np.int64)
         summary: dict[str, Any] = {"rows": self.rows}
         if self.active:
-            summary.update(self._summary(v, steps, notes))
+            summary.update(self._summary(v, notes))
         self._emit_all()
         return self.result(summary, notes)
 
-    def _summary(self, v: dict[str, np.ndarray], steps: np.ndarray, notes: list[str]) -> dict[str, Any]:
+    def _summary(self, v: dict[str, np.ndarray], notes: list[str]) -> dict[str, Any]:
         p = self.p
         s: dict[str, Any] = {}
         for name in RATES:
             if name in v and (st := _stats(v[name])):
                 s[name] = st
         st_t = v.get("step_time")
-        ts = v.get("timestamp")
         duration: dict[str, Any] | None = None
-        if ts is not None and np.isfinite(ts).sum() >= 2:
-            fin = ts[np.isfinite(ts)]
-            duration = {"seconds": float(fin[-1] - fin[0]), "source": "timestamps"}
+        if self.ts_count >= 2:
+            duration = {"seconds": self.ts_last - self.ts_first, "source": "timestamps"}
         elif st_t is not None and np.isfinite(st_t).any():
             duration = {"seconds": float(np.sum(st_t[np.isfinite(st_t)])), "source": "sum of step_time"}
         s["duration"] = duration
         if duration and duration["seconds"] > 0:
-            s["steps_per_s"] = (len(steps) - (1 if duration["source"] == "timestamps" else 0)) / duration[
+            s["steps_per_s"] = (self.n_steps - (1 if duration["source"] == "timestamps" else 0)) / duration[
                 "seconds"]
         # totals
         totals: dict[str, Any] = {}
-        if "num_tokens" in v and np.isfinite(v["num_tokens"]).any():
-            totals["num_tokens"] = float(v["num_tokens"][np.isfinite(v["num_tokens"])][-1])
+        if self.num_tokens is not None:
+            totals["num_tokens"] = self.num_tokens
         if st_t is not None:
             for name, key in (("gen_tokens_per_s", "gen_tokens_estimated"),
                               ("train_tokens_per_s", "train_tokens_estimated")):
@@ -299,14 +328,13 @@ class Throughput(Tracker):
             if isinstance(val, (int, float)) and not isinstance(val, bool) and val > 0:
                 total = (key, float(val))
                 break
-        if total is not None and len(steps):
-            remaining = max(total[1] - float(steps[-1]), 0.0)
+        if total is not None and self.n_steps:
+            remaining = max(total[1] - float(self.last_step), 0.0)
             per_step = None
             if st_t is not None and np.isfinite(st_t).any():
                 per_step = float(np.median(st_t[np.isfinite(st_t)][-p.eta_rows:]))
-            elif ts is not None and np.isfinite(ts).sum() >= 2:
-                ok = np.isfinite(ts)
-                dt = np.diff(ts[ok][-p.eta_rows - 1:]) / np.diff(steps[ok][-p.eta_rows - 1:])
+            elif self.ts_count >= 2:
+                dt = np.diff(self.eta_ts.values) / np.diff(self.eta_steps.values)
                 per_step = float(np.median(dt)) if len(dt) else None
             s["eta"] = {"total_steps": total[1], "config_key": total[0], "remaining_steps": remaining,
                         "seconds_per_step": per_step,
@@ -317,10 +345,8 @@ class Throughput(Tracker):
             if name in v and np.isfinite(v[name]).any():
                 x = v[name][np.isfinite(v[name])]
                 api[name] = {"total": math.fsum(x), "per_step_mean": float(np.mean(x))}
-                ep = v.get("epoch")
-                if ep is not None and np.isfinite(ep).any():
-                    n_ep = len(np.unique(np.floor(ep[np.isfinite(ep)])))
-                    api[name]["per_epoch_mean"] = math.fsum(x) / n_ep
+                if self.epochs:
+                    api[name]["per_epoch_mean"] = math.fsum(x) / len(self.epochs)
         for name in ("api_input_tokens_per_s", "api_output_tokens_per_s"):
             if name in v and (st := _stats(v[name])):
                 api[name] = st
