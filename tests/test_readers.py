@@ -260,3 +260,24 @@ def test_fast_parses_lose_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
     for line, row in expected.items():
         assert norm(got[line]) == norm(row), (line, got[line], row)
+
+
+def test_object_in_a_text_column_is_flattened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """polars would read an object under a key it knows as text as that object's JSON text; the
+    chunk goes to the other parses, which flatten it into ``key/field`` columns."""
+    from forensics.readers import jsonl
+
+    monkeypatch.setattr(jsonl, "_MIN_CHUNK", 2048)
+    monkeypatch.setattr(jsonl, "_MAX_CHUNK", 4096)
+    rows = []
+    for i in range(400):
+        row: dict[str, object] = {"step": i, "kl": 0.1}
+        if 100 < i < 200:
+            row["note"] = f"at {i}"
+        if i == 300:
+            row["note"] = {"inner": 1.5}
+        rows.append(json.dumps(row))
+    p = tmp_path / "s.jsonl"
+    p.write_text("\n".join(rows) + "\n")
+    _, batches = read_all(p, 50)
+    assert _rows_by_line(batches)[301] == {"step": 300.0, "kl": 0.1, "note/inner": 1.5}
