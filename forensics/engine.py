@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from .schema import TRANSFORMS, ColumnMapping, resolve_columns
 from .store import MetricsStore
 from .trackers import TRACKERS, Tracker
 from .trackers.base import TrackerResult
+
+if TYPE_CHECKING:  # pandas is imported when a DataFrame is asked for, not by every scan
+    import pandas as pd
 
 __all__ = ["SCHEMA_VERSION", "STREAM_RULES", "Analysis", "Scan", "scan_path"]
 
@@ -196,6 +199,21 @@ class Analysis:
                 s.value: sum(1 for f in self.findings if f.severity is s) for s in Severity},
             "params": self.params,
         }
+
+    def to_pandas(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """The per-step metrics (all, or the named columns, plus the series derived from the
+        sample stream) as a pandas DataFrame indexed by step: a notebook post-mortem's table."""
+        import pandas as pd
+
+        return pd.DataFrame(self.metrics_frame(columns)).set_index("step")
+
+    def findings_frame(self) -> pd.DataFrame:
+        """One row per finding (the columns of ``findings.csv``; ``evidence`` as a dict)."""
+        import pandas as pd
+
+        cols = ["rule", "severity", "tracker", "first_step", "last_step", "onset_step", "message",
+                "explanation", "remedy", "evidence"]
+        return pd.DataFrame([f.to_dict() for f in self.findings], columns=cols)
 
     def metrics_frame(self, columns: list[str] | None = None) -> dict[str, np.ndarray]:
         """Per-step columns (all, or the named ones) plus the per-step series derived from the

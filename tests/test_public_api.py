@@ -20,3 +20,20 @@ def test_error_tree_and_exit_codes() -> None:
     assert issubclass(forensics.ConfigError, forensics.UsageError)
     assert issubclass(forensics.StrictModeError, forensics.InputError)
     assert forensics.UsageError.exit_code == 2 and forensics.InputError.exit_code == 3
+
+
+def test_pandas_views_of_an_analysis() -> None:
+    from pathlib import Path
+
+    import numpy as np
+
+    run = Path(__file__).resolve().parent.parent / "fixtures" / "runs" / "ppo_lr_high"
+    a = forensics.scan_path(run)
+    df = a.to_pandas(["kl", "reward_mean"])
+    frame = a.metrics_frame(["kl", "reward_mean"])
+    assert df.index.name == "step" and df.index.tolist() == frame["step"].tolist()
+    np.testing.assert_array_equal(df["kl"].to_numpy(), frame["kl"])
+    found = a.findings_frame()
+    assert len(found) == len(a.findings) > 0
+    assert found["rule"].tolist() == [f.rule for f in a.findings]
+    assert found.loc[0, "evidence"] == a.findings[0].evidence
