@@ -9,9 +9,12 @@ Every rule is relative to the run's own level and noise:
   its level between the previous ``trend_window`` rows and the last ones, with its direction.
   The total's trend is summarised (first and last level, direction) and shown per window in the
   window table rather than raised as a finding: a rising total is what training is for.
-* ``reward.stagnation`` (warning): after probation, the best level reached did not improve by
-  ``stagnation_sigmas`` noise sigmas over the last ``max(stagnation_window, stagnation_share * row)``
-  rows: a long run that improves slowly is judged over a span that grows with it.
+* ``reward.stagnation`` (warning): after probation, the mean reward of the last half of a window
+  of ``W = max(stagnation_window, stagnation_share * row)`` rows is less than
+  ``stagnation_sigmas`` standard errors above the mean of its first half (standard error
+  ``sigma * sqrt(1/n1 + 1/n2)`` from the per-step noise): the window grows with the run, so a
+  long run that improves slowly is judged over a span where its progress shows, while a reward
+  that levelled off is found within a window of the plateau.
 * ``reward.decline`` (warning): the level fell from the run's best by more than
   ``decline_sigmas`` noise sigmas and ``decline_share`` of the range the run covered, sustained.
 
@@ -80,8 +83,8 @@ class RewardsParams:
     stagnation_share: float = param(0.25, "...or this share of the rows so far, when longer.")
     stagnation_gap: int = param(3000, "Stagnant stretches at most this many rows apart are one "
                                 "finding (the condition flickers around its threshold).")
-    stagnation_sigmas: float = param(1.0, "Minimum improvement of the best level over the window, "
-                                     "in noise sigmas.")
+    stagnation_sigmas: float = param(2.0, "Minimum rise of the window's second-half mean over its "
+                                     "first half, in standard errors of that difference.")
     decline_sigmas: float = param(4.0, "Fall from the best level, in noise sigmas, that is a decline.")
     decline_share: float = param(0.10, "...and at least this share of the range the run's level "
                                  "covered (best minus lowest).")
@@ -99,8 +102,9 @@ RULES = (
        "Check which components move; gate easy (format) rewards on correctness; reweight.",
        ("trend_window", "trend_share", "trend_z"), "SIGNATURES #8"),
     _R("reward.stagnation", Severity.WARNING, "Reward stagnates",
-       "After probation the best reward level did not improve over a long window, relative to "
-       "the run's own noise: training no longer learns from this reward.",
+       "After probation the reward's mean over the second half of a long window was not clearly "
+       "above its mean over the first half (in standard errors of the difference, from the run's "
+       "own noise): training no longer learns from this reward.",
        "Raise the reward weight 15% or the temperature 10%; check for zero-variance groups and "
        "entropy collapse; stop early if the run has converged.",
        ("stagnation_window", "stagnation_share", "stagnation_sigmas", "stagnation_gap", "smooth",
@@ -204,9 +208,11 @@ class Rewards(Tracker):
         self.grouper = StepGrouper()
         self.sample_components: list[str] = []
         self.sample_rows = 0
-        # records of the running best level: (row, best) where it rose (a step function)
-        self.rec_rows = np.zeros(0, dtype=np.int64)
-        self.rec_best = np.zeros(0)
+        # prefix sums and counts of the finite rewards (row i at index i - sums_row0), kept as far
+        # back as a stagnation window can reach; exact and batch-invariant (a sequential cumsum)
+        self.sums = np.zeros(0)
+        self.counts = np.zeros(0, dtype=np.int64)
+        self.sums_row0 = 0
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
         if batch.stream == "sample":
@@ -287,7 +293,7 @@ class Rewards(Tracker):
         return out or None
 
     def _levels(self, rows: np.ndarray, steps: np.ndarray, r: np.ndarray) -> None:
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore", divide="ignore"):
             self._levels_inner(rows, steps, r)
 
     def _levels_inner(self, rows: np.ndarray, steps: np.ndarray, r: np.ndarray) -> None:
@@ -304,17 +310,8 @@ class Rewards(Tracker):
         fin = np.isfinite(level)
         if fin.any():
             self.last_level = float(level[fin][-1])
-        prev_best = np.concatenate([[self.rec_best[-1] if len(self.rec_best) else -np.inf], best[:-1]])
-        new = best > prev_best
-        self.rec_rows = np.concatenate([self.rec_rows, rows[new]])
-        self.rec_best = np.concatenate([self.rec_best, best[new]])
         span_rows = np.maximum(p.stagnation_window, (p.stagnation_share * rows).astype(np.int64))
-        pos = np.searchsorted(self.rec_rows, rows - span_rows, side="right") - 1
-        best_before = (np.where(pos >= 0, self.rec_best[np.maximum(pos, 0)], np.nan)
-                       if len(self.rec_best) else np.full(len(rows), np.nan))
-        # later rows look back to rows >= this batch's last target (the target never decreases)
-        keep = max(int(pos[-1]), 0)
-        self.rec_rows, self.rec_best = self.rec_rows[keep:], self.rec_best[keep:]
+        first_half, second_half = self._halves(rows, r, span_rows)
         after = rows >= p.probation
         noisy = np.isfinite(sigma) & (sigma > 1e-12)
         drop = best - level
@@ -322,17 +319,51 @@ class Rewards(Tracker):
         decline = after & noisy & fin & (drop > p.decline_sigmas * sigma) & (drop > p.decline_share * span)
         self.ep["reward.decline"].update(rows, steps, decline, drop,
                                          {"level": level, "best": best, "sigma": sigma})
-        gain = best - best_before
-        stag = (after & noisy & np.isfinite(gain) & (rows >= p.probation + p.stagnation_window)
-                & (gain < p.stagnation_sigmas * sigma) & ~(drop > p.decline_sigmas * sigma))
-        self.ep["reward.stagnation"].update(rows, steps, stag, gain / np.where(noisy, sigma, np.nan),
-                                            {"level": level, "best": best, "sigma": sigma,
+        (m1, n1), (m2, n2) = first_half, second_half
+        se = sigma * np.sqrt(1.0 / n1 + 1.0 / n2)
+        z = (m2 - m1) / np.where(noisy & (n1 >= 2) & (n2 >= 2), se, np.nan)
+        stag = (after & np.isfinite(z) & (rows >= p.probation + p.stagnation_window)
+                & (z < p.stagnation_sigmas) & ~(drop > p.decline_sigmas * sigma))
+        self.ep["reward.stagnation"].update(rows, steps, stag, z,
+                                            {"earlier_mean": m1, "recent_mean": m2, "sigma": sigma,
                                              "span": span_rows.astype(float)})
         t = p.target
         if np.isfinite(t) and self.target_step is None:
             hit = np.flatnonzero(fin & (level >= t))
             if len(hit):
                 self.target_step = int(steps[hit[0]])
+
+    def _halves(self, rows: np.ndarray, r: np.ndarray, span: np.ndarray
+                ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """Mean and count of the finite rewards over the first and the second half of the
+        ``span`` rows ending at each row."""
+        fin = np.isfinite(r)
+        carry_s = self.sums[-1] if len(self.sums) else 0.0
+        carry_c = int(self.counts[-1]) if len(self.counts) else 0
+        sums = np.concatenate([self.sums, np.cumsum(np.concatenate([[carry_s], np.where(fin, r, 0.0)]))[1:]])
+        counts = np.concatenate([self.counts, carry_c + np.cumsum(fin)])
+
+        def at(row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # prefix through ``row``
+            i = row - self.sums_row0
+            ok = i >= 0  # before the first row: nothing summed yet
+            ii = np.where(ok, i, 0)
+            return np.where(ok, sums[ii], 0.0), np.where(ok, counts[ii], 0)
+
+        half = span // 2
+        s0, c0 = at(rows - 2 * half)
+        s1, c1 = at(rows - half)
+        s2, c2 = at(rows)
+        n1, n2 = c1 - c0, c2 - c1
+        with np.errstate(divide="ignore", invalid="ignore"):  # an empty half: NaN
+            out = ((s1 - s0) / n1, n1.astype(float)), ((s2 - s1) / n2, n2.astype(float))
+        # a later row r reaches back to r - span(r), which grows with r (span grows by at most
+        # ``stagnation_share`` per row, up to rounding): keep from the next row's reach, with a margin
+        nxt = int(rows[-1]) + 1
+        reach = nxt - max(self.p.stagnation_window, int(self.p.stagnation_share * nxt)) - 16
+        drop = max(min(reach - self.sums_row0, len(sums) - 1), 0)
+        self.sums, self.counts = sums[drop:], counts[drop:]
+        self.sums_row0 += drop
+        return out
 
     def finish(self) -> TrackerResult:
         for steps, groups in self.grouper.flush():
@@ -392,15 +423,15 @@ class Rewards(Tracker):
                                "previous_level": prev, "level": lvl, "threshold": p.trend_share,
                                "metrics": [name]})
         for ep in self.ep["reward.stagnation"].finish():
+            span = ep.extras.get("span", p.stagnation_window)
+            before, recent = ep.extras.get("earlier_mean", float("nan")), ep.extras.get("recent_mean", float("nan"))
             self.emit("reward.stagnation", ep,
-                      f"best reward level {ep.extras.get('best', float('nan')):.4g} did not improve "
-                      f"over {ep.extras.get('span', p.stagnation_window):.0f} rows (gain {ep.peak:.2g} noise "
-                      f"sigmas), steps "
-                      f"{ep.first_step}-{ep.last_step}",
-                      {"gain_sigmas": ep.peak, "best_level": ep.extras.get("best"),
-                       "level": ep.extras.get("level"), "noise_sigma": ep.extras.get("sigma"),
-                       "threshold_sigmas": p.stagnation_sigmas, "window": ep.extras.get("span"),
-                       "metrics": ["reward_mean"]})
+                      f"mean reward over the last {span / 2:.0f} rows ({recent:.4g}) was not clearly above "
+                      f"the {span / 2:.0f} rows before ({before:.4g}; {ep.peak:.2g} standard errors), "
+                      f"steps {ep.first_step}-{ep.last_step}",
+                      {"rise_standard_errors": ep.peak, "recent_mean": recent, "earlier_mean": before,
+                       "noise_sigma": ep.extras.get("sigma"), "threshold_standard_errors": p.stagnation_sigmas,
+                       "window": span, "metrics": ["reward_mean"]})
         for ep in self.ep["reward.decline"].finish():
             sig = ep.extras.get("sigma", float("nan"))
             self.emit("reward.decline", ep,
