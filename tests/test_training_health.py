@@ -261,7 +261,7 @@ def test_stagnation_window_halves_match_brute_force() -> None:
         assert n2[i] == np.isfinite(second).sum()
         if np.isfinite(first).any():
             assert m1[i] == pytest.approx(np.nanmean(first), rel=1e-9)
-    assert len(t.sums) < 0.3 * n  # only the reach of later windows is kept
+    assert len(t.prefix) < 0.3 * n  # only the reach of later windows is kept
 
 
 def test_slow_steady_rise_is_not_stagnation() -> None:

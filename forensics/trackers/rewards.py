@@ -69,6 +69,60 @@ def diff_sigma(x: np.ndarray, window: int, min_periods: int) -> np.ndarray:
     return block_median(d, window, min_periods) / DIFF_TO_SIGMA
 
 
+class PrefixSums:
+    """Running prefix sums and counts of the finite values of a stream, with the oldest forgotten.
+
+    ``at(rows)`` gives the sum and count of the finite values through each row (rows before the
+    stream: zero). Sums are a sequential cumsum, so they are the same however the stream was
+    batched. Stored in a buffer that grows by doubling and is compacted as rows are forgotten:
+    amortised O(1) per row.
+
+    >>> ps = PrefixSums()
+    >>> ps.extend(np.array([1.0, np.nan, 2.0])); ps.extend(np.array([4.0]))
+    >>> [v.tolist() for v in ps.at(np.array([-5, 0, 1, 3]))]
+    [[0.0, 1.0, 1.0, 7.0], [0, 1, 1, 3]]
+    """
+
+    def __init__(self) -> None:
+        self._s = np.zeros(1024)
+        self._c = np.zeros(1024, dtype=np.int64)
+        self._lo, self._hi = 0, 1  # live slots; slot _lo holds the prefix through row _row0
+        self._row0 = -1  # slot 0 starts as row -1: nothing summed yet
+
+    def extend(self, x: np.ndarray) -> None:
+        n = len(x)
+        if self._hi + n > len(self._s):
+            live = self._hi - self._lo
+            cap = max(2 * (live + n), 1024)
+            s, c = np.zeros(cap), np.zeros(cap, dtype=np.int64)
+            s[:live], c[:live] = self._s[self._lo : self._hi], self._c[self._lo : self._hi]
+            self._s, self._c, self._lo, self._hi = s, c, 0, live
+        fin = np.isfinite(x)
+        last = self._hi - 1
+        self._s[self._hi : self._hi + n] = np.cumsum(np.concatenate([self._s[last : last + 1],
+                                                                     np.where(fin, x, 0.0)]))[1:]
+        self._c[self._hi : self._hi + n] = self._c[last] + np.cumsum(fin)
+        self._hi += n
+
+    def at(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        i = rows - self._row0
+        if self._row0 == -1:  # nothing forgotten: rows before the stream have the zero prefix
+            i = np.maximum(i, 0)
+        elif len(i) and int(i.min()) < 0:
+            raise RuntimeError("prefix sums of forgotten rows were asked for")
+        i = i + self._lo
+        return self._s[i], self._c[i]
+
+    def __len__(self) -> int:  # prefixes kept
+        return self._hi - self._lo
+
+    def forget_before(self, row: int) -> None:
+        """Forget the prefixes of rows before ``row`` (the last one is always kept)."""
+        k = min(max(row - self._row0, 0), self._hi - self._lo - 1)
+        self._lo += k
+        self._row0 += k
+
+
 @dataclass
 class RewardsParams:
     smooth: int = param(20, "Rows in the trailing block median that defines the reward level.")
@@ -208,11 +262,8 @@ class Rewards(Tracker):
         self.grouper = StepGrouper()
         self.sample_components: list[str] = []
         self.sample_rows = 0
-        # prefix sums and counts of the finite rewards (row i at index i - sums_row0), kept as far
-        # back as a stagnation window can reach; exact and batch-invariant (a sequential cumsum)
-        self.sums = np.zeros(0)
-        self.counts = np.zeros(0, dtype=np.int64)
-        self.sums_row0 = 0
+        # the finite rewards' prefix sums, as far back as a stagnation window can reach
+        self.prefix = PrefixSums()
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
         if batch.stream == "sample":
@@ -337,32 +388,18 @@ class Rewards(Tracker):
                 ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
         """Mean and count of the finite rewards over the first and the second half of the
         ``span`` rows ending at each row."""
-        fin = np.isfinite(r)
-        carry_s = self.sums[-1] if len(self.sums) else 0.0
-        carry_c = int(self.counts[-1]) if len(self.counts) else 0
-        sums = np.concatenate([self.sums, np.cumsum(np.concatenate([[carry_s], np.where(fin, r, 0.0)]))[1:]])
-        counts = np.concatenate([self.counts, carry_c + np.cumsum(fin)])
-
-        def at(row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # prefix through ``row``
-            i = row - self.sums_row0
-            ok = i >= 0  # before the first row: nothing summed yet
-            ii = np.where(ok, i, 0)
-            return np.where(ok, sums[ii], 0.0), np.where(ok, counts[ii], 0)
-
+        self.prefix.extend(r)
         half = span // 2
-        s0, c0 = at(rows - 2 * half)
-        s1, c1 = at(rows - half)
-        s2, c2 = at(rows)
+        s0, c0 = self.prefix.at(rows - 2 * half)
+        s1, c1 = self.prefix.at(rows - half)
+        s2, c2 = self.prefix.at(rows)
         n1, n2 = c1 - c0, c2 - c1
         with np.errstate(divide="ignore", invalid="ignore"):  # an empty half: NaN
             out = ((s1 - s0) / n1, n1.astype(float)), ((s2 - s1) / n2, n2.astype(float))
         # a later row r reaches back to r - span(r), which grows with r (span grows by at most
         # ``stagnation_share`` per row, up to rounding): keep from the next row's reach, with a margin
         nxt = int(rows[-1]) + 1
-        reach = nxt - max(self.p.stagnation_window, int(self.p.stagnation_share * nxt)) - 16
-        drop = max(min(reach - self.sums_row0, len(sums) - 1), 0)
-        self.sums, self.counts = sums[drop:], counts[drop:]
-        self.sums_row0 += drop
+        self.prefix.forget_before(nxt - max(self.p.stagnation_window, int(self.p.stagnation_share * nxt)) - 16)
         return out
 
     def finish(self) -> TrackerResult:
