@@ -118,7 +118,7 @@ def best(kind: str, path: Path, repeat: int) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     t0 = time.perf_counter()
     jsonl, parquet = make_data(args.rows)
