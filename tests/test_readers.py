@@ -281,3 +281,21 @@ def test_object_in_a_text_column_is_flattened(tmp_path: Path, monkeypatch: pytes
     p.write_text("\n".join(rows) + "\n")
     _, batches = read_all(p, 50)
     assert _rows_by_line(batches)[301] == {"step": 300.0, "kl": 0.1, "note/inner": 1.5}
+
+
+def test_a_number_column_stays_numeric_after_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A metric logged once as the string "nan" is text in that chunk only: the rows after it
+    are numbers again."""
+    from forensics.readers import jsonl
+
+    monkeypatch.setattr(jsonl, "_MIN_CHUNK", 2048)
+    monkeypatch.setattr(jsonl, "_MAX_CHUNK", 4096)
+    rows = [{"step": i, "loss": 0.5 + i / 1000} for i in range(800)]
+    for i in range(200, 500):
+        rows[i]["loss"] = "nan"  # whole chunks of text
+    p = tmp_path / "s.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _, batches = read_all(p, 50)
+    got = _rows_by_line(batches)
+    assert got[800] == {"step": 799.0, "loss": 0.5 + 799 / 1000}
+    assert got[1]["loss"] == 0.5 and got[401]["loss"] == "nan"

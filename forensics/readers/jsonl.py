@@ -192,7 +192,10 @@ class _KnownColumns:
                 self.usable = False
                 return
             old = self.schema.get(f.name)
-            if old is None or (old != dtype and not pa.types.is_null(t)):
+            # a new key, or a known one that turned out numeric: a number column never becomes
+            # text here (a metric logged once as the string "nan" would be lost for the rest of
+            # the file); a chunk where it holds text goes to the other parses, as text there
+            if old is None or (old != dtype and dtype == pl.Float64 and not pa.types.is_null(t)):
                 self.schema[f.name] = dtype
                 self.version += 1
 
