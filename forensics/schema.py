@@ -456,6 +456,8 @@ def canonical_name(key: str, stream: str = STEP) -> tuple[str, Alias | None] | N
 
     >>> canonical_name("reward")[0], canonical_name("reward", stream="sample")[0]
     ('reward_mean', 'reward')
+    >>> canonical_name("train.objective.kl")[0]
+    'kl_seq'
     """
     metric = METRICS.get(key)
     if metric is not None and (metric.stream == stream or stream == SAMPLE):
@@ -479,6 +481,12 @@ def canonical_name(key: str, stream: str = STEP) -> tuple[str, Alias | None] | N
                                     inner.transform if inner else None,
                                     f"logger prefix {prefix!r} stripped" + (f"; {inner.note}" if inner and
                                                                            inner.note else ""))
+    if "." in key:  # a logger that nests with dots (``train.loss``): the same names with slashes
+        hit = canonical_name(key.replace(".", "/"), stream)
+        if hit is not None:
+            canonical, inner = hit
+            return canonical, Alias(key, canonical, inner.framework if inner else "dotted",
+                                    inner.transform if inner else None, "dots read as '/'")
     return None
 
 
