@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,8 +218,17 @@ class Analysis:
     def metrics_frame(self, columns: list[str] | None = None) -> dict[str, np.ndarray]:
         """Per-step columns (all, or the named ones) plus the per-step series derived from the
         sample stream."""
-        frame = self.metrics.frame(columns)
+        return self._with_sample_series(self.metrics.frame(columns))
+
+    def metrics_parts(self) -> Iterator[dict[str, np.ndarray]]:
+        """:meth:`metrics_frame` of every column, a part of the per-step store at a time (a
+        million-step run's table is never whole in memory)."""
+        for part in self.metrics.parts():
+            yield self._with_sample_series(part)
+
+    def _with_sample_series(self, frame: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         steps = frame["step"]
+        frame = dict(frame)
         for name, (s, v) in sorted(self.sample_series.items()):
             col = np.full(len(steps), np.nan, dtype=np.float32)
             if len(steps) and len(s):

@@ -116,3 +116,35 @@ def test_rules_metrics_lists_canonical_names() -> None:
     res = run("rules", "--metrics")
     assert res.exit_code == 0
     assert res.output.startswith("step ") and "kl_seq" in res.output and "nats/sequence" in res.output
+
+
+def test_metrics_csv_is_the_per_step_table_part_by_part(tmp_path: Path) -> None:
+    """metrics.csv is written a part of the per-step store at a time: one header, every step,
+    the same values as the analysis' table (NaN as an empty cell)."""
+    import numpy as np
+    import pandas as pd
+
+    from forensics.engine import Scan
+    from forensics.readers import ReadReport
+    from forensics.readers.arrow import rows_to_raw
+    from forensics.report.files import write_metrics_csv
+    from forensics.store import MetricsStore
+
+    rows = healthy_rows(500)
+    for r in rows[300:]:
+        r["late_metric"] = 1.5  # a column that appears after the first parts were spilled
+    sc = Scan()
+    sc.store = MetricsStore(spill_rows=64)
+    rep = ReadReport("steps.jsonl")
+    for a in range(0, 500, 70):
+        sc.feed(rows_to_raw(rows[a:a + 70], np.arange(a + 1, min(a + 70, 500) + 1)), rep)
+    analysis = sc.finish()
+    assert len(sc.store._files) > 3
+    path = tmp_path / "metrics.csv"
+    write_metrics_csv(analysis, path)
+    df = pd.read_csv(path)
+    frame = analysis.metrics_frame()
+    assert list(df.columns) == ["step"] + sorted(k for k in frame if k != "step")
+    assert df["step"].tolist() == list(range(500))
+    for name in df.columns:
+        np.testing.assert_allclose(df[name].to_numpy(dtype=float), frame[name].astype(float), rtol=1e-6)
