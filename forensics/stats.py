@@ -27,7 +27,6 @@ __all__ = [
     "shift",
     "skew_kurtosis",
     "spearman",
-    "trailing_block_median",
     "trailing_median",
     "trend_spearman",
     "window_mad",
@@ -185,11 +184,6 @@ class Context:
                 hist = self._hist[name] = History(self.size, dtype=values.dtype.type)
             out[name], n_prior = hist.extend(values)
         return out, n_prior
-
-
-def trailing_block_median(x: np.ndarray, window: int, min_periods: int) -> np.ndarray:
-    """Median of the ``window`` values ending at each position (inclusive)."""
-    return _move_median(x, window, min_periods)
 
 
 def shift(x: np.ndarray, k: int) -> np.ndarray:

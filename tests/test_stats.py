@@ -123,9 +123,7 @@ def test_step_grouper_complete_steps_only() -> None:
 
 
 @pytest.mark.parametrize("n,window,min_periods", [(10, 50, 25), (10, 50, 5), (300, 50, 10), (3, 3, 3)])
-def test_trailing_block_median_matches_pandas_any_length(n: int, window: int, min_periods: int) -> None:
-    from forensics.stats import trailing_block_median
-
+def test_window_median_matches_pandas_any_length(n: int, window: int, min_periods: int) -> None:
     x = _with_nans(n)
     ref = pd.Series(x).rolling(window, min_periods=min_periods).median().to_numpy()
-    np.testing.assert_array_equal(trailing_block_median(x, window, min_periods), ref)
+    np.testing.assert_array_equal(window_median(x, window, min_periods), ref)

@@ -39,7 +39,7 @@ from ..batch import Batch
 from ..config import param
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
-from ..stats import BlockScale, Context, History, shift, trailing_block_median
+from ..stats import BlockScale, Context, History, shift, window_median
 from .advantages import GROUP_RELATIVE
 from .base import Tracker, TrackerResult
 from .rewards import DIFF_TO_SIGMA
@@ -251,7 +251,7 @@ class _LossSeries:
         # oscillation: swing over half a window vs the early swing
         half = max(p.window // 2, 2)
         d = np.abs(np.diff(yf, prepend=np.nan))
-        swing_f = trailing_block_median(d, half, max(half // 2, 1))
+        swing_f = window_median(d, half, max(half // 2, 1))
         swing = swing_f[n0:]
         if self.base_swing is None and self.log is not None:
             b0 = max(p.probation, self.decided_row)
@@ -270,7 +270,7 @@ class _LossSeries:
         osc = wide & (rho1 < -p.oscillation_rho) & self.judge_level
         self.ep["loss.oscillation"].update(rows, steps, osc, ratio, {"swing": swing, "lag1": rho1})
         # divergence: level vs one window ago and vs the lowest level, in noise sigmas
-        level_f = trailing_block_median(yf, p.smooth, max(p.smooth // 2, 1))
+        level_f = window_median(yf, p.smooth, max(p.smooth // 2, 1))
         level = level_f[n0:]
         level_ago = shift(level_f, p.window)[n0:]
         noise_f = swing_f / DIFF_TO_SIGMA  # robust per-step noise over half a window

@@ -41,7 +41,7 @@ from ..config import param
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
 from ..schema import REWARD_COMPONENT_PREFIX
-from ..stats import Context, History, shift, trailing_block_median, trend_spearman
+from ..stats import Context, History, shift, trend_spearman, window_median
 from .base import Tracker, TrackerResult
 from .grouping import StepGrouper
 
@@ -52,10 +52,10 @@ DIFF_TO_SIGMA = 0.6745 * np.sqrt(2.0)
 
 
 def block_median(x: np.ndarray, window: int, min_periods: int) -> np.ndarray:
-    """:func:`trailing_block_median`, skipping the work for a series with no finite value."""
+    """:func:`forensics.stats.window_median`, skipping the work for a series with no finite value."""
     if not np.isfinite(x).any():
         return np.full(len(x), np.nan)
-    return trailing_block_median(x, window, min_periods)
+    return window_median(x, window, min_periods)
 
 
 def diff_sigma(x: np.ndarray, window: int, min_periods: int) -> np.ndarray:
