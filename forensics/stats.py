@@ -19,6 +19,7 @@ __all__ = [
     "BlockStats",
     "Context",
     "History",
+    "PrefixSums",
     "aligned_blocks",
     "block_quantiles",
     "pearson",
@@ -61,6 +62,60 @@ class History:
         n_prior = len(self.values)
         self.values = full[-self.size :] if self.size > 0 else full[:0]
         return full, n_prior
+
+
+class PrefixSums:
+    """Running prefix sums and counts of the finite values of a stream, with the oldest forgotten.
+
+    ``at(rows)`` gives the sum and count of the finite values through each row (rows before the
+    stream: zero). Sums are a sequential cumsum, so they are the same however the stream was
+    batched. Stored in a buffer that grows by doubling and is compacted as rows are forgotten:
+    amortised O(1) per row.
+
+    >>> ps = PrefixSums()
+    >>> ps.extend(np.array([1.0, np.nan, 2.0])); ps.extend(np.array([4.0]))
+    >>> [v.tolist() for v in ps.at(np.array([-5, 0, 1, 3]))]
+    [[0.0, 1.0, 1.0, 7.0], [0, 1, 1, 3]]
+    """
+
+    def __init__(self) -> None:
+        self._s = np.zeros(1024)
+        self._c = np.zeros(1024, dtype=np.int64)
+        self._lo, self._hi = 0, 1  # live slots; slot _lo holds the prefix through row _row0
+        self._row0 = -1  # slot 0 starts as row -1: nothing summed yet
+
+    def extend(self, x: np.ndarray) -> None:
+        n = len(x)
+        if self._hi + n > len(self._s):
+            live = self._hi - self._lo
+            cap = max(2 * (live + n), 1024)
+            s, c = np.zeros(cap), np.zeros(cap, dtype=np.int64)
+            s[:live], c[:live] = self._s[self._lo : self._hi], self._c[self._lo : self._hi]
+            self._s, self._c, self._lo, self._hi = s, c, 0, live
+        fin = np.isfinite(x)
+        last = self._hi - 1
+        self._s[self._hi : self._hi + n] = np.cumsum(np.concatenate([self._s[last : last + 1],
+                                                                     np.where(fin, x, 0.0)]))[1:]
+        self._c[self._hi : self._hi + n] = self._c[last] + np.cumsum(fin)
+        self._hi += n
+
+    def at(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        i = rows - self._row0
+        if self._row0 == -1:  # nothing forgotten: rows before the stream have the zero prefix
+            i = np.maximum(i, 0)
+        elif len(i) and int(i.min()) < 0:
+            raise RuntimeError("prefix sums of forgotten rows were asked for")
+        i = i + self._lo
+        return self._s[i], self._c[i]
+
+    def __len__(self) -> int:  # prefixes kept
+        return self._hi - self._lo
+
+    def forget_before(self, row: int) -> None:
+        """Forget the prefixes of rows before ``row`` (the last one is always kept)."""
+        k = min(max(row - self._row0, 0), self._hi - self._lo - 1)
+        self._lo += k
+        self._row0 += k
 
 
 def _move_median(x: np.ndarray, window: int, min_periods: int) -> np.ndarray:
