@@ -20,7 +20,7 @@ import numpy as np
 
 from ..engine import ANALYSIS_SECTIONS, Analysis
 
-__all__ = ["MAX_POINTS", "PLOTTED", "envelope", "frame_columns", "paired_sample", "plots_from_frame",
+__all__ = ["MAX_POINTS", "PLOTTED", "envelope", "paired_sample", "plots_from_frame",
            "plots_section"]
 
 #: Most points kept per series (the envelope keeps ``MAX_POINTS // 2`` buckets).
@@ -135,19 +135,6 @@ def plots_from_frame(frame: dict[str, np.ndarray], max_points: int = MAX_POINTS)
     return _section(steps, series, _pairs(frame, max_points), _duration(frame), max_points)
 
 
-def frame_columns(analysis: Analysis, patterns: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """``step`` and the per-step columns matching ``patterns`` (plus sample-derived series).
-
-    A 1,000,000-step scan keeps ~25 columns, possibly spilled to disk; the plots need a few, so
-    only those are materialised.
-    """
-    names = getattr(analysis.metrics, "names", None)
-    if names is None:  # a store without column names: take the whole frame
-        return analysis.metrics_frame()
-    wanted = [n for n in names if n != "step" and any(fnmatch.fnmatchcase(n, p) for p in patterns)]
-    return analysis.metrics_frame(wanted)
-
-
 #: Plotted columns read back from the per-step store together: a million rows of 4 float32
 #: columns are 16 MB (all ~25 at once would be ~100 MB); each read of the store opens its parts.
 COLUMNS_PER_READ = 4
@@ -155,9 +142,7 @@ COLUMNS_PER_READ = 4
 
 def plots_section(analysis: Analysis, max_points: int = MAX_POINTS) -> dict[str, Any]:
     """``ANALYSIS_SECTIONS["plots"]``: the downsampled series the HTML report draws."""
-    names = getattr(analysis.metrics, "names", None)
-    if names is None:
-        return plots_from_frame(frame_columns(analysis, (*PLOTTED, "timestamp")), max_points)
+    names = analysis.metrics.names
     # the columns used together, and the sample-derived series (small), come with the first read
     base = analysis.metrics_frame([c for c in ("timestamp", "step_time", "response_length_mean",
                                                "reward_mean") if c in names])
