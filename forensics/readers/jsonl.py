@@ -199,8 +199,8 @@ class _KnownColumns:
                 self.schema[f.name] = dtype
                 self.version += 1
 
-    def parse(self, data: bytes) -> pl.DataFrame | None:
-        """polars' parse of ``data`` when it holds every ``key: value`` pair of the chunk.
+    def parse(self, body: memoryview) -> pl.DataFrame | None:
+        """polars' parse of the chunk ``body`` when it holds every ``key: value`` pair of it.
 
         polars silently drops a key its schema does not name. Every pair is one colon outside
         strings, so the parse is complete when the chunk's colons are all accounted for: one per
@@ -212,6 +212,7 @@ class _KnownColumns:
             return None
         import polars as pl
 
+        data = bytes(body)  # polars reads bytes, not a view
         try:
             frame = pl.read_ndjson(data, schema=self.schema)
         except (pl.exceptions.PolarsError, pl.exceptions.PanicException, ValueError, OverflowError):
@@ -368,8 +369,7 @@ class JsonlSource:
         or a pyarrow table (``kind`` -1); None when both reject the chunk or its rows do not match
         its lines."""
         n_lines = n_newlines + (0 if body[-1:] == b"\n" else 1)
-        data = bytes(body)
-        frame = known.parse(data)
+        frame = known.parse(body)
         if frame is not None:
             kind, parsed, n_rows = known.version, frame, frame.height
         else:
@@ -383,6 +383,7 @@ class JsonlSource:
             known.learn(parsed)
         if n_rows == n_lines:  # one object per line, no blank lines: the usual case
             return kind, parsed, np.arange(line0, line0 + n_lines, dtype=np.int64)
+        data = bytes(body)
         lines = self._nonblank_lines(data, line0)
         if n_rows == len(lines) and b"}{" not in data.replace(b" ", b""):
             return kind, parsed, lines
