@@ -27,7 +27,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_scan.py
 
 eval: $(STAMP)
-	$(PY) -m forensics.evaluation fixtures/runs reports/detection_quality.json
+	$(PY) -m forensics.verdicts.evaluation fixtures/runs reports/detection_quality.json
 
 fixtures: $(STAMP)
 	$(PY) scripts/make_fixtures.py

@@ -34,7 +34,7 @@ import pyarrow.json as pj, pyarrow.parquet as pq
 kind, path = sys.argv[1], sys.argv[2]
 if kind == "forensics":
     import polars  # the JSONL reader's parser, imported on first use: a library import, as pyarrow's
-    from forensics.engine import scan_path
+    from forensics.analysis.engine import scan_path
 t0 = time.perf_counter()
 if kind == "arrow-jsonl":
     rows = 0

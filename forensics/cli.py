@@ -128,7 +128,7 @@ def build_config(config_path: Path | None, kl_target: float | None, kl_unit: str
 def run_scan(path: Path, samples: Path | None, meta: Path | None, config_path: Path | None,
              fmt: str | None, kl_target: float | None, kl_unit: str | None, strict: bool,
              batch_rows: int | None, show_progress: bool = True):  # type: ignore[no-untyped-def]
-    from .engine import scan_path
+    from .analysis.engine import scan_path
 
     cfg = build_config(config_path, kl_target, kl_unit, strict, batch_rows)
     tick, done = _progress(path) if show_progress else (None, lambda: None)
@@ -173,7 +173,7 @@ def scan(path: Path, out_dir: Path, samples: Path | None, meta: Path | None,
 @click.option("--metrics", is_flag=True, help="List the canonical metric names instead.")
 def rules(as_json: bool, markdown: bool, metrics: bool) -> None:
     """List every rule, and every tracker parameter with its default and meaning."""
-    from .trackers import TRACKERS, all_rules
+    from .analysis.trackers import TRACKERS, all_rules
 
     if metrics:
         from .schema import METRICS
@@ -184,7 +184,7 @@ def rules(as_json: bool, markdown: bool, metrics: bool) -> None:
         return
 
     if markdown:
-        from .catalogue import rules_markdown
+        from .analysis.catalogue import rules_markdown
 
         click.echo(rules_markdown(), nl=False)
         return
@@ -241,12 +241,10 @@ def _analysis_dict(path: Path, samples: Path | None, meta: Path | None, config_p
                    fmt: str | None, kl_target: float | None, kl_unit: str | None, strict: bool,
                    batch_rows: int | None) -> dict[str, Any]:
     """A saved analysis (analysis.json, or a report folder holding one), or a fresh scan of logs."""
-    from .diff import is_saved_analysis, load_analysis_json
+    from .verdicts.diff import is_saved_analysis, load_analysis_json
 
     if is_saved_analysis(path):
         return load_analysis_json(path / "analysis.json" if path.is_dir() else path)
-    from .report import files  # noqa: F401 - registers the plots and timeline sections
-
     return run_scan(path, samples, meta, config_path, fmt, kl_target, kl_unit, strict,
                     batch_rows).to_dict()
 
@@ -262,15 +260,15 @@ def report(analysis_path: Path, out_dir: Path | None, out_fmt: str) -> None:
 
     ANALYSIS.json is the file `forensics scan` wrote, or the folder holding it.
     """
-    from .diff import load_analysis_json
     from .errors import UsageError
     from .report.files import write_rendered
+    from .verdicts.diff import load_analysis_json
 
     file = analysis_path / "analysis.json" if analysis_path.is_dir() else analysis_path
     data = load_analysis_json(file)
     if not data.get("plots"):  # an analysis saved without plot series: use metrics.csv beside it
-        from .diff import read_metrics_csv
-        from .report.plots import plots_from_frame
+        from .analysis.series import plots_from_frame
+        from .verdicts.diff import read_metrics_csv
 
         frame = read_metrics_csv(file.parent / "metrics.csv")
         if frame is not None:
@@ -303,7 +301,7 @@ def gate(path: Path, policy_path: Path, out_fmt: str, output: Path | None, sampl
     PATH is a log file or run folder (scanned) or a saved analysis.json / report folder.
     """
     from .errors import UsageError
-    from .gate import evaluate, load_policy, render_github, render_json, render_junit, render_text
+    from .verdicts.gate import evaluate, load_policy, render_github, render_json, render_junit, render_text
 
     policy = load_policy(policy_path)
     data = _analysis_dict(path, samples, meta, config_path, fmt, kl_target, kl_unit, strict,
@@ -340,7 +338,7 @@ def diff(run_a: Path, run_b: Path, out_fmt: str, tolerance: float, samples: Path
     Each run is a log file or run folder (scanned), or a saved analysis.json / report folder
     (metrics.csv beside it gives the full per-step series).
     """
-    from .diff import diff_runs, is_saved_analysis, load_saved, render_text, run_from_analysis
+    from .verdicts.diff import diff_runs, is_saved_analysis, load_saved, render_text, run_from_analysis
 
     runs = []
     for p in (run_a, run_b):
@@ -373,7 +371,7 @@ def convert(src: Path, out_path: Path, fmt: str | None, strict: bool, quiet: boo
     Keys are renamed to canonical names with their units normalised; unknown keys are kept under
     their own names. The read report and the column mapping go into the file's metadata.
     """
-    from .convert import convert as convert_log
+    from .io.convert import convert as convert_log
 
     result = convert_log(src, out_path, fmt=fmt, strict=strict)
     if not quiet:
@@ -410,8 +408,8 @@ def watch(path: Path, fmt: str | None, config_path: Path | None, kl_target: floa
     Works on every supported format; line-oriented logs are read incrementally, others re-read
     when they change. Stop with Ctrl-C (or --once / --timeout).
     """
-    from .findings import Severity
-    from .watch import Watcher
+    from .analysis.findings import Severity
+    from .live.watch import Watcher
 
     cfg = build_config(config_path, kl_target, kl_unit, False, None)
     watcher = Watcher(path, fmt=fmt, config=cfg, echo=click.echo,

@@ -217,7 +217,7 @@ def _aliases(framework: str, pairs: Iterable[tuple[str, str]]) -> list[Alias]:
 # ``reward_mean`` and the KL-penalised reward to ``reward_penalized``. Keys whose unit could not be
 # verified from the trainer's source are left unmapped (carried through, listed as unmapped).
 ALIASES: tuple[Alias, ...] = tuple(
-    # the writer (forensics.writer) uses canonical names, plus these spellings of its helpers
+    # the writer (forensics.trainer.writer) uses canonical names, plus these spellings of its helpers
     _aliases("forensics", [
         ("grad_norm_policy", "grad_norm"),
         ("grad_norm_pre_clip", "grad_norm"),

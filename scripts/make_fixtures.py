@@ -32,7 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from forensics.reference.faults import FAULTS  # noqa: E402 - needs the repo on sys.path
+from forensics.trainer.reference.faults import FAULTS  # noqa: E402 - needs the repo on sys.path
 
 OUT = ROOT / "fixtures" / "runs"
 STEPS = 240
@@ -68,7 +68,7 @@ def generate(manifest: dict[str, Any]) -> tuple[str, float]:
     folder = OUT / manifest["name"]
     if folder.exists():
         shutil.rmtree(folder)
-    cmd = [sys.executable, "-m", "forensics.reference", "--algo", manifest["algorithm"],
+    cmd = [sys.executable, "-m", "forensics.trainer.reference", "--algo", manifest["algorithm"],
            "--seed", str(manifest["seed"]), "--steps", str(STEPS), "--threads", "1",
            "--samples-per-step", str(SAMPLES_PER_STEP[manifest["algorithm"]]), "--out", str(folder)]
     if manifest["fault"]:

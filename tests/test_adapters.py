@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from forensics.analysis.engine import scan_path
+from forensics.analysis.result import Analysis
+from forensics.analysis.trackers import TRACKERS
 from forensics.cli import main
-from forensics.engine import Analysis, scan_path
-from forensics.readers import detect_format, open_source
+from forensics.io.formats import detect_format, open_source
 from forensics.schema import canonical_name, resolve_columns
-from forensics.trackers import TRACKERS
 
 from .conftest import FIXTURES, RLDK, VERL, healthy_rows, write_jsonl
 
@@ -389,7 +390,7 @@ def test_wandb_history_jsonl(tmp_path: Path) -> None:
 def test_tensorboard_tf2_tensor_scalars(tmp_path: Path) -> None:
     import struct
 
-    from forensics.adapters.tensorboard import _pb_bytes, _pb_key, _pb_varint, encode_event, tfrecord
+    from forensics.io.adapters.tensorboard import _pb_bytes, _pb_key, _pb_varint, encode_event, tfrecord
 
     def tensor_event(step: int, tag: str, value: float) -> bytes:
         tensor = _pb_key(1, 0) + _pb_varint(1) + _pb_bytes(4, struct.pack("<f", value))  # DT_FLOAT content

@@ -81,7 +81,7 @@ def test_config_overrides_threshold(tmp_path: Path) -> None:
 def test_rules_lists_every_rule_and_param() -> None:
     res = run("rules")
     assert res.exit_code == 0
-    from forensics.trackers import TRACKERS, all_rules
+    from forensics.analysis.trackers import TRACKERS, all_rules
 
     for _tracker, rule in all_rules():
         assert rule.id in res.output  # type: ignore[attr-defined]
@@ -124,11 +124,11 @@ def test_metrics_csv_is_the_per_step_table_part_by_part(tmp_path: Path) -> None:
     import numpy as np
     import pandas as pd
 
-    from forensics.engine import Scan
-    from forensics.readers import ReadReport
-    from forensics.readers.arrow import rows_to_raw
+    from forensics.analysis.engine import Scan
+    from forensics.analysis.store import MetricsStore
+    from forensics.io.readers import ReadReport
+    from forensics.io.readers.arrow import rows_to_raw
     from forensics.report.files import write_metrics_csv
-    from forensics.store import MetricsStore
 
     rows = healthy_rows(500)
     for r in rows[300:]:

@@ -8,9 +8,9 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from forensics.analysis.engine import scan_path
 from forensics.cli import main
-from forensics.convert import convert, read_convert_metadata
-from forensics.engine import scan_path
+from forensics.io.convert import convert, read_convert_metadata
 
 from .conftest import FIXTURES, RLDK, VERL
 

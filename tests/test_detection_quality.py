@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from forensics.evaluation import Quality, evaluate, load_runs, render_table, scan_runs
+from forensics.verdicts.evaluation import Quality, evaluate, load_runs, render_table, scan_runs
 
 from .conftest import FIXTURES
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from forensics.cli import main
-from forensics.diff import first_divergence
+from forensics.verdicts.diff import first_divergence
 
 from .conftest import healthy_rows, write_jsonl
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from forensics.evaluation import LabelledRun, evaluate, render_table
+from forensics.verdicts.evaluation import LabelledRun, evaluate, render_table
 
 
 def alarm(rule: str, onset: int, severity: str = "warning") -> dict:

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from forensics.cli import main
 from forensics.errors import ConfigError
-from forensics.gate import _gh_prop, evaluate, parse_policy, render_github, render_junit, rule_catalogue
+from forensics.verdicts.gate import _gh_prop, evaluate, parse_policy, render_github, render_junit, rule_catalogue
 
 from .conftest import RLDK, healthy_rows, write_jsonl
 from .synth import grad_explosion
@@ -151,7 +151,7 @@ def test_junit_one_testcase_per_rule(runs: dict[str, Path], tmp_path: Path) -> N
     failed = [c.get("name") for c in rules.iter("testcase") if c.find("failure") is not None]
     assert "grad.explode" in failed and "kl.runaway" not in failed
     assert int(rules.get("failures")) == len(failed)
-    health = [c for c in suites["forensics.health"].iter("testcase")]
+    health = [c for c in suites["forensics.analysis.health"].iter("testcase")]
     assert health[0].get("name") == "health.overall" and health[0].find("failure") is not None
 
 
@@ -181,7 +181,7 @@ def test_github_format_and_json(runs: dict[str, Path], tmp_path: Path) -> None:
 
 
 def test_example_policy_is_valid() -> None:
-    from forensics.gate import load_policy
+    from forensics.verdicts.gate import load_policy
 
     p = load_policy(Path(__file__).resolve().parent.parent / "examples" / "gate-policy.toml")
     assert p.fail_on is not None and p.allow

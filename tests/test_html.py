@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from forensics.analysis.engine import scan_path
+from forensics.analysis.series import MAX_POINTS, envelope, plots_from_frame
 from forensics.cli import main
-from forensics.engine import scan_path
 from forensics.report.files import to_json
 from forensics.report.html import render_html
 from forensics.report.markdown import render_markdown
-from forensics.report.plots import MAX_POINTS, envelope, plots_from_frame
 
 from .conftest import RLDK, healthy_rows, write_jsonl
 from .test_timeline import cascade_rows

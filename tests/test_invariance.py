@@ -8,9 +8,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forensics.engine import Scan
-from forensics.readers import ReadReport
-from forensics.readers.arrow import rows_to_raw
+from forensics.analysis.engine import Scan
+from forensics.io.readers import ReadReport
+from forensics.io.readers.arrow import rows_to_raw
 
 from . import synth
 from .conftest import healthy_rows

@@ -13,7 +13,7 @@ import pytest
 
 from forensics import InputError, StrictModeError, scan_path
 from forensics.config import Config
-from forensics.readers import open_source
+from forensics.io.formats import open_source
 
 from .conftest import healthy_rows, write_jsonl
 
@@ -151,7 +151,7 @@ def test_unknown_columns_carried_through(tmp_path: Path) -> None:
 
 
 def test_metrics_store_spills_and_reads_back() -> None:
-    from forensics.store import MetricsStore
+    from forensics.analysis.store import MetricsStore
 
     store = MetricsStore(spill_rows=100)
     rng = np.random.default_rng(0)
@@ -192,7 +192,7 @@ def test_fast_parses_lose_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     values for every row, whatever the chunk holds: keys that appear late or rarely, nulls, ints
     then floats, colons and ``: null`` inside strings and keys, booleans, nested objects, a key
     that turns from number to text, NaN literals, blank and malformed lines."""
-    from forensics.readers import jsonl
+    from forensics.io.readers import jsonl
 
     monkeypatch.setattr(jsonl, "_MIN_CHUNK", 2048)
     monkeypatch.setattr(jsonl, "_MAX_CHUNK", 4096)
@@ -238,8 +238,8 @@ def test_fast_parses_lose_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     got = _rows_by_line(batches)
 
     expected: dict[int, dict[str, object]] = {}
-    from forensics.readers.arrow import rows_to_raw
-    from forensics.readers.jsonl import parse_json_object
+    from forensics.io.readers.arrow import rows_to_raw
+    from forensics.io.readers.jsonl import parse_json_object
 
     for n, text in enumerate(lines, start=1):
         obj, _ = parse_json_object(text) if text else (None, "")
@@ -265,7 +265,7 @@ def test_fast_parses_lose_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_object_in_a_text_column_is_flattened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """polars would read an object under a key it knows as text as that object's JSON text; the
     chunk goes to the other parses, which flatten it into ``key/field`` columns."""
-    from forensics.readers import jsonl
+    from forensics.io.readers import jsonl
 
     monkeypatch.setattr(jsonl, "_MIN_CHUNK", 2048)
     monkeypatch.setattr(jsonl, "_MAX_CHUNK", 4096)
@@ -286,7 +286,7 @@ def test_object_in_a_text_column_is_flattened(tmp_path: Path, monkeypatch: pytes
 def test_a_number_column_stays_numeric_after_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A metric logged once as the string "nan" is text in that chunk only: the rows after it
     are numbers again."""
-    from forensics.readers import jsonl
+    from forensics.io.readers import jsonl
 
     monkeypatch.setattr(jsonl, "_MIN_CHUNK", 2048)
     monkeypatch.setattr(jsonl, "_MAX_CHUNK", 4096)

@@ -14,10 +14,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from forensics.config import load_run_meta  # noqa: E402 - after the importorskip
-from forensics.reference import FAULTS, AdaptiveKLController, FixedKLController  # noqa: E402
-from forensics.reference.__main__ import main  # noqa: E402
-from forensics.reference.trainer import TrainConfig, train  # noqa: E402
 from forensics.schema import METRICS, REWARD_COMPONENT_PREFIX  # noqa: E402
+from forensics.trainer.reference import FAULTS, AdaptiveKLController, FixedKLController  # noqa: E402
+from forensics.trainer.reference.__main__ import main  # noqa: E402
+from forensics.trainer.reference.trainer import TrainConfig, train  # noqa: E402
 
 #: A small, fast configuration: a short warm start and small batches.
 SMALL: dict[str, Any] = {"sft_steps": 30, "batch_size": 16, "ppo_epochs": 2,

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from forensics.episodes import Episodes
-from forensics.stats import (
+from forensics.analysis.episodes import Episodes
+from forensics.analysis.stats import (
     BlockStats,
     History,
     pearson,
@@ -21,7 +21,7 @@ from forensics.stats import (
     trend_spearman,
     window_median,
 )
-from forensics.trackers.grouping import StepGrouper
+from forensics.analysis.trackers.grouping import StepGrouper
 
 RNG = np.random.default_rng(42)
 

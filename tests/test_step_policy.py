@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from forensics import scan_path
-from forensics.engine import StepOrder
+from forensics.analysis.engine import StepOrder
 
 from .conftest import healthy_rows, write_jsonl
 

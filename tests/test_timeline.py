@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from forensics.engine import scan_path
+from forensics.analysis.engine import scan_path
+from forensics.analysis.timeline import CAUSAL_RULES, build_timeline, lr_changes
 from forensics.report import files  # noqa: F401 - registers the timeline section
-from forensics.timeline import CAUSAL_RULES, build_timeline, lr_changes
 
 from .conftest import healthy_rows, write_jsonl
 

@@ -12,7 +12,7 @@ import scipy.stats
 
 torch = pytest.importorskip("torch")
 
-from forensics.torch_helpers import (  # noqa: E402 - after the importorskip
+from forensics.trainer.torch_helpers import (  # noqa: E402 - after the importorskip
     PhaseTimer,
     advantage_stats,
     grad_norms,

@@ -13,20 +13,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from forensics.config import Config, RunMeta
-from forensics.engine import Analysis, Scan
-from forensics.health_check import (
+from forensics.analysis.engine import Scan
+from forensics.analysis.health_check import (
     RULE_TABLE,
     HealthCheck,
     config_patch,
     to_yaml,
     window_stats,
 )
-from forensics.readers import ReadReport
-from forensics.readers.arrow import rows_to_raw
+from forensics.analysis.result import Analysis
+from forensics.analysis.trackers.generation import DEFAULT_FORMAT
+from forensics.config import Config, RunMeta
+from forensics.io.readers import ReadReport
+from forensics.io.readers.arrow import rows_to_raw
 from forensics.report.files import write_reports
 from forensics.report.terminal import render_summary
-from forensics.trackers.generation import DEFAULT_FORMAT
 
 from .conftest import RLDK, healthy_rows
 
@@ -139,7 +140,7 @@ def test_healthy_noisy_run_has_no_warnings(seed: int) -> None:
 
 
 def test_rldk_fixture_still_only_kl_spike() -> None:
-    from forensics.engine import scan_path
+    from forensics.analysis.engine import scan_path
 
     a = scan_path(RLDK)
     assert [f.rule for f in a.findings if f.severity.value != "info"] == ["kl.spike"]
@@ -240,7 +241,7 @@ def test_reward_decline_and_stagnation_and_target() -> None:
 def test_stagnation_window_halves_match_brute_force() -> None:
     """The prefix sums behind reward.stagnation give each row the mean and count of the finite
     rewards in both halves of its window, whatever the batching, with old sums dropped."""
-    from forensics.trackers.rewards import Rewards, RewardsParams
+    from forensics.analysis.trackers.rewards import Rewards, RewardsParams
 
     rng = np.random.default_rng(11)
     n = 6000
@@ -617,7 +618,7 @@ def test_batch_invariance_rows_of_one() -> None:
 
 
 def test_rules_are_documented() -> None:
-    from forensics.trackers import TRACKERS
+    from forensics.analysis.trackers import TRACKERS
 
     for name in NEW_TRACKERS:
         cls = TRACKERS[name]

@@ -11,11 +11,11 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
+from forensics.analysis.findings import Severity
+from forensics.analysis.trackers import TRACKERS
 from forensics.cli import main
-from forensics.findings import Severity
-from forensics.integrations.transformers import ForensicsCallback
-from forensics.trackers import TRACKERS
-from forensics.watch import Watcher
+from forensics.live.transformers import ForensicsCallback
+from forensics.live.watch import Watcher
 
 from .conftest import FIXTURES, VERL, healthy_rows
 

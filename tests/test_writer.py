@@ -15,7 +15,7 @@ import pytest
 
 from forensics.config import load_run_meta
 from forensics.errors import UsageError
-from forensics.writer import RunWriter
+from forensics.trainer.writer import RunWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,7 +81,7 @@ def test_jsonl_hard_kill_loses_only_the_unflushed_batch(tmp_path: Path) -> None:
     # os._exit skips atexit and every finaliser: the harshest crash short of SIGKILL mid-write
     proc = _run_python(f"""
         import os
-        from forensics.writer import RunWriter
+        from forensics.trainer.writer import RunWriter
         w = RunWriter({str(tmp_path)!r}, flush_every=10)
         for step in range(25):
             w.log_step(step, kl=0.01 * step)
@@ -112,7 +112,7 @@ def test_parquet_crash_by_exception_leaves_a_readable_file(tmp_path: Path, how: 
             "w = RunWriter(p, format='parquet', flush_every=5)\n"
             "[w.log_step(s, kl=0.1) for s in range(12)]\n"
             "raise RuntimeError('boom')\n")
-    proc = _run_python(f"from forensics.writer import RunWriter\np = {str(tmp_path)!r}\n" + body)
+    proc = _run_python(f"from forensics.trainer.writer import RunWriter\np = {str(tmp_path)!r}\n" + body)
     assert proc.returncode == 1 and "boom" in proc.stderr
     pf = pq.ParquetFile(tmp_path / "steps.parquet")
     # 5 + 5 flushed, the last 2 flushed by close()
@@ -161,7 +161,7 @@ def test_writer_imports_without_torch() -> None:
     proc = _run_python("""
         import sys, tempfile
         sys.modules["torch"] = None  # makes 'import torch' raise ImportError
-        from forensics.writer import RunWriter
+        from forensics.trainer.writer import RunWriter
         with RunWriter(tempfile.mkdtemp()) as w:
             w.log_step(0, kl=0.5)
         print("ok")
@@ -268,7 +268,7 @@ def test_parquet_hard_kill_leaves_readable_parts(tmp_path: Path) -> None:
     # os._exit: no close, no atexit, no footer; every flushed part must still be readable
     proc = _run_python(f"""
         import os
-        from forensics.writer import RunWriter
+        from forensics.trainer.writer import RunWriter
         w = RunWriter({str(tmp_path)!r}, format="parquet", flush_every=10)
         for step in range(25):
             w.log_step(step, kl=0.01 * step, **({{"late": 1.0}} if step == 15 else {{}}))

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine import Analysis
+from ..analysis.result import Analysis
 from ..errors import UsageError
 
 __all__ = ["ANALYSIS_FILE", "summary_dict", "to_json", "write_reports"]
@@ -131,7 +131,7 @@ def _cell(v: Any) -> Any:
 
 def write_training_files(analysis: Analysis, out_dir: Path) -> dict[str, Path]:
     """windows.csv and recommendations.{json,yaml} when the windows tracker produced them."""
-    from ..health_check import to_yaml
+    from ..analysis.health_check import to_yaml
 
     sections: dict[str, Any] = {}
     for r in analysis.results:
@@ -171,8 +171,3 @@ def write_rendered(data: dict[str, Any], out_dir: Path, formats: tuple[str, ...]
     if "md" in formats:
         out["markdown"] = write_markdown(data, out_dir / MARKDOWN_FILE)
     return out
-
-
-# imported for their side effect: they register the "plots" and "timeline" analysis sections
-from .. import timeline as _timeline  # noqa: E402, F401
-from . import plots as _plots  # noqa: E402, F401

@@ -19,7 +19,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from ..timeline import timeline_from_dict
+from ..analysis.timeline import timeline_from_dict
 
 __all__ = ["build_figures", "render_html", "write_html"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..timeline import timeline_from_dict
+from ..analysis.timeline import timeline_from_dict
 from .html import _run_title
 
 __all__ = ["render_markdown", "write_markdown"]

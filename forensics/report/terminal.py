@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine import Analysis
-from ..findings import Severity
+from ..analysis.findings import Severity
+from ..analysis.result import Analysis
 
 __all__ = ["render_summary"]
 

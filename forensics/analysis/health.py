@@ -1,0 +1,76 @@
+"""Health scores: per area, overall, stability and convergence. All in [0, 1], 1 is healthy.
+
+* **Area score**: each tracker's score (:func:`forensics.analysis.trackers.base.tracker_score`):
+  ``prod(1 - w_sev * (0.5 + 0.5 * coverage))`` over its findings, with ``w`` = 0 (info),
+  0.2 (warning), 0.5 (critical) and ``coverage`` the share of rows inside the episode.
+* **Overall**: ``0.5 * min(areas) + 0.5 * mean(areas)`` over the active areas, further multiplied
+  by the stream findings' factors (replayed steps, skipped rows). The worst area weighs as much as
+  all the others together, so one broken area cannot hide behind healthy ones.
+* **Stability**: the same product over findings of rules marked ``stability`` (spikes,
+  explosions, non-finite values, oscillation), across all trackers.
+* **Convergence**: from the reward curve when one was logged: ``0.5 * (1 + rho)`` where ``rho`` is
+  the Spearman correlation of reward with step, times the factors of reward and loss findings
+  (stagnation, decline, divergence). ``None`` when the run logged no reward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .findings import Finding
+from .trackers.base import TrackerResult, severity_weight
+
+__all__ = ["health_scores"]
+
+_CONVERGENCE_PREFIXES = ("reward.", "loss.")
+
+
+def _factor(findings: list[Finding], coverage: dict[int, int], rows: int) -> float:
+    score = 1.0
+    for f in findings:
+        cov = min(1.0, coverage.get(id(f), 1) / max(rows, 1))
+        score *= 1.0 - severity_weight(f.severity) * (0.5 + 0.5 * cov)
+    return score
+
+
+def health_scores(results: list[TrackerResult], stream_findings: list[Finding],
+                  rows: int) -> dict[str, Any]:
+    """Compute the documented scores from the tracker results."""
+    areas: dict[str, float] = {}
+    for r in results:
+        if r.active and r.score is not None:
+            areas[r.area] = min(areas.get(r.area, 1.0), r.score)
+    coverage: dict[int, int] = {}
+    for r in results:
+        coverage.update(r.coverage)
+    stream_factor = _factor(stream_findings, {}, rows)
+    overall = None
+    if areas:
+        values = list(areas.values())
+        overall = round((0.5 * min(values) + 0.5 * sum(values) / len(values)) * stream_factor, 4)
+    all_findings = [f for r in results for f in r.findings]
+    stable = [f for f in all_findings if _is_stability(f, results)]
+    stability = round(_factor(stable, coverage, rows), 4) if areas else None
+    convergence = None
+    rho = None
+    for r in results:
+        if "reward_step_spearman" in r.summary:
+            rho = r.summary["reward_step_spearman"]
+    if rho is not None and rho == rho:  # not NaN
+        conv_findings = [f for f in all_findings if f.rule.startswith(_CONVERGENCE_PREFIXES)]
+        convergence = round(0.5 * (1.0 + float(rho)) * _factor(conv_findings, coverage, rows), 4)
+    return {
+        "overall": overall,
+        "stability": stability,
+        "convergence": convergence,
+        "areas": dict(sorted(areas.items())),
+    }
+
+
+def _is_stability(f: Finding, results: list[TrackerResult]) -> bool:
+    from .trackers import TRACKERS
+
+    cls = TRACKERS.get(f.tracker)
+    if cls is None:
+        return False
+    return any(r.id == f.rule and r.stability for r in cls.rules)

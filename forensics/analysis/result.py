@@ -1,0 +1,111 @@
+"""The result of a scan: :class:`Analysis`, and its JSON form (the analysis JSON).
+
+An analysis holds what the trackers found and the per-step table; ``to_dict`` adds the timeline
+and the downsampled plot series, so a saved ``analysis.json`` renders every report on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import __version__
+from ..config import RunMeta
+from ..io.readers import ReadReport
+from ..schema import ColumnMapping
+from .findings import Finding, Severity
+from .series import plots_section
+from .store import MetricsStore
+from .timeline import timeline_section
+from .trackers.base import TrackerResult
+
+if TYPE_CHECKING:  # pandas is imported when a DataFrame is asked for, not by every scan
+    import pandas as pd
+
+__all__ = ["SCHEMA_VERSION", "Analysis"]
+
+#: Version of the analysis JSON layout; bumped on any incompatible change.
+SCHEMA_VERSION = "1.0"
+
+
+@dataclass
+class Analysis:
+    """The result of a scan. ``to_dict`` is the analysis JSON (deterministic)."""
+
+    inputs: list[ReadReport]
+    mappings: dict[str, ColumnMapping]
+    meta: RunMeta
+    results: list[TrackerResult]
+    findings: list[Finding]
+    health: dict[str, Any]
+    steps: dict[str, Any]
+    metrics: MetricsStore
+    sample_series: dict[str, tuple[np.ndarray, np.ndarray]]
+    params: dict[str, dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self._core_dict()
+        for r in self.results:
+            d.update(r.sections)
+        d["timeline"] = timeline_section(self)
+        d["plots"] = plots_section(self)
+        return d
+
+    def _core_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tool": {"name": "forensics", "version": __version__},
+            "run": self.meta.to_dict(),
+            "inputs": [r.to_dict() for r in self.inputs],
+            "column_mapping": {k: v.to_dict() for k, v in self.mappings.items()},
+            "steps": self.steps,
+            "health": self.health,
+            "trackers": {r.name: r.to_dict() for r in self.results},
+            "findings": [f.to_dict() for f in self.findings],
+            "findings_by_severity": {
+                s.value: sum(1 for f in self.findings if f.severity is s) for s in Severity},
+            "params": self.params,
+        }
+
+    def to_pandas(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """The per-step metrics (all, or the named columns, plus the series derived from the
+        sample stream) as a pandas DataFrame indexed by step: a notebook post-mortem's table."""
+        import pandas as pd
+
+        return pd.DataFrame(self.metrics_frame(columns)).set_index("step")
+
+    def findings_frame(self) -> pd.DataFrame:
+        """One row per finding (the columns of ``findings.csv``; ``evidence`` as a dict)."""
+        import pandas as pd
+
+        cols = ["rule", "severity", "tracker", "first_step", "last_step", "onset_step", "message",
+                "explanation", "remedy", "evidence"]
+        return pd.DataFrame([f.to_dict() for f in self.findings], columns=cols)
+
+    def metrics_frame(self, columns: list[str] | None = None) -> dict[str, np.ndarray]:
+        """Per-step columns (all, or the named ones) plus the per-step series derived from the
+        sample stream."""
+        return self._with_sample_series(self.metrics.frame(columns))
+
+    def metrics_parts(self) -> Iterator[dict[str, np.ndarray]]:
+        """:meth:`metrics_frame` of every column, a part of the per-step store at a time (a
+        million-step run's table is never whole in memory)."""
+        for part in self.metrics.parts():
+            yield self._with_sample_series(part)
+
+    def _with_sample_series(self, frame: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        steps = frame["step"]
+        frame = dict(frame)
+        for name, (s, v) in sorted(self.sample_series.items()):
+            col = np.full(len(steps), np.nan, dtype=np.float32)
+            if len(steps) and len(s):
+                order = np.argsort(steps, kind="stable")
+                pos = np.searchsorted(steps[order], s)
+                ok = pos < len(steps)
+                ok[ok] = steps[order][pos[ok]] == s[ok]
+                col[order[pos[ok]]] = v[ok]
+            frame[name] = col
+        return frame

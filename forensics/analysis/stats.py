@@ -1,0 +1,453 @@
+"""Pure, batch-invariant statistics over trailing windows.
+
+Every function here computes the value at position ``i`` from the values at positions before
+``i`` (or up to and including ``i`` where it says so) and nothing else. A tracker prepends the tail
+it kept from earlier batches (:class:`History`), calls these on the concatenation and keeps the
+results for the new rows, so its output does not depend on how the stream was cut into batches.
+
+Medians and quantiles select values, so they are exact; means are computed per window (never as
+running sums, whose rounding depends on where the sum started).
+"""
+
+from __future__ import annotations
+
+import bottleneck as bn
+import numpy as np
+
+__all__ = [
+    "BlockScale",
+    "BlockStats",
+    "Context",
+    "History",
+    "PrefixSums",
+    "aligned_blocks",
+    "block_quantiles",
+    "pearson",
+    "persist",
+    "rankdata",
+    "shift",
+    "skew_kurtosis",
+    "spearman",
+    "trailing_median",
+    "trend_spearman",
+    "window_mad",
+    "window_median",
+]
+
+#: 1.349 is the IQR of the standard normal: IQR / 1.349 estimates sigma robustly, as MAD / 0.6745 does.
+IQR_TO_SIGMA = 1.349
+
+
+class History:
+    """The last ``size`` values of a series, kept across batches.
+
+    >>> h = History(3)
+    >>> full, n_prior = h.extend(np.array([1.0, 2.0]))
+    >>> full.tolist(), n_prior
+    ([1.0, 2.0], 0)
+    >>> full, n_prior = h.extend(np.array([3.0, 4.0]))
+    >>> full.tolist(), n_prior
+    ([1.0, 2.0, 3.0, 4.0], 2)
+    >>> h.values.tolist()
+    [2.0, 3.0, 4.0]
+    """
+
+    def __init__(self, size: int, dtype: type = np.float64) -> None:
+        self.size = size
+        self.values: np.ndarray = np.empty(0, dtype=dtype)
+
+    def extend(self, new: np.ndarray) -> tuple[np.ndarray, int]:
+        """Return ``(tail + new, len(tail))`` and keep the last ``size`` values."""
+        full = np.concatenate([self.values, new.astype(self.values.dtype, copy=False)])
+        n_prior = len(self.values)
+        self.values = full[-self.size :] if self.size > 0 else full[:0]
+        return full, n_prior
+
+
+class PrefixSums:
+    """Running prefix sums and counts of the finite values of a stream, with the oldest forgotten.
+
+    ``at(rows)`` gives the sum and count of the finite values through each row (rows before the
+    stream: zero). Sums are a sequential cumsum, so they are the same however the stream was
+    batched. Stored in a buffer that grows by doubling and is compacted as rows are forgotten:
+    amortised O(1) per row.
+
+    >>> ps = PrefixSums()
+    >>> ps.extend(np.array([1.0, np.nan, 2.0])); ps.extend(np.array([4.0]))
+    >>> [v.tolist() for v in ps.at(np.array([-5, 0, 1, 3]))]
+    [[0.0, 1.0, 1.0, 7.0], [0, 1, 1, 3]]
+    """
+
+    def __init__(self) -> None:
+        self._s = np.zeros(1024)
+        self._c = np.zeros(1024, dtype=np.int64)
+        self._lo, self._hi = 0, 1  # live slots; slot _lo holds the prefix through row _row0
+        self._row0 = -1  # slot 0 starts as row -1: nothing summed yet
+
+    def extend(self, x: np.ndarray) -> None:
+        n = len(x)
+        if self._hi + n > len(self._s):
+            live = self._hi - self._lo
+            cap = max(2 * (live + n), 1024)
+            s, c = np.zeros(cap), np.zeros(cap, dtype=np.int64)
+            s[:live], c[:live] = self._s[self._lo : self._hi], self._c[self._lo : self._hi]
+            self._s, self._c, self._lo, self._hi = s, c, 0, live
+        fin = np.isfinite(x)
+        last = self._hi - 1
+        self._s[self._hi : self._hi + n] = np.cumsum(np.concatenate([self._s[last : last + 1],
+                                                                     np.where(fin, x, 0.0)]))[1:]
+        self._c[self._hi : self._hi + n] = self._c[last] + np.cumsum(fin)
+        self._hi += n
+
+    def at(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        i = rows - self._row0
+        if self._row0 == -1:  # nothing forgotten: rows before the stream have the zero prefix
+            i = np.maximum(i, 0)
+        elif len(i) and int(i.min()) < 0:
+            raise RuntimeError("prefix sums of forgotten rows were asked for")
+        i = i + self._lo
+        return self._s[i], self._c[i]
+
+    def __len__(self) -> int:  # prefixes kept
+        return self._hi - self._lo
+
+    def forget_before(self, row: int) -> None:
+        """Forget the prefixes of rows before ``row`` (the last one is always kept)."""
+        k = min(max(row - self._row0, 0), self._hi - self._lo - 1)
+        self._lo += k
+        self._row0 += k
+
+
+def _move_median(x: np.ndarray, window: int, min_periods: int) -> np.ndarray:
+    # bottleneck's double-heap moving median: the same values as pandas' rolling median
+    # (NaN ignored, min_count) at about a quarter of the cost
+    if len(x) == 0:
+        return np.zeros(0)
+    need = max(min_periods, 1)
+    if need > len(x):
+        return np.full(len(x), np.nan)
+    # a window longer than the array covers all of it, as the array's length does
+    return bn.move_median(np.asarray(x, dtype=np.float64), min(window, len(x)), min_count=need)
+
+
+def trailing_median(x: np.ndarray, window: int, min_periods: int) -> np.ndarray:
+    """Median of the ``window`` values before each position (NaN ignored; NaN when too few).
+
+    >>> trailing_median(np.array([1.0, 5.0, 3.0, 100.0]), 3, 2).tolist()[2:]
+    [3.0, 3.0]
+    """
+    med = _move_median(x, window, min_periods)
+    return np.concatenate([[np.nan], med[:-1]]) if len(x) else med
+
+
+def persist(cond: np.ndarray, k: int, m: int) -> np.ndarray:
+    """True where ``cond`` held on at least ``k`` of the last ``m`` positions (inclusive).
+
+    >>> persist(np.array([1, 1, 0, 1, 0, 0, 0], dtype=bool), 2, 3).tolist()
+    [False, True, True, True, False, False, False]
+    """
+    c = np.cumsum(np.concatenate([[0], cond.astype(np.int64)]))
+    idx = np.arange(1, len(cond) + 1)
+    counts = c[idx] - c[np.maximum(idx - m, 0)]
+    return counts >= k
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman rank correlation of finite pairs; NaN when fewer than 3 pairs or a constant input."""
+    ok = np.isfinite(x) & np.isfinite(y)
+    if ok.sum() < 3:
+        return float("nan")
+    return pearson(rankdata(x[ok]), rankdata(y[ok]))
+
+
+def rankdata(x: np.ndarray) -> np.ndarray:
+    """Ranks ``1 .. n`` of the values of ``x`` (no NaN), ties sharing their average rank (as
+    ``scipy.stats.rankdata`` and pandas' ``rank``; here without importing either on the scan path).
+
+    >>> rankdata(np.array([3.0, 1.0, 3.0, 2.0])).tolist()
+    [3.5, 1.0, 3.5, 2.0]
+    """
+    n = len(x)
+    order = np.argsort(x)  # the order among ties does not matter: they share one rank
+    s = x[order]
+    new = np.empty(n, dtype=bool)  # True where a run of equal values starts
+    new[:1] = True
+    np.not_equal(s[1:], s[:-1], out=new[1:])
+    del s
+    ranks = np.empty(n)
+    if new.all():  # no ties (the usual case for a continuous metric): ranks are positions
+        ranks[order] = np.arange(1.0, n + 1.0)
+        return ranks
+    starts = np.flatnonzero(new)
+    counts = np.diff(np.append(starts, n))
+    ranks[order] = np.repeat(starts + (counts + 1) / 2.0, counts)
+    return ranks
+
+
+def skew_kurtosis(a: np.ndarray) -> tuple[float, float]:
+    """Sample skewness and excess kurtosis, biased (moment) estimators: the definitions of
+    ``scipy.stats.skew``/``kurtosis`` and of the writer's :func:`forensics.trainer.torch_helpers.advantage_stats`,
+    so per-response and per-step moments agree. NaN for fewer than 2 values or a constant input.
+
+    >>> [round(v, 4) for v in skew_kurtosis(np.array([1.0, 2.0, 3.0, 10.0]))]
+    [1.0182, -0.7696]
+    """
+    if len(a) < 2:
+        return float("nan"), float("nan")
+    d = a - a.mean()
+    d2 = d * d
+    m2 = float(d2.mean())
+    if not m2 > 0.0:
+        return float("nan"), float("nan")
+    return float((d2 * d).mean() / m2**1.5), float((d2 * d2).mean() / m2**2 - 3.0)
+
+
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson correlation of finite pairs; NaN when fewer than 3 pairs or a constant input."""
+    ok = np.isfinite(x) & np.isfinite(y)
+    if ok.sum() < 3:
+        return float("nan")
+    xs, ys = x[ok] - x[ok].mean(), y[ok] - y[ok].mean()
+    denom = float(np.sqrt((xs * xs).sum() * (ys * ys).sum()))
+    if denom == 0.0:
+        return float("nan")
+    return float((xs * ys).sum() / denom)
+
+
+class Context:
+    """Trailing context for several series at once: ``extend`` returns full arrays and n_prior.
+
+    >>> ctx = Context(2)
+    >>> full, n = ctx.extend(a=np.array([1.0, 2.0, 3.0]))
+    >>> full["a"].tolist(), n
+    ([1.0, 2.0, 3.0], 0)
+    >>> full, n = ctx.extend(a=np.array([4.0]))
+    >>> full["a"].tolist(), n
+    ([2.0, 3.0, 4.0], 2)
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._hist: dict[str, History] = {}
+
+    def extend(self, **series: np.ndarray) -> tuple[dict[str, np.ndarray], int]:
+        out: dict[str, np.ndarray] = {}
+        n_prior = 0
+        for name, values in series.items():
+            hist = self._hist.get(name)
+            if hist is None:
+                hist = self._hist[name] = History(self.size, dtype=values.dtype.type)
+            out[name], n_prior = hist.extend(values)
+        return out, n_prior
+
+
+def shift(x: np.ndarray, k: int) -> np.ndarray:
+    """``x`` delayed by ``k`` positions (NaN-filled at the start)."""
+    if k <= 0:
+        return x
+    return np.concatenate([np.full(min(k, len(x)), np.nan), x[:-k] if k < len(x) else x[:0]])
+
+
+def _block_median_mad(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row median and MAD of a 2-D array, ignoring NaN (NaN when a row has no value)."""
+    s = np.sort(m, axis=1)  # NaN sorts last
+    c = np.isfinite(s).sum(axis=1)
+    rows = np.arange(len(s))
+    lo, hi = np.maximum((c - 1) // 2, 0), np.maximum(c // 2, 0)
+    with np.errstate(invalid="ignore"):
+        med = np.where(c > 0, 0.5 * (s[rows, lo] + s[rows, hi]), np.nan)
+        dev = np.sort(np.abs(m - med[:, None]), axis=1)
+        mad = np.where(c > 0, 0.5 * (dev[rows, lo] + dev[rows, hi]), np.nan)
+    return med, mad
+
+
+def window_median(x: np.ndarray, window: int, min_count: int) -> np.ndarray:
+    """Median of the ``window`` values ending at each position (inclusive), NaN ignored;
+    NaN where fewer than ``min_count`` non-NaN values. Exact (bottleneck's moving median).
+
+    >>> window_median(np.array([1.0, np.nan, 3.0, 10.0, 2.0]), 3, 2).tolist()
+    [nan, nan, 2.0, 6.5, 3.0]
+    """
+    return _move_median(x, window, min_count)
+
+
+class BlockStats:
+    """Robust trailing statistics computed on blocks of rows: fast and batch-invariant.
+
+    Rows are grouped into blocks of ``block`` consecutive rows, aligned on the global row index.
+    Each complete block is summarised by its median and its MAD. A row's baseline is the median of
+    the block medians of the ``window // block`` blocks *before* the block that holds the row (the
+    row and its neighbours in its own block are excluded, so a short burst cannot mask itself);
+    its robust sigma is the median of those blocks' MADs divided by 0.6745 (Iglewicz-Hoaglin).
+    Per-row rolling medians cost O(n log w) with a large constant; this costs two sorts of
+    ``block``-wide rows plus a rolling median over n / block values.
+
+    >>> bs = BlockStats(window=40, block=10)
+    >>> x = np.r_[np.tile([1.0, 1.2, 0.8, 1.1, 0.9], 12), 5.0]
+    >>> med, sigma = bs.update(x, row0=0)
+    >>> float(med[-1]), round(float(sigma[-1]), 3)
+    (1.0, 0.148)
+    """
+
+    def __init__(self, window: int = 100, block: int = 10, min_blocks: int = 2,
+                 keep: int | None = None) -> None:
+        self.block = block
+        self.nblocks = max(window // block, 1)
+        self.min_blocks = min_blocks
+        self.keep = max(keep or 0, 2 * self.nblocks)
+        self._partial = np.zeros(0)
+        self._meds = np.zeros(0)
+        self._mads = np.zeros(0)
+        self._last: tuple[np.ndarray, np.ndarray] = (np.zeros(0), np.zeros(0, dtype=np.int64))
+
+    def update(self, x: np.ndarray, row0: int) -> tuple[np.ndarray, np.ndarray]:
+        """Baseline median and robust sigma for each row of ``x`` (rows ``row0 ...``)."""
+        _ = row0  # alignment is implied: the partial block always starts on a block boundary
+        full = np.concatenate([self._partial, x.astype(np.float64, copy=False)])
+        n_complete = len(full) // self.block
+        meds, mads = _block_median_mad(full[: n_complete * self.block].reshape(-1, self.block))
+        all_meds = np.concatenate([self._meds, meds])
+        all_mads = np.concatenate([self._mads, mads])
+        # block position of each new row within all_meds' coordinates
+        first_pos = len(self._meds)  # the partial block (if any) sits at this position
+        offs = np.arange(len(self._partial), len(full)) // self.block
+        pos = first_pos + offs
+        base = self._trailing(all_meds, pos)
+        sigma = self._trailing(all_mads, pos) / 0.6745
+        self._partial = full[n_complete * self.block :]
+        self._meds = all_meds[-self.keep :]
+        self._mads = all_mads[-self.keep :]
+        self._last = (all_meds, pos)
+        return base, sigma
+
+    def trend(self, nblocks: int) -> tuple[np.ndarray, np.ndarray]:
+        """For the rows of the last update: median of the ``nblocks`` blocks before each row's
+        block, and of the ``nblocks`` blocks before those (recent, previous)."""
+        meds, pos = self._last
+        return self._trailing(meds, pos, nblocks), self._trailing(meds, pos - nblocks, nblocks)
+
+    def _trailing(self, series: np.ndarray, pos: np.ndarray, nblocks: int | None = None) -> np.ndarray:
+        k = nblocks or self.nblocks
+        if len(series) == 0:
+            return np.full(len(pos), np.nan)
+        roll = window_median(series, k, self.min_blocks)
+        idx = pos - 1
+        ok = (idx >= 0) & (idx < len(roll))
+        out = np.full(len(pos), np.nan)
+        out[ok] = roll[idx[ok]]
+        return out
+
+    def block_medians(self) -> np.ndarray:
+        """Medians of the complete blocks kept (most recent last)."""
+        return self._meds
+
+
+def block_quantiles(m: np.ndarray, qs: tuple[float, ...]) -> np.ndarray:
+    """Quantiles (linear interpolation, as numpy's default; NaN ignored) of each row of a 2-D array.
+
+    Returns shape ``(rows, len(qs))``; NaN for a row without a finite value. One sort of the rows
+    serves every quantile (``np.nanquantile`` re-partitions per call and is several times slower).
+
+    >>> block_quantiles(np.array([[1.0, 2.0, 3.0, 4.0], [np.nan, 5.0, np.nan, np.nan]]),
+    ...                 (0.5, 0.9)).tolist()
+    [[2.5, 3.7], [5.0, 5.0]]
+    """
+    s = np.sort(m, axis=1)  # NaN sorts last
+    c = np.isfinite(s).sum(axis=1)
+    rows = np.arange(len(s))
+    out = np.full((len(s), len(qs)), np.nan)
+    for k, q in enumerate(qs):
+        pos = np.maximum(c - 1, 0) * q
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, np.maximum(c - 1, 0))
+        frac = pos - lo
+        with np.errstate(invalid="ignore"):
+            v = s[rows, lo] + frac * (s[rows, hi] - s[rows, lo])
+        # an exact position (frac 0) must not pick up NaN or inf - inf from its neighbour
+        v = np.where(frac == 0.0, s[rows, lo], v)
+        out[:, k] = np.where(c > 0, v, np.nan)
+    return out
+
+
+def aligned_blocks(x: np.ndarray, start_row: int, block: int) -> tuple[np.ndarray, int]:
+    """The complete blocks of ``block`` rows, aligned on the global row index, inside ``x``.
+
+    ``x[0]`` is global row ``start_row``. Returns a ``(n_blocks, block)`` view and the global
+    index of its first block (row ``r`` belongs to block ``r // block``). Aligning on the global
+    index, not on the array, keeps block summaries independent of how the stream was batched.
+
+    >>> b, first = aligned_blocks(np.arange(7.0), 3, 2)
+    >>> b.tolist(), first
+    ([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], 2)
+    """
+    skip = (-start_row) % block
+    n = max((len(x) - skip) // block, 0)
+    return x[skip : skip + n * block].reshape(n, block), (start_row + skip) // block
+
+
+def window_mad(x: np.ndarray, window: int, min_count: int) -> np.ndarray:
+    """MAD (around its own median) of the ``window`` values ending at each position (inclusive),
+    NaN ignored; NaN where fewer than ``min_count`` finite values. Exact, computed per window.
+
+    >>> window_mad(np.array([1.0, 2.0, 4.0, np.nan, 10.0]), 3, 2).tolist()
+    [nan, 0.5, 1.0, 1.0, 3.0]
+    """
+    if len(x) == 0:
+        return np.zeros(0)
+    padded = np.concatenate([np.full(window - 1, np.nan), x])
+    view = np.lib.stride_tricks.sliding_window_view(padded, window)
+    _, mad = _block_median_mad(view)
+    return np.where(np.isfinite(view).sum(axis=1) >= max(min_count, 1), mad, np.nan)
+
+
+class BlockScale(BlockStats):
+    """:class:`BlockStats` whose sigma also counts how the block medians spread over the window.
+
+    ``BlockStats``' sigma (the median of the blocks' own MADs) sees only the noise inside a block:
+    a trend across the window, which a rolling IQR of the rows counts, is left out, so a trending
+    but healthy series (a loss that drifts as the policy learns) would score large z. Here
+    ``sigma = hypot(within, between)`` with ``between`` the MAD / 0.6745 of the window's block
+    medians around their median. For iid noise ``between`` is small (block medians vary by about
+    sigma / sqrt(block)) and partly offsets the small-sample low bias of ``within``.
+
+    >>> bs = BlockScale(window=40, block=10)
+    >>> x = np.r_[np.tile([1.0, 1.2, 0.8, 1.1, 0.9], 12), 5.0]
+    >>> med, sigma = bs.update(x, row0=0)
+    >>> float(med[-1]), round(float(sigma[-1]), 3)
+    (1.0, 0.148)
+    """
+
+    def update(self, x: np.ndarray, row0: int) -> tuple[np.ndarray, np.ndarray]:
+        base, within = super().update(x, row0)
+        meds, pos = self._last
+        between = np.full(len(pos), np.nan)
+        if len(meds):
+            roll = window_mad(meds, self.nblocks, self.min_blocks)
+            idx = pos - 1  # the blocks before the row's own block, as the baseline
+            ok = (idx >= 0) & (idx < len(roll))
+            between[ok] = roll[idx[ok]] / 0.6745
+        return base, np.hypot(within, np.where(np.isfinite(between), between, 0.0))
+
+
+def trend_spearman(y: np.ndarray) -> float:
+    """Spearman correlation of the finite values of ``y`` with their order in ``y``: is the series
+    rising over the run? For a step stream (steps strictly increasing, as the engine's step policy
+    keeps them) this is the Spearman correlation with the step. The order's ranks are positions,
+    which saves ranking (and keeping) a million steps, and the correlation is computed in place.
+
+    >>> trend_spearman(np.array([1.0, 3.0, np.nan, 2.0, 5.0, 4.0]))
+    0.8
+    """
+    ok = np.isfinite(y)
+    n = int(ok.sum())
+    if n < 3:
+        return float("nan")
+    # pearson()'s arithmetic, on arrays it may overwrite (every rank is finite)
+    xs = np.arange(1.0, n + 1.0)
+    xs -= xs.mean()
+    ys = rankdata(y[ok])
+    ys -= ys.mean()
+    denom = float(np.sqrt((xs * xs).sum() * (ys * ys).sum()))
+    if denom == 0.0:
+        return float("nan")
+    return float((xs * ys).sum() / denom)

@@ -1,0 +1,244 @@
+"""Timeline: every finding on one axis ordered by onset, with likely cause-and-effect links.
+
+A failing run usually shows a chain: a learning-rate change, then exploding gradients, then a KL
+runaway, then a reward collapse. The loudest finding is often the last domino; the post-mortem
+should name the first. The links below are *likely* causes, drawn from how RLHF training fails
+(see SIGNATURES.md); they are hypotheses to check first, not proofs.
+
+Link rule
+---------
+An event ``C`` is linked as a likely cause of an event ``E`` when a row of :data:`CAUSAL_RULES`
+matches (``C.rule`` matches its cause pattern and ``E.rule`` its effect pattern, shell-style
+globs), ``E`` is a warning or critical (an info finding is context, not a symptom; it can
+still be a cause), and ``0 <= E.onset - C.onset <= max_lag`` where
+``max_lag = max(rule lag in steps, LAG_FRACTION x the run's step span)``. An event never causes
+itself, and two events of the same rule are never linked. When several events of one rule could
+cause ``E``, only the latest (the smallest lag) is linked, so repeated spikes do not multiply the
+links.
+
+Events are the findings plus learning-rate changes read from the ``learning_rate`` column
+(``lr.change``: the rate moves by more than :data:`LR_CHANGE_RATIO` between consecutive logged
+values, which a smooth warmup or decay does not do).
+
+First domino
+------------
+Among the events that cause something and are caused by nothing, the earliest onset (ties: the
+more severe, then the rule id). Its ``chain`` follows links from it, each time to the most severe
+effect (ties: the earliest). When nothing links, the first domino is the earliest warning or
+critical finding, with no chain.
+
+Rule table (cause -> effect, lag in steps, why):
+
+======================================  ====================================  ====
+cause                                   effect                                lag
+======================================  ====================================  ====
+lr.change                               grad.explode, grad.spike, grad.nonf.  50
+lr.change                               kl.spike, kl.runaway, loss.*          100
+adv.*                                   grad.*                                50
+grad.explode, grad.spike, grad.nonf.    kl.spike, kl.runaway, kl.drift        100
+grad.explode, grad.nonfinite            loss.*, reward.*                      200
+kl_ctl.wrong_direction, stuck, law_m.   kl.runaway, kl.drift, kl.off_target   200
+lr.change                               update.stalled, reward.stagnation     100
+kl.spike, kl.runaway                    reward.*                              200
+loss.*                                  reward.*                              200
+length.reward_correlation               length.growth                         200
+length.growth, length.coupled_growth    length.truncation                     200
+entropy.collapse                        reward.stagnation, reward.plateau     300
+entropy.collapse                        length.*                              300
+======================================  ====================================  ====
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .result import Analysis
+
+__all__ = ["CAUSAL_RULES", "LAG_FRACTION", "LR_CHANGE_RATIO", "CausalRule", "build_timeline",
+           "lr_changes", "timeline_section"]
+
+#: A learning-rate change is a jump by more than this factor between consecutive logged values.
+LR_CHANGE_RATIO = 1.5
+#: The lag allowed for a link is at least this share of the run's step span.
+LAG_FRACTION = 0.05
+
+_SEV_RANK = {"info": 0, "warning": 1, "critical": 2}
+
+
+@dataclass(frozen=True)
+class CausalRule:
+    """One row of the rule table: cause patterns, effect patterns, max lag in steps, why."""
+
+    causes: tuple[str, ...]
+    effects: tuple[str, ...]
+    max_lag: int
+    why: str
+
+    def matches(self, cause: str, effect: str) -> bool:
+        return (any(fnmatch.fnmatchcase(cause, p) for p in self.causes)
+                and any(fnmatch.fnmatchcase(effect, p) for p in self.effects))
+
+
+_GRAD_BAD = ("grad.explode", "grad.spike", "grad.nonfinite")
+
+#: The documented rule table (module docstring); order is only for display.
+CAUSAL_RULES: tuple[CausalRule, ...] = (
+    CausalRule(("lr.change",), _GRAD_BAD, 50,
+               "a learning-rate change makes larger updates, which show first in the gradients"),
+    CausalRule(("lr.change",), ("kl.spike", "kl.runaway", "loss.*"), 100,
+               "a larger learning rate moves the policy faster away from the reference"),
+    CausalRule(("adv.*",), ("grad.*",), 50,
+               "badly scaled advantages scale the policy gradient directly"),
+    CausalRule(_GRAD_BAD, ("kl.spike", "kl.runaway", "kl.drift"), 100,
+               "an oversized update moves the policy away from the reference in one step"),
+    CausalRule(("grad.explode", "grad.nonfinite"), ("loss.*", "reward.*"), 200,
+               "exploding or non-finite gradients corrupt the weights; loss and reward follow"),
+    # saturation, overshoot and oscillation are symptoms of KL being off target, not causes
+    CausalRule(("kl_ctl.wrong_direction", "kl_ctl.stuck", "kl_ctl.law_mismatch", "kl_ctl.runaway"),
+               ("kl.runaway", "kl.drift", "kl.off_target"), 200,
+               "a KL controller that does not pull back lets KL drift out of its band"),
+    CausalRule(("lr.change",), ("update.stalled", "reward.stagnation"), 100,
+               "a learning rate cut by orders of magnitude stops the policy from moving"),
+    CausalRule(("kl.spike", "kl.runaway"), ("reward.*",), 200,
+               "a policy far from the reference degrades (or hacks) the reward"),
+    CausalRule(("loss.*",), ("reward.*",), 200,
+               "a diverging loss is a failing optimisation; the reward follows"),
+    CausalRule(("length.reward_correlation",), ("length.growth",), 200,
+               "a reward that pays for length makes responses grow"),
+    CausalRule(("length.growth", "length.coupled_growth"), ("length.truncation",), 200,
+               "growing responses hit the maximum length and are cut"),
+    CausalRule(("entropy.collapse",), ("reward.stagnation", "reward.plateau"), 300,
+               "a policy that stopped exploring stops finding better responses"),
+    CausalRule(("entropy.collapse",), ("length.*",), 300,
+               "a collapsed policy repeats itself; lengths drift"),
+)
+
+
+def lr_changes(steps: np.ndarray, lr: np.ndarray, ratio: float = LR_CHANGE_RATIO) -> list[dict[str, Any]]:
+    """``lr.change`` events: the learning rate jumps by more than ``ratio`` between logged values.
+
+    >>> lr_changes(np.arange(6), np.array([1e-5, 1e-5, 1e-5, 1e-4, 1e-4, 1e-4]))[0]["onset_step"]
+    3
+    """
+    ok = np.isfinite(lr) & (lr > 0)
+    s, v = np.asarray(steps)[ok], np.asarray(lr, dtype=np.float64)[ok]
+    if len(v) < 2:
+        return []
+    factor = v[1:] / v[:-1]
+    jumps = np.flatnonzero((factor > ratio) | (factor < 1.0 / ratio)) + 1
+    return [{
+        "rule": "lr.change", "severity": "info", "first_step": int(s[i]), "last_step": int(s[i]),
+        "onset_step": int(s[i]),
+        "message": f"learning rate changed from {v[i - 1]:.3g} to {v[i]:.3g} at step {int(s[i])}",
+    } for i in jumps[:50]]
+
+
+def build_timeline(findings: list[dict[str, Any]], extra_events: list[dict[str, Any]] | None = None,
+                   step_span: int = 0) -> dict[str, Any]:
+    """Order events by onset, link likely causes to effects, name the first domino.
+
+    ``findings`` are finding dicts (``Finding.to_dict``); ``extra_events`` are events that are not
+    findings (``lr.change``); ``step_span`` is the run's last minus first step.
+    """
+    raw = [dict(f, kind="finding", finding_index=i) for i, f in enumerate(findings)]
+    raw += [dict(e, kind="event") for e in (extra_events or [])]
+    raw.sort(key=lambda e: (int(e["onset_step"]), -_SEV_RANK.get(e["severity"], 0), e["rule"],
+                            int(e["first_step"])))
+    events = []
+    for i, e in enumerate(raw):
+        ev = {"id": f"e{i}", "rule": e["rule"], "severity": e["severity"], "kind": e["kind"],
+              "onset_step": int(e["onset_step"]), "first_step": int(e["first_step"]),
+              "last_step": int(e["last_step"]), "message": e.get("message", "")}
+        if "finding_index" in e:
+            ev["finding_index"] = e["finding_index"]
+        events.append(ev)
+    floor = int(LAG_FRACTION * max(step_span, 0))
+    links: list[dict[str, Any]] = []
+    effects = [e for e in events if _SEV_RANK.get(e["severity"], 0) >= 1]
+    for e in effects:
+        nearest: dict[str, dict[str, Any]] = {}  # per cause rule, the latest cause before e
+        for c in events:
+            if c is e or c["rule"] == e["rule"]:
+                continue
+            lag = e["onset_step"] - c["onset_step"]
+            if lag < 0:
+                continue
+            for rule in CAUSAL_RULES:
+                if rule.matches(c["rule"], e["rule"]) and lag <= max(rule.max_lag, floor):
+                    if c["rule"] not in nearest or lag <= nearest[c["rule"]]["lag"]:
+                        nearest[c["rule"]] = {"cause": c["id"], "effect": e["id"], "cause_rule": c["rule"],
+                                              "effect_rule": e["rule"], "lag": lag, "why": rule.why}
+                    break
+        links.extend(nearest.values())
+    order = {ev["id"]: i for i, ev in enumerate(events)}
+    links.sort(key=lambda lk: (order[lk["cause"]], order[lk["effect"]]))
+    return {"events": events, "links": links, "first_domino": _first_domino(events, links),
+            "rules": [{"causes": list(r.causes), "effects": list(r.effects), "max_lag": r.max_lag,
+                       "why": r.why} for r in CAUSAL_RULES],
+            "lag_fraction": LAG_FRACTION}
+
+
+def _first_domino(events: list[dict[str, Any]], links: list[dict[str, Any]]) -> dict[str, Any] | None:
+    by_id = {e["id"]: e for e in events}
+    causes = {lk["cause"] for lk in links}
+    effects = {lk["effect"] for lk in links}
+    roots = [by_id[i] for i in causes - effects]
+    if not roots:
+        serious = [e for e in events if _SEV_RANK.get(e["severity"], 0) >= 1]
+        if not serious:
+            return None
+        first = serious[0]
+        return {"id": first["id"], "rule": first["rule"], "onset_step": first["onset_step"],
+                "severity": first["severity"], "chain": [first["id"]], "chain_rules": [first["rule"]],
+                "linked": False}
+    # at the same onset, the root that explains most (direct effects) comes first: a learning-rate
+    # change at step 100 is the first domino, not a symptom that starts at the same step
+    n_effects = {i: sum(1 for lk in links if lk["cause"] == i) for i in causes}
+    roots.sort(key=lambda e: (e["onset_step"], -n_effects[e["id"]], -_SEV_RANK.get(e["severity"], 0),
+                              e["rule"]))
+    root = roots[0]
+    chain = [root["id"]]
+    seen = {root["id"]}
+    current = root["id"]
+    while True:
+        nxt = [by_id[lk["effect"]] for lk in links if lk["cause"] == current
+               and lk["effect"] not in seen]
+        if not nxt:
+            break
+        nxt.sort(key=lambda e: (-_SEV_RANK.get(e["severity"], 0), e["onset_step"], e["rule"]))
+        current = nxt[0]["id"]
+        chain.append(current)
+        seen.add(current)
+    return {"id": root["id"], "rule": root["rule"], "onset_step": root["onset_step"],
+            "severity": root["severity"], "chain": chain,
+            "chain_rules": [by_id[i]["rule"] for i in chain], "linked": True}
+
+
+def timeline_section(analysis: Analysis) -> dict[str, Any]:
+    """The ``timeline`` section of the analysis JSON: the timeline of a finished analysis."""
+    extra: list[dict[str, Any]] = []
+    if "learning_rate" in getattr(analysis.metrics, "names", ()):
+        frame = analysis.metrics.frame(["learning_rate"])  # one column, not the whole table
+        extra = lr_changes(frame["step"], frame["learning_rate"])
+    st = analysis.steps
+    span = (st["last"] - st["first"]) if st.get("first") is not None else 0
+    return build_timeline([f.to_dict() for f in analysis.findings], extra, span)
+
+
+def timeline_from_dict(d: dict[str, Any]) -> dict[str, Any]:
+    """The timeline of a saved analysis dict (its own section if it has one)."""
+    if isinstance(d.get("timeline"), dict):
+        return d["timeline"]
+    extra: list[dict[str, Any]] = []
+    lr = (d.get("plots") or {}).get("series", {}).get("learning_rate")
+    if lr:
+        extra = lr_changes(np.asarray(lr["x"]), np.asarray(lr["y"], dtype=np.float64))
+    st = d.get("steps") or {}
+    span = (st["last"] - st["first"]) if st.get("first") is not None and st.get("last") is not None else 0
+    return build_timeline(d.get("findings", []), extra, span)
+

@@ -1,0 +1,146 @@
+"""The tracker protocol: declared columns, ``update`` on batches, a pure ``finish``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ...config import RunMeta
+from ...io.canonical import Batch
+from ..episodes import Episode
+from ..findings import Finding, RuleSpec, Severity
+
+__all__ = ["Tracker", "TrackerResult", "severity_weight", "tracker_score"]
+
+#: Weight of one finding in a tracker's score, by severity (see :func:`tracker_score`).
+SEVERITY_WEIGHT = {Severity.INFO: 0.0, Severity.WARNING: 0.2, Severity.CRITICAL: 0.5}
+
+
+def severity_weight(sev: Severity) -> float:
+    return SEVERITY_WEIGHT[sev]
+
+
+def tracker_score(findings: list[Finding], rows: int, row_counts: dict[int, int]) -> float:
+    """Health in [0, 1]: ``prod(1 - w_sev * (0.5 + 0.5 * coverage))`` over the findings.
+
+    ``w_sev`` is 0 for info, 0.2 for warning and 0.5 for critical; ``coverage`` is the share of
+    the tracker's rows inside the finding's episode. A short warning costs 10 %, a warning over
+    the whole run 20 %; a critical costs 25 % to 50 %. ``row_counts`` maps ``id(finding)`` to the
+    number of rows its episode covers.
+    """
+    score = 1.0
+    for f in findings:
+        coverage = min(1.0, row_counts.get(id(f), 1) / max(rows, 1))
+        score *= 1.0 - severity_weight(f.severity) * (0.5 + 0.5 * coverage)
+    return round(score, 4)
+
+
+@dataclass
+class TrackerResult:
+    """What a tracker returns at the end of a stream."""
+
+    name: str
+    area: str
+    active: bool
+    findings: list[Finding] = field(default_factory=list)
+    score: float | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    series: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    coverage: dict[int, int] = field(default_factory=dict)
+    #: top-level sections this tracker adds to the analysis JSON (e.g. ``"windows"``)
+    sections: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "area": self.area,
+            "active": self.active,
+            "score": self.score,
+            "summary": self.summary,
+            "notes": list(self.notes),
+            "findings": len(self.findings),
+        }
+
+
+class Tracker:
+    """Base class. Subclasses set the class attributes and implement ``update`` and ``finish``.
+
+    ``requires`` lists canonical columns of which at least one must be logged for the tracker to
+    run; ``streams`` says which streams it reads (``"step"``, ``"sample"``); a batch's
+    ``stream`` attribute tells which one it comes from. ``update`` may return derived per-row series
+    for the batch (written to the per-step CSV); it only mutates the tracker's state.
+    """
+
+    name: ClassVar[str]
+    area: ClassVar[str]
+    streams: ClassVar[tuple[str, ...]] = ("step",)
+    requires: ClassVar[tuple[str, ...]] = ()
+    rules: ClassVar[tuple[RuleSpec, ...]] = ()
+    Params: ClassVar[type]
+
+    def __init__(self, params: Any = None, meta: RunMeta | None = None) -> None:
+        self.params = params if params is not None else self.Params()
+        self.meta = meta if meta is not None else RunMeta()
+        self.rows = 0
+        self.active = False
+        self._findings: list[Finding] = []
+        self._coverage: dict[int, int] = {}
+        self.source_keys: dict[str, str] = {}
+
+    # -- protocol ---------------------------------------------------------------------
+    def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
+        raise NotImplementedError
+
+    def finish(self) -> TrackerResult:
+        raise NotImplementedError
+
+    # -- helpers for subclasses --------------------------------------------------------
+    @classmethod
+    def rule(cls, rule_id: str) -> RuleSpec:
+        for r in cls.rules:
+            if r.id == rule_id:
+                return r
+        raise KeyError(rule_id)
+
+    def emit(
+        self,
+        rule_id: str,
+        ep: Episode,
+        message: str,
+        evidence: dict[str, Any],
+        severity: Severity | None = None,
+    ) -> Finding:
+        """Record a finding for an episode, with the rule's remedy and explanation."""
+        spec = self.rule(rule_id)
+        ev = dict(evidence)
+        sources = {k: v for k, v in self.source_keys.items() if k in ev.get("metrics", ())}
+        if sources:
+            ev["source_keys"] = sources
+        ev.pop("metrics", None)
+        f = Finding(
+            rule=rule_id,
+            severity=severity or spec.severity,
+            first_step=ep.first_step,
+            last_step=ep.last_step,
+            onset_step=ep.onset_step,
+            message=message,
+            remedy=spec.remedy,
+            tracker=self.name,
+            evidence=ev,
+            explanation=spec.explanation,
+        )
+        self._findings.append(f)
+        self._coverage[id(f)] = max(ep.n_rows, 1)
+        return f
+
+    def result(self, summary: dict[str, Any], notes: list[str] | None = None,
+               series: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+               sections: dict[str, Any] | None = None) -> TrackerResult:
+        """Package the findings with the documented score."""
+        findings = sorted(self._findings, key=Finding.sort_key)
+        score = tracker_score(findings, self.rows, self._coverage) if self.active else None
+        return TrackerResult(self.name, self.area, self.active, findings, score, summary,
+                             series or {}, notes or [], dict(self._coverage), sections or {})

@@ -1,0 +1,175 @@
+"""Policy entropy: collapse (a large fall from the run's early level) and blow-up, with onset.
+
+The early level ``H_0`` is the median entropy of the first ``baseline_rows`` rows; the current
+level is a trailing block median over ``smooth`` rows, so one noisy step moves nothing. Ratios are
+unit-free, so summed-per-sequence and per-token entropies are judged alike (SIGNATURES #10 trap).
+
+* ``entropy.collapse`` (warning): ``H_t / H_0 < collapse_ratio`` (0.3, SIGNATURES #10) for
+  ``collapse_rows`` rows while the reward has stopped improving (or is not logged). A decline is
+  expected while a policy learns (Cui et al. 2025: ~73% in the first twelfth of training); it
+  becomes a problem when the reward plateaus, so a low entropy with a reward still rising is the
+  informational ``entropy.low``.
+* ``entropy.blowup`` (warning): ``H_t / H_0 > blowup_ratio`` (1.5, SIGNATURES #11) while the
+  level is still rising (``blowup_rise`` over one window), for ``blowup_rows`` rows.
+
+References: SIGNATURES.md #10, #11; Cui et al. 2025, *The Entropy Mechanism of RL for Reasoning
+LMs*; DAPO (Yu et al. 2025) sections 3.1, 3.3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...config import param
+from ...io.canonical import Batch
+from ..episodes import Episodes
+from ..findings import RuleSpec, Severity
+from ..stats import Context, shift
+from .base import Tracker, TrackerResult
+from .rewards import block_median, diff_sigma
+
+__all__ = ["Entropy"]
+
+
+@dataclass
+class EntropyParams:
+    baseline_rows: int = param(20, "First rows whose median entropy is the early level H_0.")
+    smooth: int = param(20, "Rows in the block median that defines the current level.")
+    window: int = param(100, "Rows over which rising entropy and reward improvement are judged.")
+    collapse_ratio: float = param(0.3, "H_t / H_0 below this is a collapse (SIGNATURES #10).")
+    collapse_rows: int = param(10, "Consecutive rows the collapse condition must hold.")
+    plateau_rows: int = param(50, "Rows over which the reward's improvement is judged.")
+    plateau_sigmas: float = param(2.0, "Reward level gain over plateau_rows below this many noise "
+                                  "sigmas counts as a plateau.")
+    blowup_ratio: float = param(1.5, "H_t / H_0 above this is a blow-up (SIGNATURES #11).")
+    blowup_rise: float = param(0.05, "...while the level is still this share above its value one "
+                               "window earlier.")
+    blowup_rows: int = param(10, "Consecutive rows the blow-up condition must hold.")
+
+
+_R = RuleSpec
+RULES = (
+    _R("entropy.collapse", Severity.WARNING, "Entropy collapse",
+       "Policy entropy fell below a small share of its early level while the reward stopped "
+       "improving: the policy has become near-deterministic and no longer explores.",
+       "Raise the temperature 10%; use clip-higher (eps_high 0.28) or an (adaptive) entropy bonus; "
+       "use dynamic sampling to drop all-correct/all-wrong groups.",
+       ("collapse_ratio", "collapse_rows", "baseline_rows", "plateau_rows", "plateau_sigmas"), "SIGNATURES #10"),
+    _R("entropy.low", Severity.INFO, "Entropy far below its early level",
+       "Entropy fell below collapse_ratio of its early level but the reward is still improving: "
+       "expected while learning, a collapse risk if the reward plateaus.",
+       "Watch the reward; if it plateaus, raise the temperature 10% or use clip-higher.",
+       ("collapse_ratio", "collapse_rows"), "SIGNATURES #10"),
+    _R("entropy.blowup", Severity.WARNING, "Entropy blow-up",
+       "Policy entropy rose well above its early level and keeps rising: generations drift toward "
+       "gibberish and repetition.",
+       "Use a token-level loss (loss_type='dapo'); remove or clip the entropy bonus; lower the "
+       "learning rate 20% or the temperature 10%.",
+       ("blowup_ratio", "blowup_rise", "blowup_rows"), "SIGNATURES #11"),
+)
+
+
+class Entropy(Tracker):
+    """Entropy level against its early value: collapse (with reward context) and blow-up."""
+
+    name = "entropy"
+    area = "policy"
+    requires = ("entropy",)
+    rules = RULES
+    Params = EntropyParams
+
+    def __init__(self, params: EntropyParams | None = None, meta=None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(params, meta)
+        p: EntropyParams = self.params
+        self.p = p
+        self.base_vals: list[np.ndarray] = []
+        self.h0: float | None = None
+        self.ctx = Context(2 * max(p.window, p.plateau_rows) + p.smooth + 2)
+        self.ep = {
+            "entropy.collapse": Episodes(p.collapse_rows, p.collapse_rows, gap=p.window, mode="min"),
+            "entropy.low": Episodes(p.collapse_rows, p.collapse_rows, gap=p.window, mode="min"),
+            "entropy.blowup": Episodes(p.blowup_rows, p.blowup_rows, gap=p.window, mode="max"),
+        }
+        self.min_ratio = np.inf
+        self.max_ratio = -np.inf
+        self.last_ratio = float("nan")
+
+    def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
+        if not batch.has("entropy") and not self.active:
+            return None
+        self.active = True
+        self.source_keys.setdefault("entropy", "entropy")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self._update(batch)
+
+    def _update(self, batch: Batch) -> dict[str, np.ndarray]:
+        p = self.p
+        rows, steps = batch.rows, batch.steps
+        self.rows += len(batch)
+        h = batch.col("entropy")
+        if self.h0 is None:
+            self.base_vals.append(h[rows < p.baseline_rows])
+            if rows[-1] >= p.baseline_rows - 1:
+                b = np.concatenate(self.base_vals)
+                b = b[np.isfinite(b)]
+                self.h0 = float(np.median(b)) if len(b) else float("nan")
+        h0 = self.h0 if self.h0 is not None and self.h0 > 0 else np.nan
+        full, n0 = self.ctx.extend(h=h, r=batch.col("reward_mean"))
+        level_f = block_median(full["h"], p.smooth, max(p.smooth // 2, 1))
+        level = level_f[n0:]
+        ratio = level / h0
+        ago = shift(level_f, p.window)[n0:]
+        # reward improvement over one window, in reward noise sigmas
+        r_level = block_median(full["r"], p.smooth, max(p.smooth // 2, 1))
+        r_gain = ((r_level - shift(r_level, p.plateau_rows))
+                  / np.fmax(diff_sigma(full["r"], p.window, p.window // 4), 1e-12))[n0:]
+        improving = np.isfinite(r_gain) & (r_gain >= p.plateau_sigmas)
+        known = rows >= p.baseline_rows
+        low = known & np.isfinite(ratio) & (ratio < p.collapse_ratio)
+        self.ep["entropy.collapse"].update(rows, steps, low & ~improving, ratio,
+                                           {"entropy": level, "reward_gain_sigmas": r_gain})
+        self.ep["entropy.low"].update(rows, steps, low & improving, ratio,
+                                      {"entropy": level, "reward_gain_sigmas": r_gain})
+        rising = np.isfinite(ago) & (level > ago * (1.0 + p.blowup_rise))
+        blow = known & np.isfinite(ratio) & (ratio > p.blowup_ratio) & rising
+        self.ep["entropy.blowup"].update(rows, steps, blow, ratio, {"entropy": level})
+        fin = np.isfinite(ratio) & known
+        if fin.any():
+            self.min_ratio = min(self.min_ratio, float(ratio[fin].min()))
+            self.max_ratio = max(self.max_ratio, float(ratio[fin].max()))
+            self.last_ratio = float(ratio[fin][-1])
+        return {"entropy_over_initial": ratio}
+
+    def finish(self) -> TrackerResult:
+        p = self.p
+        notes: list[str] = []
+        summary: dict[str, Any] = {
+            "rows": self.rows, "initial": self.h0,
+            "min_over_initial": self.min_ratio if np.isfinite(self.min_ratio) else None,
+            "max_over_initial": self.max_ratio if np.isfinite(self.max_ratio) else None,
+            "last_over_initial": self.last_ratio}
+        if self.active and (self.h0 is None or not self.h0 > 0):
+            notes.append("early entropy is not positive (or too few rows): collapse and blow-up "
+                         "not judged")
+        for rule, eps in self.ep.items():
+            for ep in eps.finish():
+                ent = ep.extras.get("entropy", float("nan"))
+                span = f"steps {ep.first_step}-{ep.last_step}"
+                ev: dict[str, Any] = {"ratio_to_initial": ep.peak, "entropy": ent, "initial": self.h0,
+                                      "metrics": ["entropy"]}
+                if rule == "entropy.blowup":
+                    msg = (f"entropy rose to {ep.peak:.2f}x its early level ({ent:.4g} vs "
+                           f"{self.h0:.4g}) and kept rising, onset step {ep.onset_step}, {span}")
+                    ev.update(threshold=p.blowup_ratio)
+                else:
+                    gain = ep.extras.get("reward_gain_sigmas", float("nan"))
+                    ctx = ("reward still improving" if rule == "entropy.low" else
+                           "reward not improving" if gain == gain else "reward trend unknown")
+                    msg = (f"entropy fell to {ep.peak:.2f}x its early level ({ent:.4g} vs "
+                           f"{self.h0:.4g}), {ctx}, onset step {ep.onset_step}, {span}")
+                    ev.update(threshold=p.collapse_ratio, reward_gain_sigmas=gain)
+                self.emit(rule, ep, msg, ev)
+        return self.result(summary, notes)

@@ -1,0 +1,273 @@
+"""Gradient norms: explosions, spikes, vanishing, non-finite steps, policy/value imbalance, clipping.
+
+Thresholds are relative to the run's own trailing baseline wherever the scale of a gradient norm
+depends on the setup (loss reduction, batch size, model size); the absolute ones are last-resort
+guards. A NaN or Inf gradient norm usually means the optimizer skipped the step (fp16 overflow)
+or the weights are already corrupted.
+
+References: SIGNATURES.md #20-#22 (spike thresholds calibrated on healthy runs, persistent
+clipping), OPT-175B logbook, PaLM (spikes despite clipping).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...config import param
+from ...io.canonical import Batch
+from ..episodes import Episodes
+from ..findings import RuleSpec, Severity
+from ..stats import BlockStats, Context, persist
+from .base import Tracker, TrackerResult
+
+__all__ = ["GradNorms"]
+
+
+@dataclass
+class GradNormsParams:
+    window: int = param(100, "Trailing window (rows) of the robust baseline.")
+    block: int = param(10, "Rows per block of the robust baseline (see stats.BlockStats).")
+    min_history: int = param(20, "Rows of history before robust scores are trusted.")
+    probation: int = param(10, "Rows at the start on which relative rules do not fire.")
+    spike_z: float = param(6.0, "Robust z of log grad norm that marks a spike (MON: 6).")
+    spike_min_ratio: float = param(3.0, "A spike must also be this many times the trailing median.")
+    explode_ratio: float = param(10.0, "Grad norm this many times the trailing median (or the "
+                                 "early baseline), sustained, is an explosion.")
+    explode_abs: float = param(1e3, "Grad norm above this is an explosion whatever the baseline.")
+    explode_k: int = param(3, "Explosion persistence: rows out of explode_m.")
+    explode_m: int = param(5, "Explosion persistence window (rows).")
+    vanish_ratio: float = param(0.01, "Grad norm below this multiple of the early baseline, "
+                                "sustained, is vanishing.")
+    vanish_abs: float = param(1e-7, "Grad norm below this is vanishing whatever the baseline.")
+    vanish_rows: int = param(10, "Consecutive rows a vanishing condition must hold.")
+    baseline_rows: int = param(50, "Rows after probation that define the early baseline.")
+    imbalance_decades: float = param(2.0, "|log10(policy / value grad norm)| above this is an "
+                                     "imbalance (2 = 100x).")
+    imbalance_rows: int = param(10, "Consecutive rows the imbalance must hold.")
+    imbalance_shift: float = param(1.0, "A shift of the policy/value ratio by this many decades "
+                                   "from its early level is an imbalance too (1 = 10x).")
+    clip_share: float = param(0.05, "Share of recent steps clipped that means saturation "
+                              "(MON: healthy <= 0.5%).")
+    clip_window: int = param(300, "Rows over which the clipped share is measured.")
+
+
+_R = RuleSpec
+RULES = (
+    _R("grad.nonfinite", Severity.CRITICAL, "Non-finite gradient norm",
+       "A NaN or Inf gradient norm was logged: the step overflowed (fp16), was skipped, or the "
+       "weights are already corrupted.",
+       "Restore the last good checkpoint; switch fp16 to bf16; lower the learning rate 20%; "
+       "check the loss for log(0) or division by a zero std.",
+       (), "SIGNATURES #22", stability=True),
+    _R("grad.explode", Severity.CRITICAL, "Gradient explosion",
+       "The gradient norm rose an order of magnitude above its trailing median and stayed "
+       "there, or crossed the absolute ceiling.",
+       "Lower the learning rate 20% (or 50% if it recurs); set max_grad_norm=1.0 if clipping is "
+       "off; restart from a checkpoint before onset.",
+       ("explode_ratio", "explode_abs", "explode_k", "explode_m"), "SIGNATURES #20; OPT",
+       stability=True),
+    _R("grad.spike", Severity.WARNING, "Gradient-norm spike",
+       "A gradient norm far above the run's recent level (robust z of log norm over the "
+       "trailing window, current point excluded).",
+       "Skip or inspect the batch at onset; lower the learning rate 20% or beta2 to 0.95 if "
+       "spikes repeat; tighten gradient clipping 20%.",
+       ("spike_z", "spike_min_ratio", "window"), "SIGNATURES #20", stability=True),
+    _R("grad.vanish", Severity.WARNING, "Vanishing gradients",
+       "The gradient norm fell to a tiny fraction of its early level and stayed there: the "
+       "policy has stopped learning (learning rate far too low, saturated outputs, dead "
+       "advantages).",
+       "Check the learning rate schedule (raise it if it decayed to ~0); check that advantages "
+       "are non-zero and the loss is connected to the parameters.",
+       ("vanish_ratio", "vanish_abs", "vanish_rows")),
+    _R("grad.imbalance", Severity.WARNING, "Policy/value gradient imbalance",
+       "Policy and value gradient norms differ by orders of magnitude, or their ratio shifted by "
+       "an order of magnitude from its early level: one loss dominates the shared update "
+       "(typically an unscaled value loss).",
+       "Scale the value loss (vf_coef 0.1-0.5) or clip the value-loss gradient separately; "
+       "give the value head its own optimizer or learning rate.",
+       ("imbalance_decades", "imbalance_rows")),
+    _R("grad.clip_saturation", Severity.WARNING, "Gradient clipping saturated",
+       "A large share of recent steps hit the clipping threshold: the effective step size is "
+       "set by the clip, not the learning rate.",
+       "Lower the learning rate 20%; check the reward scale; raise max_grad_norm only if "
+       "clipping is deliberately tight.",
+       ("clip_share", "clip_window")),
+)
+
+
+class GradNorms(Tracker):
+    """Gradient-norm health from ``grad_norm`` (and ``grad_norm_value``)."""
+
+    name = "grad_norms"
+    area = "gradients"
+    requires = ("grad_norm", "grad_norm_value")
+    rules = RULES
+    Params = GradNormsParams
+
+    def __init__(self, params: GradNormsParams | None = None, meta=None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(params, meta)
+        p: GradNormsParams = self.params
+        self.p = p
+        self.bs = BlockStats(p.window, p.block, min_blocks=max(p.min_history // p.block, 2))
+        self.clip_ctx = Context(p.clip_window)
+        self.base_vals: list[np.ndarray] = []
+        self.baseline: float | None = None
+        self.ep = {
+            "grad.nonfinite": Episodes(1, 1, gap=5),
+            "grad.explode": Episodes(p.explode_k, p.explode_m, gap=p.explode_m, mode="max"),
+            "grad.spike": Episodes(1, 1, gap=3, mode="max"),
+            "grad.vanish": Episodes(p.vanish_rows, p.vanish_rows, gap=p.window, mode="min"),
+            "grad.imbalance": Episodes(p.imbalance_rows, p.imbalance_rows, gap=p.window,
+                                       mode="absmax"),
+            "grad.clip_saturation": Episodes(1, 1, gap=p.clip_window, mode="max"),
+        }
+        self.nonfinite_rows = 0
+        self.clipped_rows = 0
+        self.norm_rows = 0
+        self.log_ratio_first: float | None = None
+        self.ratio_vals: list[np.ndarray] = []
+        self.base_ratio: float | None = None
+        self.log_ratio_last: float | None = None
+
+    def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
+        if not (batch.has("grad_norm") or batch.has("grad_norm_value")):
+            if not self.active:
+                return None
+        self.active = True
+        self.rows += len(batch)
+        p = self.p
+        rows, steps = batch.rows, batch.steps
+        after = rows >= p.probation
+        g = batch.col("grad_norm")
+        gv = batch.col("grad_norm_value")
+        self.source_keys.setdefault("grad_norm", "grad_norm")
+
+        nonfinite = batch.nonfinite("grad_norm") | batch.nonfinite("grad_norm_value")
+        self.nonfinite_rows += int(nonfinite.sum())
+        self.ep["grad.nonfinite"].update(rows, steps, nonfinite,
+                                         np.where(nonfinite, 1.0, 0.0))
+        pos = np.isfinite(g) & (g > 0)
+        self.norm_rows += int(pos.sum())
+        logg = np.log(np.where(pos, g, np.nan))
+        med, sigma = self.bs.update(logg, batch.row0)
+        sigma = np.fmax(sigma, 0.05)  # log-scale floor: a 5% wiggle is never a spike
+        z = (logg - med) / sigma
+        ratio = g / np.exp(med)
+        # the early baseline: the trailing one adapts to a sustained explosion, this one does not
+        if self.baseline is None:
+            sel = (rows >= p.probation) & (rows < p.probation + p.baseline_rows)
+            self.base_vals.append(g[sel])
+            if rows[-1] >= p.probation + p.baseline_rows - 1:
+                vals = np.concatenate(self.base_vals)
+                vals = vals[np.isfinite(vals)]
+                self.baseline = float(np.median(vals)) if len(vals) else None
+        has_base = rows >= p.probation + p.baseline_rows
+        base = self.baseline if self.baseline else np.nan
+        explode = (after & (ratio > p.explode_ratio)) | (np.isfinite(g) & (g > p.explode_abs))
+        explode |= has_base & (g > p.explode_ratio * base)
+        self.ep["grad.explode"].update(rows, steps, explode, g,
+                                       {"ratio": ratio, "median": np.exp(med)})
+        spike = after & (z > p.spike_z) & (ratio > p.spike_min_ratio)
+        self.ep["grad.spike"].update(rows, steps, spike, ratio,
+                                     {"grad_norm": g, "z": z, "median": np.exp(med)})
+        vanish = np.isfinite(g) & ((g < p.vanish_abs) | (has_base & (g < p.vanish_ratio * base)))
+        self.ep["grad.vanish"].update(rows, steps, vanish, g, {"baseline": np.full(len(g), base)})
+        # policy / value imbalance
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lr = np.log10(g / gv)
+        ok = np.isfinite(lr)
+        if ok.any():
+            if self.log_ratio_first is None:
+                self.log_ratio_first = float(lr[ok][0])
+            self.log_ratio_last = float(lr[ok][-1])
+        if self.base_ratio is None:
+            sel = (rows >= p.probation) & (rows < p.probation + p.baseline_rows)
+            self.ratio_vals.append(lr[sel])
+            if rows[-1] >= p.probation + p.baseline_rows - 1:
+                vals = np.concatenate(self.ratio_vals)
+                vals = vals[np.isfinite(vals)]
+                self.base_ratio = float(np.median(vals)) if len(vals) else float("nan")
+        shifted = has_base & (np.abs(lr - (self.base_ratio if self.base_ratio is not None
+                                           else np.nan)) > p.imbalance_shift)
+        imb = ok & after & ((np.abs(lr) > p.imbalance_decades) | shifted)
+        self.ep["grad.imbalance"].update(rows, steps, imb, lr,
+                                         {"policy": g, "value": gv})
+        # clipping saturation, when the clip threshold is known
+        clip = self.meta.max_grad_norm
+        if clip:
+            clipped = np.isfinite(g) & (g > clip)
+            self.clipped_rows += int(clipped.sum())
+            cfull, c0 = self.clip_ctx.extend(c=clipped)
+            k = max(1, int(np.ceil(p.clip_share * p.clip_window)))
+            sat = persist(cfull["c"], k, p.clip_window)[c0:] & after
+            counts = np.cumsum(np.concatenate([[0], cfull["c"].astype(np.int64)]))
+            idx = np.arange(1, len(cfull["c"]) + 1)
+            share = ((counts[idx] - counts[np.maximum(idx - p.clip_window, 0)])
+                     / np.minimum(idx + (self.rows - len(batch) - c0), p.clip_window))[c0:]
+            self.ep["grad.clip_saturation"].update(rows, steps, sat, share)
+        return {"grad_norm_robust_z": z, "grad_policy_value_log10": lr}
+
+    def finish(self) -> TrackerResult:
+        p = self.p
+        notes = []
+        if not self.meta.max_grad_norm:
+            notes.append("clip value unknown (run.json max_grad_norm): clipping saturation "
+                         "not checked")
+        summary: dict[str, object] = {
+            "rows": self.rows,
+            "nonfinite_rows": self.nonfinite_rows,
+            "baseline": self.baseline,
+            "log10_policy_value_first": self.log_ratio_first,
+            "log10_policy_value_last": self.log_ratio_last,
+        }
+        if self.meta.max_grad_norm and self.norm_rows:
+            summary["clipped_share"] = round(self.clipped_rows / self.norm_rows, 4)
+        explode_eps = self.ep["grad.explode"].finish()
+        spans = [(e.first_step, e.last_step) for e in explode_eps]
+        for ep in self.ep["grad.nonfinite"].finish():
+            self.emit("grad.nonfinite", ep,
+                      f"{ep.n_rows} non-finite gradient norms, steps {ep.first_step}-{ep.last_step}",
+                      {"rows": ep.n_rows, "metrics": ["grad_norm"]})
+        for ep in explode_eps:
+            self.emit("grad.explode", ep,
+                      f"gradient norm exploded to {ep.peak:.3g} ({ep.extras.get('ratio', float('nan')):.3g}x "
+                      f"the trailing median) at step {ep.peak_step}, steps {ep.first_step}-{ep.last_step}",
+                      {"peak": ep.peak, "peak_ratio": ep.extras.get("ratio"),
+                       "trailing_median": ep.extras.get("median"),
+                       "threshold_ratio": p.explode_ratio, "threshold_abs": p.explode_abs,
+                       "metrics": ["grad_norm"]})
+        for ep in self.ep["grad.spike"].finish():
+            if any(a - p.explode_m <= ep.onset_step <= b + p.explode_m for a, b in spans):
+                continue  # the explosion finding already covers this step
+            self.emit("grad.spike", ep,
+                      f"gradient norm spiked to {ep.extras.get('grad_norm', float('nan')):.3g} "
+                      f"({ep.peak:.3g}x the trailing median) at step {ep.peak_step}",
+                      {"peak_ratio": ep.peak, "peak": ep.extras.get("grad_norm"),
+                       "robust_z": ep.extras.get("z"), "threshold_z": p.spike_z,
+                       "threshold_ratio": p.spike_min_ratio, "metrics": ["grad_norm"]})
+        for ep in self.ep["grad.vanish"].finish():
+            self.emit("grad.vanish", ep,
+                      f"gradient norm fell to {ep.peak:.3g} (early baseline "
+                      f"{ep.extras.get('baseline', float('nan')):.3g}), steps {ep.first_step}-{ep.last_step}",
+                      {"min": ep.peak, "baseline": ep.extras.get("baseline"),
+                       "threshold_ratio": p.vanish_ratio, "threshold_abs": p.vanish_abs,
+                       "metrics": ["grad_norm"]})
+        for ep in self.ep["grad.imbalance"].finish():
+            self.emit("grad.imbalance", ep,
+                      f"policy/value gradient norms differ by 10^{abs(ep.peak):.2g} "
+                      f"(policy {ep.extras.get('policy', float('nan')):.3g}, value "
+                      f"{ep.extras.get('value', float('nan')):.3g}), steps {ep.first_step}-{ep.last_step}",
+                      {"log10_ratio": ep.peak, "first_log10_ratio": self.log_ratio_first,
+                       "baseline_log10_ratio": self.base_ratio,
+                       "threshold_decades": p.imbalance_decades,
+                       "threshold_shift_decades": p.imbalance_shift,
+                       "metrics": ["grad_norm", "grad_norm_value"]})
+        for ep in self.ep["grad.clip_saturation"].finish():
+            self.emit("grad.clip_saturation", ep,
+                      f"{ep.peak:.0%} of recent steps were clipped at max_grad_norm="
+                      f"{self.meta.max_grad_norm}, steps {ep.first_step}-{ep.last_step}",
+                      {"clipped_share": ep.peak, "threshold": p.clip_share,
+                       "max_grad_norm": self.meta.max_grad_norm, "metrics": ["grad_norm"]})
+        return self.result(summary, notes)

@@ -1,0 +1,516 @@
+"""KL to the reference policy and the controller that steers it.
+
+Level against a target band, time in band, trend, volatility, robust spikes, early-versus-late
+drift; for the coefficient: responsiveness (does beta move toward the target?), overshoot,
+oscillation, a stuck controller, and conformance to the adaptive controller of Ziegler et al.
+(2019) when the run says it is adaptive.
+
+Units: the tracker reads ``kl`` (nats/token) or, when a run logs only the per-sequence sum,
+``kl_seq`` (nats/sequence). A target is compared only with the series in its own unit.
+
+Without a target (none in run.json, the config or ``--kl-target``), the band, saturation and
+controller-direction checks are skipped (and the report says so); the spike and run-relative
+drift checks still run against the run's own baseline. A coefficient that never changes is a
+fixed controller (usual in GRPO), never a stuck one, unless the run declares itself adaptive.
+
+References
+----------
+Ziegler et al. 2019, *Fine-Tuning Language Models from Human Preferences*, arXiv:1909.08593;
+``openai/lm-human-preferences`` ``AdaptiveKLController``. Iglewicz and Hoaglin 1993 (robust z).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...config import param
+from ...io.canonical import Batch
+from ..episodes import Episodes
+from ..findings import RuleSpec, Severity
+from ..stats import BlockStats, Context, History, _block_median_mad
+from .base import Tracker, TrackerResult
+
+__all__ = ["KLSchedule"]
+
+
+@dataclass
+class KLScheduleParams:
+    window: int = param(100, "Trailing window (rows) for the rolling baseline and trends.")
+    block: int = param(10, "Rows per block of the robust baseline (see stats.BlockStats).")
+    min_history: int = param(20, "Rows of history needed before a robust z-score is trusted.")
+    probation: int = param(10, "Rows at the start of the run on which no rule fires.")
+    baseline_rows: int = param(50, "Rows after probation that define the run's KL baseline.")
+    spike_z: float = param(6.0, "Robust z of log KL (vs the trailing window) that marks a spike.")
+    spike_min_ratio: float = param(2.0, "A spike must also be this many times the trailing median.")
+    spike_critical_ratio: float = param(10.0, "Spike peak / median ratio that makes it critical.")
+    min_kl: float = param(1e-3, "KL below this (in the series' unit) never counts as a spike.")
+    band_low: float = param(0.5, "Lower edge of the target band, as a multiple of the target.")
+    band_high: float = param(1.5, "Upper edge of the target band (SIGNATURES #1: 1.5 x target).")
+    runaway_critical: float = param(4.0, "KL above this multiple of the target is critical.")
+    drift_factor: float = param(3.0, "Without a target: KL this many times its level one window "
+                                "earlier (and rising) is a runaway; late/early ratio for kl.drift.")
+    trend_ratio: float = param(1.2, "Median of the last window/2 rows over the window/2 before "
+                               "it that counts as rising.")
+    negative_token: float = param(-0.01, "Mean per-token KL below this is negative KL.")
+    negative_sequence: float = param(-1.0, "Per-sequence KL below this is negative KL (TRL).")
+    off_target_rows: int = param(20, "Consecutive rows outside the band for kl.off_target.")
+    saturation_rows: int = param(50, "Consecutive updates with |KL/target - 1| >= 0.2 that "
+                                 "mean the controller is saturated.")
+    stuck_rows: int = param(10, "Consecutive out-of-band updates with beta unchanged.")
+    law_tolerance: float = param(1e-3, "Allowed |log(beta ratio) - Ziegler law| per update.")
+    oscillation_crossings: int = param(4, "Band crossings within one window that count as "
+                                       "oscillation.")
+    coef_collapse: float = param(1e-3, "beta below this multiple of beta_0 is a runaway.")
+    stall_ratio: float = param(1e-3, "approx_kl (old vs new policy) below this multiple of its "
+                               "highest earlier block median means the policy stopped moving.")
+    stall_rows: int = param(10, "Consecutive rows the stalled-update condition must hold.")
+    coef_explode: float = param(100.0, "beta above this multiple of beta_0 is a runaway.")
+
+
+_R = RuleSpec
+RULES = (
+    _R("kl.spike", Severity.WARNING, "KL spike",
+       "KL to the reference jumped far above its own recent level (robust z-score of log KL "
+       "against the trailing window). One-step spikes often precede a collapse.",
+       "Inspect the batch at onset; lower the learning rate 20% or tighten the clip range; if "
+       "spikes repeat, raise the KL coefficient 20%.",
+       ("spike_z", "spike_min_ratio", "spike_critical_ratio", "min_kl", "window"),
+       "SIGNATURES #1, #20", stability=True),
+    _R("kl.runaway", Severity.WARNING, "KL runs away from the reference",
+       "KL is above the target band (or, with no target, several times its early level) and "
+       "still rising: the policy is drifting from the reference faster than the penalty holds it.",
+       "Raise the KL coefficient 20% or enable the adaptive controller; lower the learning rate "
+       "20%; use fewer PPO epochs; roll back if reward is falling.",
+       ("band_high", "runaway_critical", "drift_factor", "trend_ratio"), "SIGNATURES #1"),
+    _R("kl.negative", Severity.WARNING, "Negative KL",
+       "The k1 KL estimate is persistently negative: sampling differs from scoring (top-k, "
+       "min_length, temperature) and the penalty now pays the policy to sit below the reference.",
+       "Sample with top_k=0, top_p=1.0 and no min_length; score with the rollout temperature.",
+       ("negative_token", "negative_sequence"), "SIGNATURES #2"),
+    _R("kl.off_target", Severity.INFO, "KL outside the target band",
+       "KL stayed outside [band_low, band_high] x target for a sustained stretch.",
+       "Retune the target or the controller horizon; check that target and KL share a unit.",
+       ("band_low", "band_high", "off_target_rows")),
+    _R("kl.drift", Severity.INFO, "KL drifted between early and late training",
+       "The late KL level differs from the early baseline by more than drift_factor.",
+       "Expected in part as the policy learns; compare with reward and length before acting.",
+       ("drift_factor", "baseline_rows")),
+    _R("kl.volatile", Severity.INFO, "KL is volatile",
+       "The robust spread of KL over the window is larger than its median.",
+       "Larger rollout batches or a lower learning rate make the KL estimate steadier.",
+       ("window",)),
+    _R("kl_ctl.wrong_direction", Severity.CRITICAL, "KL controller moves the wrong way",
+       "While KL is above the target the coefficient falls (or rises while KL is below it): the "
+       "controller amplifies the error instead of correcting it (a sign error).",
+       "Fix the controller update sign: beta <- beta * (1 + clip(KL/target - 1, -0.2, 0.2) * n/H).",
+       ("band_low", "band_high"), "Ziegler et al. 2019"),
+    _R("kl_ctl.stuck", Severity.WARNING, "Adaptive KL controller stuck",
+       "The run is adaptive but the coefficient does not move while KL is outside the band.",
+       "Check that the controller's update is called each step with the current KL.",
+       ("stuck_rows",)),
+    _R("kl_ctl.saturated", Severity.WARNING, "KL controller saturated",
+       "KL stayed at least 20% from the target for many updates: the controller runs at its "
+       "maximum rate and still cannot reach the target (target inconsistent with LR or units).",
+       "Retune the KL target or shorten the horizon; check the KL units (token vs sequence).",
+       ("saturation_rows",), "SIGNATURES #3a"),
+    _R("kl_ctl.law_mismatch", Severity.WARNING, "Coefficient does not follow the adaptive law",
+       "The logged beta updates differ from Ziegler et al.'s law with the run's target, horizon "
+       "and batch size: the controller running is not the one configured.",
+       "Check n (batch size x processes), the horizon and the KL fed to the controller.",
+       ("law_tolerance",), "SIGNATURES #3b, section 4"),
+    _R("kl_ctl.overshoot", Severity.INFO, "KL overshoots the band",
+       "KL's smoothed level (median over the two blocks before each row) crossed from one side "
+       "of the target band to the other.",
+       "A longer controller horizon damps overshoot.", ("band_low", "band_high")),
+    _R("kl_ctl.oscillation", Severity.WARNING, "KL oscillates around the target",
+       "KL's smoothed level crossed the band from side to side repeatedly within one window: "
+       "the controller overcorrects.",
+       "Lengthen the controller horizon (e.g. double it) or lower the learning rate 20%.",
+       ("oscillation_crossings", "window"), stability=True),
+    _R("update.stalled", Severity.WARNING, "Policy updates stalled",
+       "The KL between the policy before and after each update (approx_kl) fell by orders of "
+       "magnitude below its earlier level and stayed there: the optimizer no longer moves the "
+       "policy (learning rate far too low, a schedule that decayed to zero, or skipped steps).",
+       "Check the learning rate and its schedule (raise it back to the value the run started "
+       "with); check that optimizer.step() runs and that gradients reach the policy parameters.",
+       ("stall_ratio", "stall_rows"), "SIGNATURES #16"),
+    _R("kl_ctl.runaway", Severity.WARNING, "KL coefficient ran away",
+       "beta collapsed toward zero or grew by orders of magnitude from its initial value.",
+       "Retune the KL target; bound beta; check the KL units fed to the controller.",
+       ("coef_collapse", "coef_explode"), "SIGNATURES #3c"),
+)
+
+
+class KLSchedule(Tracker):
+    """KL level, spikes and drift; controller responsiveness and conformance."""
+
+    name = "kl_schedule"
+    area = "kl"
+    requires = ("kl", "kl_seq", "kl_coef")
+    rules = RULES
+    Params = KLScheduleParams
+
+    def __init__(self, params: KLScheduleParams | None = None, meta=None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(params, meta)
+        p: KLScheduleParams = self.params
+        self.p = p
+        self.series_name: str | None = None
+        self.bs = BlockStats(p.window, p.block, min_blocks=max(p.min_history // p.block, 2))
+        self.tail = History(p.window)
+        self.baseline_vals: list[np.ndarray] = []
+        self.baseline: float | None = None
+        self.ep = {
+            "kl.spike": Episodes(1, 1, gap=3, mode="max"),
+            "kl.runaway": Episodes(5, 8, gap=p.window // 2, mode="max"),
+            "kl.negative": Episodes(5, 8, gap=p.window // 2, mode="min"),
+            "kl.off_target": Episodes(p.off_target_rows, p.off_target_rows, gap=p.window,
+                                      mode="absmax"),
+            "kl.volatile": Episodes(p.window // 2, p.window // 2, gap=p.window),
+            "kl_ctl.wrong_direction": Episodes(5, 8, gap=p.window // 2, mode="absmax"),
+            "kl_ctl.stuck": Episodes(p.stuck_rows, p.stuck_rows, gap=p.window // 2),
+            "kl_ctl.saturated": Episodes(p.saturation_rows, p.saturation_rows, gap=p.window,
+                                         mode="absmax"),
+            "kl_ctl.law_mismatch": Episodes(5, 8, gap=p.window, mode="absmax"),
+            "kl_ctl.overshoot": Episodes(1, 1, gap=p.window),
+            "kl_ctl.oscillation": Episodes(1, 1, gap=p.window),
+            "kl_ctl.runaway": Episodes(1, 1, gap=p.window),
+            "update.stalled": Episodes(p.stall_rows, p.stall_rows, gap=p.window, mode="min"),
+        }
+        self.upd_partial = np.zeros(0)
+        self.upd_max = -np.inf
+        # controller state: the previous row, whose update is judged when the next row arrives
+        self.prev: tuple[float, float, int, int] | None = None
+        self.beta0: float | None = None
+        self.coef_distinct = False
+        self.coef_seen = False
+        self.last_state = 0
+        self.crossings = Context(p.window)
+        self.n_rows_kl = 0
+        self.in_band = 0
+        self.kl_sum_rows = 0
+        self.fit_num = 0.0
+        self.fit_den = 0.0
+        self.kl_first: list[float] = []
+        self.last_step = 0
+        self.baseline_end_step = 0
+
+    # -- configuration-derived ------------------------------------------------------------
+    def _target(self) -> float | None:
+        t = self.meta.kl_target
+        if t is None or self.series_name is None:
+            return None
+        unit = "token" if self.series_name == "kl" else "sequence"
+        return float(t) if unit == self.meta.kl_target_unit else None
+
+    def _adaptive(self) -> bool:
+        if self.meta.kl_controller is not None:
+            return self.meta.kl_controller == "adaptive"
+        return self.coef_distinct
+
+    # -- update -------------------------------------------------------------------------
+    def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
+        if batch.has("approx_kl") or len(self.upd_partial) or np.isfinite(self.upd_max):
+            self._update_stall(batch)
+        if self.series_name is None:
+            # with both units logged, follow the target's unit (run.json kl_target_unit)
+            prefer = ("kl_seq", "kl") if self.meta.kl_target_unit == "sequence" else ("kl", "kl_seq")
+            self.series_name = next((s for s in prefer if batch.has(s)), None)
+        has_coef = batch.has("kl_coef")
+        if self.series_name is None and not has_coef and not self.coef_seen:
+            return None
+        self.active = True
+        self.rows += len(batch)
+        p = self.p
+        name = self.series_name or "kl"
+        self.source_keys.setdefault("kl", name)
+        kl = batch.col(name)
+        coef = batch.col("kl_coef")
+        rows, steps = batch.rows, batch.steps
+        after_probation = rows >= p.probation
+
+        with np.errstate(invalid="ignore", divide="ignore"):
+            logkl = np.log(np.where(kl > 0, kl, np.nan))
+        med, sigma = self.bs.update(logkl, batch.row0)
+        sigma = np.fmax(sigma, 0.05)  # log-scale floor: a 5% wiggle is never a spike
+        z = (logkl - med) / sigma
+        ratio = kl / np.exp(med)
+        recent, previous = self.bs.trend(max(self.bs.nblocks // 2, 1))
+        rising = np.exp(recent - previous) > p.trend_ratio
+        # KL's level one window earlier: the reference for drift when there is no target (the
+        # early baseline would be: KL starts at 0, so any healthy growth is a large multiple)
+        # (judged only once that whole earlier window lies past probation: not against the
+        # first rows, where KL grows from 0)
+        _, lagged = self.bs.trend(self.bs.nblocks)
+        lagged_kl = np.where(rows >= p.probation + 2 * p.window, np.exp(lagged), np.nan)
+
+        # baseline: robust median over [probation, probation + baseline_rows)
+        if self.baseline is None:
+            sel = (rows >= p.probation) & (rows < p.probation + p.baseline_rows)
+            self.baseline_vals.append(kl[sel])
+            if rows[-1] >= p.probation + p.baseline_rows - 1:
+                vals = np.concatenate(self.baseline_vals)
+                vals = vals[np.isfinite(vals)]
+                self.baseline = float(np.median(vals)) if len(vals) else None
+                end = rows == p.probation + p.baseline_rows - 1
+                self.baseline_end_step = int(steps[end][0]) if end.any() else int(steps[-1])
+
+        finite = np.isfinite(kl)
+        self.n_rows_kl += int(finite.sum())
+        # spikes
+        spike = after_probation & (z > p.spike_z) & (ratio > p.spike_min_ratio) & (kl > p.min_kl)
+        self.ep["kl.spike"].update(rows, steps, spike, ratio, {"kl": kl, "z": z,
+                                                              "median": np.exp(med)})
+        # runaway and band
+        target = self._target()
+        if target is not None:
+            hi, lo = target * p.band_high, target * p.band_low
+            band_state = np.where(kl > hi, 1, np.where(kl < lo, -1, 0))
+            band_state = np.where(finite, band_state, 0)
+            self.in_band += int((finite & (band_state == 0)).sum())
+            # the smoothed level must be out of band too: a noisy KL straddling the band edge
+            # is not a runaway
+            level_log, _ = self.bs.trend(2)
+            runaway = after_probation & (kl > hi) & (np.exp(level_log) > hi) & rising
+            self.ep["kl.runaway"].update(rows, steps, runaway, kl / target,
+                                         {"kl": kl, "target": np.full(len(kl), target)})
+            off = after_probation & (band_state != 0)
+            self.ep["kl.off_target"].update(rows, steps, off, kl / target, {"kl": kl})
+            # crossings are judged on the smoothed level (median of the two blocks before each
+            # row): a noisy KL that straddles the band is not an oscillating controller
+            level_log, _ = self.bs.trend(2)
+            level = np.exp(level_log)
+            smooth_state = np.where(level > hi, 1, np.where(level < lo, -1, 0))
+            smooth_state = np.where(np.isfinite(level), smooth_state, 0)
+            self._crossings(rows, steps, smooth_state, level / target)
+        else:
+            runaway = after_probation & (kl > p.drift_factor * lagged_kl) & rising
+            self.ep["kl.runaway"].update(rows, steps, runaway, kl / lagged_kl,
+                                         {"kl": kl, "reference": lagged_kl})
+        neg = p.negative_token if name == "kl" else p.negative_sequence
+        self.ep["kl.negative"].update(rows, steps, after_probation & (kl < neg), kl)
+        robust_cv = np.expm1(sigma)
+        self.ep["kl.volatile"].update(rows, steps, after_probation & (robust_cv > 1.0),
+                                      robust_cv)
+        self.tail.extend(kl)
+        self.last_step = int(steps[-1])
+        self._controller(batch, kl, coef, target)
+        return {"kl_robust_z": z}
+
+    def _update_stall(self, batch: Batch) -> None:
+        """approx_kl against the highest block median before each row's block."""
+        self.active = True
+        p = self.p
+        ak = batch.col("approx_kl")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            la = np.log(np.where(ak > 0, ak, np.nan))
+        full = np.concatenate([self.upd_partial, la])
+        nc = len(full) // p.block
+        meds = _block_median_mad(full[: nc * p.block].reshape(-1, p.block))[0]
+        # cm[j]: the highest block median before the j-th block that completes in this batch
+        cm = np.fmax.accumulate(np.concatenate([[self.upd_max], meds]))
+        ref = cm[np.arange(len(self.upd_partial), len(full)) // p.block]
+        self.upd_max = float(cm[-1])
+        self.upd_partial = full[nc * p.block :]
+        after = batch.rows >= p.probation
+        with np.errstate(invalid="ignore"):
+            stalled = after & np.isfinite(la) & (la < np.log(p.stall_ratio) + ref)
+        self.ep["update.stalled"].update(batch.rows, batch.steps, stalled, ak,
+                                         {"reference": np.exp(ref)})
+
+    def _crossings(self, rows: np.ndarray, steps: np.ndarray, state: np.ndarray,
+                   rel: np.ndarray) -> None:
+        """Band crossings (one side to the other, in-band rows in between ignored)."""
+        # forward-fill the last non-zero side across in-band rows, seeded by the previous batch
+        side = state.astype(np.float64)
+        side[side == 0] = np.nan
+        side = np.concatenate([[self.last_state or np.nan], side])
+        idx = np.where(np.isfinite(side), np.arange(len(side)), 0)
+        np.maximum.accumulate(idx, out=idx)
+        filled = side[idx]
+        cross = np.isfinite(filled[:-1]) & np.isfinite(filled[1:]) & (filled[1:] != filled[:-1])
+        cross &= rows >= self.p.probation
+        if np.isfinite(filled[-1]):
+            self.last_state = int(filled[-1])
+        self.ep["kl_ctl.overshoot"].update(rows, steps, cross, rel)
+        full, n0 = self.crossings.extend(c=cross.astype(np.float64))
+        counts = np.cumsum(np.concatenate([[0.0], full["c"]]))
+        w = self.p.window
+        idx2 = np.arange(1, len(full["c"]) + 1)
+        in_window = (counts[idx2] - counts[np.maximum(idx2 - w, 0)])[n0:]
+        self.ep["kl_ctl.oscillation"].update(rows, steps,
+                                             in_window >= self.p.oscillation_crossings, in_window)
+
+    def _controller(self, batch: Batch, kl: np.ndarray, coef: np.ndarray,
+                    target: float | None) -> None:
+        """Judge each coefficient update beta_t -> beta_{t+1} against KL_t."""
+        if not batch.has("kl_coef") and self.prev is None:
+            return
+        self.coef_seen = True
+        p = self.p
+        prev = self.prev
+        k_all = np.concatenate([[prev[0]] if prev else [], kl])
+        b_all = np.concatenate([[prev[1]] if prev else [], coef])
+        s_all = np.concatenate([[prev[2]] if prev else [], batch.steps]).astype(np.int64)
+        r_all = np.concatenate([[prev[3]] if prev else [], batch.rows]).astype(np.int64)
+        self.prev = (float(kl[-1]), float(coef[-1]), int(batch.steps[-1]), int(batch.rows[-1]))
+        fin_b = b_all[np.isfinite(b_all) & (b_all > 0)]
+        if self.beta0 is None and len(fin_b):
+            self.beta0 = float(fin_b[0])
+        if len(fin_b) and self.beta0 is not None:
+            if np.any(np.abs(fin_b / self.beta0 - 1.0) > 1e-9):
+                self.coef_distinct = True
+        if len(k_all) < 2:
+            return
+        kt, bt, bnext = k_all[:-1], b_all[:-1], b_all[1:]
+        rows, steps = r_all[:-1], s_all[:-1]
+        after = rows >= p.probation
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dlog = np.log(bnext / bt)
+        if self.beta0:
+            rel = b_all[1:] / self.beta0
+            runaway = (rel < p.coef_collapse) | (rel > p.coef_explode)
+            self.ep["kl_ctl.runaway"].update(rows, steps, runaway & after, rel)
+        if target is None or not self._adaptive():
+            return
+        err = np.clip(kt / target - 1.0, -0.2, 0.2)
+        ok = np.isfinite(err) & np.isfinite(dlog)
+        moved = np.abs(dlog) > 1e-12
+        wrong = ok & after & moved & (np.abs(err) >= 0.1) & (np.sign(dlog) == -np.sign(err))
+        self.ep["kl_ctl.wrong_direction"].update(rows, steps, wrong, err,
+                                                 {"kl": kt, "beta": bt, "dlog_beta": dlog})
+        outside = ok & ((kt > target * p.band_high) | (kt < target * p.band_low))
+        stuck = outside & after & ~moved
+        self.ep["kl_ctl.stuck"].update(rows, steps, stuck, kt / target)
+        saturated = ok & after & (np.abs(kt / target - 1.0) >= 0.2)
+        self.ep["kl_ctl.saturated"].update(rows, steps, saturated, kt / target)
+        sel = ok & (err != 0)
+        self.fit_num += float((dlog[sel] * err[sel]).sum())
+        self.fit_den += float((err[sel] ** 2).sum())
+        n, horizon = self.meta.kl_batch_size, self.meta.kl_horizon
+        if self.meta.kl_controller == "adaptive" and n and horizon:
+            predicted = np.log1p(err * n / horizon)
+            resid = np.abs(dlog - predicted)
+            bad = ok & after & (resid > p.law_tolerance)
+            self.ep["kl_ctl.law_mismatch"].update(rows, steps, bad, resid,
+                                                  {"observed": dlog, "predicted": predicted})
+
+    # -- finish -------------------------------------------------------------------------
+    def finish(self) -> TrackerResult:
+        p = self.p
+        notes: list[str] = []
+        summary: dict[str, object] = {"series": self.series_name, "rows": self.rows}
+        target = self._target()
+        unit = "nats/token" if self.series_name == "kl" else "nats/sequence"
+        summary["unit"] = unit
+        if self.meta.kl_target is None:
+            notes.append("no KL target given (run.json, config [run] kl_target or --kl-target): "
+                         "band, saturation and controller-direction checks skipped; spikes and "
+                         "drift are judged against the run's own baseline")
+        elif target is None and self.series_name is not None:
+            notes.append(f"KL target is per {self.meta.kl_target_unit} but the log has only "
+                         f"{self.series_name}: band checks skipped")
+        summary["target"] = target
+        summary["baseline"] = self.baseline
+        if target is not None and self.n_rows_kl:
+            summary["time_in_band"] = round(self.in_band / self.n_rows_kl, 4)
+        late = self.tail.values[np.isfinite(self.tail.values)]
+        if len(late) and self.baseline:
+            drift = float(np.median(late)) / self.baseline
+            summary["late_over_early"] = drift
+        summary["controller"] = ("adaptive" if self._adaptive() else "fixed") if self.coef_seen \
+            else None
+        if self.fit_den > 0:
+            summary["controller_gain_estimate"] = self.fit_num / self.fit_den
+        summary["beta0"] = self.beta0
+        if self.coef_seen and not self._adaptive():
+            notes.append("constant KL coefficient: a fixed controller, not judged as stuck")
+
+        for rule, eps in self.ep.items():
+            for ep in eps.finish():
+                self._emit(rule, ep, target, unit)
+        late_over_early = summary.get("late_over_early")
+        if isinstance(late_over_early, float) and late_over_early > p.drift_factor and not any(
+            f.rule == "kl.runaway" for f in self._findings
+        ):
+            from ..episodes import Episode
+
+            ep = Episode(onset_step=self.baseline_end_step, first_step=self.baseline_end_step,
+                         last_step=self.last_step, last_row=0, n_rows=p.window)
+            self.emit("kl.drift", ep,
+                      f"late KL is {summary['late_over_early']:.3g}x the early baseline "
+                      f"({self.baseline:.3g} {unit})",
+                      {"late_over_early": summary["late_over_early"], "baseline": self.baseline,
+                       "threshold": p.drift_factor, "metrics": ["kl"]})
+        return self.result(summary, notes)
+
+    def _emit(self, rule: str, ep, target: float | None, unit: str) -> None:  # type: ignore[no-untyped-def]
+        p = self.p
+        ev: dict[str, object] = {"metrics": ["kl"], "rows": ep.n_rows}
+        sev = None
+        if rule == "kl.spike":
+            kl = ep.extras.get("kl", float("nan"))
+            med = ep.extras.get("median", float("nan"))
+            msg = (f"KL spiked to {kl:.3g} {unit} at step {ep.peak_step} ({ep.peak:.3g}x the "
+                   f"trailing median {med:.3g}), steps {ep.first_step}-{ep.last_step}")
+            ev.update(peak_kl=kl, trailing_median=med, peak_ratio=ep.peak,
+                      robust_z=ep.extras.get("z"), threshold_z=p.spike_z,
+                      threshold_ratio=p.spike_min_ratio)
+            if ep.peak >= p.spike_critical_ratio:
+                sev = Severity.CRITICAL
+        elif rule == "kl.runaway":
+            ref = "target" if target is not None else f"level {p.window} rows earlier"
+            msg = (f"KL reached {ep.peak:.3g}x the {ref} at step {ep.peak_step} and kept rising "
+                   f"(steps {ep.first_step}-{ep.last_step})")
+            ev.update(peak_ratio=ep.peak, peak_kl=ep.extras.get("kl"), reference=ref,
+                      threshold=p.band_high if target is not None else p.drift_factor)
+            if target is not None and ep.peak >= p.runaway_critical:
+                sev = Severity.CRITICAL
+        elif rule == "kl.negative":
+            msg = f"KL stayed negative (down to {ep.peak:.3g} {unit}), steps {ep.first_step}-{ep.last_step}"
+            ev.update(min_kl=ep.peak)
+        elif rule == "kl.off_target":
+            msg = (f"KL outside the target band for {ep.n_rows} rows (up to {ep.peak:.3g}x the "
+                   f"target), steps {ep.first_step}-{ep.last_step}")
+            ev.update(peak_ratio=ep.peak, band=[p.band_low, p.band_high], target=target)
+        elif rule == "kl.volatile":
+            msg = f"KL robust spread exceeded its median (CV {ep.peak:.3g}), steps {ep.first_step}-{ep.last_step}"
+            ev.update(robust_cv=ep.peak)
+        elif rule == "kl_ctl.wrong_direction":
+            msg = (f"KL coefficient moved against the KL error on {ep.n_rows} updates, steps "
+                   f"{ep.first_step}-{ep.last_step} (e.g. KL {ep.extras.get('kl', float('nan')):.3g} "
+                   f"vs target {target}, log-change of beta {ep.extras.get('dlog_beta', float('nan')):.3g})")
+            ev.update(kl=ep.extras.get("kl"), beta=ep.extras.get("beta"), target=target,
+                      clipped_error=ep.peak)
+        elif rule == "kl_ctl.stuck":
+            msg = f"adaptive KL coefficient did not move while KL was out of band, steps {ep.first_step}-{ep.last_step}"
+            ev.update(kl_over_target=ep.peak)
+        elif rule == "kl_ctl.saturated":
+            msg = (f"KL stayed >=20% from the target for {ep.n_rows} updates (up to {ep.peak:.3g}x), "
+                   f"steps {ep.first_step}-{ep.last_step}")
+            ev.update(kl_over_target=ep.peak, threshold_rows=p.saturation_rows)
+        elif rule == "kl_ctl.law_mismatch":
+            msg = (f"beta updates deviate from the adaptive law by up to {ep.peak:.3g} (log) on "
+                   f"{ep.n_rows} updates, steps {ep.first_step}-{ep.last_step}")
+            ev.update(max_residual=ep.peak, tolerance=p.law_tolerance,
+                      observed=ep.extras.get("observed"), predicted=ep.extras.get("predicted"),
+                      horizon=self.meta.kl_horizon, batch_size=self.meta.kl_batch_size)
+        elif rule == "kl_ctl.overshoot":
+            msg = f"KL crossed the target band to the other side at step {ep.onset_step} ({ep.peak:.3g}x target)"
+            ev.update(kl_over_target=ep.peak)
+        elif rule == "kl_ctl.oscillation":
+            msg = (f"KL crossed the band {int(ep.peak)} times within {p.window} rows, steps "
+                   f"{ep.first_step}-{ep.last_step}")
+            ev.update(crossings=ep.peak, threshold=p.oscillation_crossings)
+        elif rule == "update.stalled":
+            ref = ep.extras.get("reference", float("nan"))
+            msg = (f"approx_kl fell to {ep.peak:.3g} ({ref / ep.peak if ep.peak else float('inf'):.3g}x "
+                   f"below its earlier level {ref:.3g}): the policy stopped moving, steps "
+                   f"{ep.first_step}-{ep.last_step}")
+            ev.update(min_approx_kl=ep.peak, earlier_level=ref, threshold_ratio=p.stall_ratio,
+                      metrics=["approx_kl"])
+        else:  # kl_ctl.runaway
+            msg = f"KL coefficient reached {ep.peak:.3g}x its initial value at step {ep.peak_step}"
+            ev.update(beta_over_beta0=ep.peak, beta0=self.beta0)
+        self.emit(rule, ep, msg, ev, sev)

@@ -1,0 +1,369 @@
+"""Losses: spikes, oscillation, divergence and non-finite values of the total, policy, value and
+entropy losses.
+
+Every rule is scale-aware and relative to the run. A loss whose first ``min_history`` values are
+(``log_share``) positive is judged on a log scale (its right tail is heavy: a value loss at 3x its median is
+routine; SIGNATURES section 2.1 uses the robust z of log loss); otherwise on its own scale. A GRPO
+loss sits near zero and changes sign (and rises as beta * KL grows: "completely normal",
+SIGNATURES 1.1), so ratios of values near zero mean nothing: on the linear scale a series counts
+as *positive-level* only where its trailing median is clearly above zero (``level_iqrs`` robust
+sigmas); only then do the ratio guards apply. Deviations are always measured in robust sigmas:
+the blocks' MAD / 0.6745 combined with the spread of their medians over the trailing window
+(spikes; see :class:`forensics.analysis.stats.BlockScale`: the window is the ``window // block`` blocks of
+``block`` rows before the row's own block) or the robust per-step noise ``median |diff| / 0.954``
+over half a window (divergence), which a trend does not inflate.
+
+* ``loss.spike`` (warning): robust z against the trailing window *excluding* the current point
+  and its block (SIGNATURES section 2.1) above ``spike_z``; on a positive-level series the value must also be
+  ``spike_min_ratio`` x the trailing median.
+* ``loss.oscillation`` (warning): the typical step-to-step swing (median ``|diff|`` over half a
+  window) stays ``oscillation_ratio`` x above the run's early swing while the loss alternates
+  (lag-1 autocorrelation below ``-oscillation_rho``).
+* ``loss.divergence`` (warning, critical past ``divergence_critical_ratio``): the level rose
+  ``divergence_sigmas`` noise sigmas above both its value one window earlier and the lowest level
+  of the run, sustained, and by ``divergence_min_ratio - 1`` times the run's scale (``|lowest
+  level|``, or the IQR one window earlier when that is larger): a slow drift that is large only
+  against a tiny noise is not a divergence. Not judged for ``entropy_loss``: an entropy bonus
+  rises when the entropy falls, which the entropy tracker judges.
+* ``loss.nonfinite`` (critical): a NaN or Inf loss was logged (SIGNATURES #22).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...config import param
+from ...io.canonical import Batch
+from ..episodes import Episodes
+from ..findings import RuleSpec, Severity
+from ..stats import BlockScale, Context, History, shift, window_median
+from .advantages import GROUP_RELATIVE
+from .base import Tracker, TrackerResult
+from .rewards import DIFF_TO_SIGMA
+
+__all__ = ["LOSS_SERIES", "Losses", "lag1_autocorr"]
+
+#: The loss series the tracker follows, in report order.
+LOSS_SERIES = ("loss", "policy_loss", "value_loss", "entropy_loss")
+
+
+@dataclass
+class LossesParams:
+    window: int = param(100, "Trailing window (rows) of the robust baseline.")
+    block: int = param(10, "Rows per block of the robust baseline (see stats.BlockStats).")
+    min_history: int = param(20, "Rows of history before a robust z-score is trusted.")
+    probation: int = param(10, "Rows at the start on which no relative rule fires.")
+    baseline_rows: int = param(50, "Rows after probation that define the early swing.")
+    smooth: int = param(20, "Rows in the block median that defines the loss level.")
+    log_share: float = param(0.8, "A loss is judged on a log scale when at least this share of its "
+                             "first min_history values is positive (non-positive values are then "
+                             "left out of the relative rules).")
+    level_iqrs: float = param(2.0, "A series is positive-level where its median exceeds this many "
+                              "robust sigmas (ratio guards apply only there).")
+    spike_z: float = param(8.0, "Robust z (vs the trailing window, current point excluded) of a "
+                           "spike (SIGNATURES #20: healthy runs peak at 4.5).")
+    spike_min_ratio: float = param(1.5, "On a positive-level series a spike must also be this many "
+                                   "times the trailing median.")
+    oscillation_ratio: float = param(3.0, "Swing (median |diff| over window/2) above this multiple "
+                                     "of the early swing is oscillation.")
+    oscillation_rho: float = param(0.3, "...and the lag-1 autocorrelation over window/2 is below minus "
+                                   "this: the loss alternates up and down (noise growing with the "
+                                   "level is not oscillation).")
+    oscillation_rows: int = param(20, "Consecutive rows the oscillation condition must hold.")
+    divergence_sigmas: float = param(6.0, "Rise of the level, in noise sigmas, above both its value "
+                                     "one window ago and the run's lowest level.")
+    divergence_min_ratio: float = param(1.5, "The rise above the lowest level must also be "
+                                        "(this - 1) x the run's scale: |lowest level|, or the IQR one "
+                                        "window earlier when larger (a level near zero).")
+    divergence_critical_ratio: float = param(5.0, "Rise of (this - 1) x the run's scale makes it "
+                                             "critical.")
+    divergence_k: int = param(15, "Divergence persistence: rows out of divergence_m.")
+    divergence_m: int = param(20, "Divergence persistence window (rows).")
+
+
+_R = RuleSpec
+RULES = (
+    _R("loss.nonfinite", Severity.CRITICAL, "Non-finite loss",
+       "A NaN or Inf loss was logged: the step overflowed or the weights are corrupted.",
+       "Restore the last good checkpoint; switch fp16 to bf16; lower the learning rate 20%; look "
+       "for log(0) or a division by a zero std in the loss.",
+       (), "SIGNATURES #22", stability=True),
+    _R("loss.spike", Severity.WARNING, "Loss spike",
+       "A loss value far from the run's recent level (robust z against the trailing window, "
+       "current point excluded; on positive losses also a minimum ratio to the median). For "
+       "group-relative algorithms (GRPO, RLOO) the total and policy loss are not judged for "
+       "spikes, oscillation or divergence: they are not a progress signal there.",
+       "Inspect the batch at onset; lower the learning rate 20% and tighten gradient clipping "
+       "20% if spikes repeat.",
+       ("spike_z", "spike_min_ratio", "window", "min_history"), "SIGNATURES #20", stability=True),
+    _R("loss.oscillation", Severity.WARNING, "Loss oscillates",
+       "The step-to-step swing of the loss stayed several times larger than early in the run: "
+       "updates overshoot back and forth.",
+       "Lower the learning rate 20%; raise the batch size; tighten gradient clipping 20%.",
+       ("oscillation_ratio", "oscillation_rho", "oscillation_rows", "baseline_rows"), stability=True),
+    _R("loss.divergence", Severity.WARNING, "Loss diverges",
+       "The loss level rose far above its recent and its lowest level (in noise sigmas) and kept "
+       "there: training is moving away from its optimum.",
+       "Restart from a checkpoint before onset with the learning rate 20-50% lower; check the "
+       "reward scale and the value-loss coefficient.",
+       ("divergence_sigmas", "divergence_min_ratio", "divergence_critical_ratio",
+        "divergence_k", "divergence_m"), "SIGNATURES #18, #20", stability=True),
+)
+
+
+def lag1_autocorr(y: np.ndarray, window: int, at: np.ndarray | None = None) -> np.ndarray:
+    """Lag-1 autocorrelation of the ``window`` values ending at each position (its own window only).
+
+    ``at`` (a boolean mask) limits the work to those positions; the others are NaN.
+
+    >>> float(np.round(lag1_autocorr(np.array([1.0, -1.0] * 5), 6)[-1], 3))
+    -1.0
+    """
+    n = len(y)
+    out = np.full(n, np.nan)
+    if n == 0 or window < 3:
+        return out
+    v = np.lib.stride_tricks.sliding_window_view(np.concatenate([np.full(window - 1, np.nan), y]),
+                                                 window)
+    idx = np.arange(n) if at is None else np.flatnonzero(at)
+    if not len(idx):
+        return out
+    v = v[idx]
+    a, b = v[:, 1:], v[:, :-1]
+    ok = np.isfinite(a) & np.isfinite(b)
+    cnt = ok.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ma = np.where(ok, a, 0.0).sum(axis=1) / cnt
+        mb = np.where(ok, b, 0.0).sum(axis=1) / cnt
+        da = np.where(ok, a - ma[:, None], 0.0)
+        db = np.where(ok, b - mb[:, None], 0.0)
+        den = np.sqrt((da * da).sum(axis=1) * (db * db).sum(axis=1))
+        out[idx] = np.where((cnt >= window // 2) & (den > 0), (da * db).sum(axis=1) / den, np.nan)
+    return out
+
+
+class _LossSeries:
+    """The rolling state of one loss series."""
+
+    def __init__(self, name: str, p: LossesParams, progress_signal: bool = True) -> None:
+        self.name, self.p = name, p
+        self.ctx = Context(2 * p.window + p.smooth + 2)
+        # the robust baseline, created once the scale is decided (its block summaries are on it)
+        self.bs: BlockScale | None = None
+        self.sigma_hist = History(p.window)  # sigma one window back (the run's scale near zero)
+        self.base: list[np.ndarray] = []
+        self.base_swing: float | None = None
+        self.lowest = np.inf
+        self.base_end = 2**62
+        self.first: list[float] = []
+        self.log: bool | None = None  # log scale (positive loss) or linear; decided once
+        self.decided_row = 0
+        self.rows = 0
+        self.nonfinite = 0
+        # an entropy bonus rises when entropy falls: that is the entropy tracker's business
+        self.judge_divergence = name != "entropy_loss" and progress_signal
+        # with group-relative advantages the surrogate is zero-mean noise and the loss rises with
+        # beta * KL as the policy learns (SIGNATURES section 1.1, algorithm gating): only
+        # non-finite values are judged there
+        self.judge_level = progress_signal
+        self.ep = {
+            "loss.nonfinite": Episodes(1, 1, gap=5),
+            "loss.spike": Episodes(1, 1, gap=3, mode="absmax"),
+            "loss.oscillation": Episodes(p.oscillation_rows, p.oscillation_rows, gap=p.window),
+            "loss.divergence": Episodes(p.divergence_k, p.divergence_m, gap=p.window, mode="max"),
+        }
+
+    def update(self, batch: Batch) -> dict[str, np.ndarray]:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self._update(batch)
+
+    def _decide(self, rows: np.ndarray, x: np.ndarray) -> None:
+        """Log or linear scale, from the first ``min_history`` finite values (then fixed)."""
+        ok = np.isfinite(x)
+        need = self.p.min_history - len(self.first)
+        self.first.extend(x[ok][:need].tolist())
+        if len(self.first) >= self.p.min_history:
+            self.decided_row = int(rows[ok][need - 1]) if need > 0 else int(rows[0])
+            self.log = bool(np.mean(np.asarray(self.first) > 0) >= self.p.log_share)
+
+    def _baseline(self, rows: np.ndarray, yf: np.ndarray, n0: int) -> tuple[np.ndarray, np.ndarray]:
+        """Trailing robust median and sigma of the new rows (NaN before the scale is decided).
+
+        Block statistics instead of per-row rolling quantiles: the same robust baseline, about 20x
+        cheaper. The block summaries are on the decided scale, so the baseline starts when the scale
+        is decided, from the history kept in ``ctx`` (longer than the window): the same
+        summaries whichever batch the decision fell in. Rows before the decision get NaN, for
+        the same reason.
+        """
+        n = len(rows)
+        if self.log is None or not n:
+            return np.full(n, np.nan), np.full(n, np.nan)
+        if self.bs is None:
+            p = self.p
+            self.bs = BlockScale(p.window, p.block, min_blocks=max(p.min_history // p.block, 2))
+            start = int(rows[0]) - n0  # global row of yf[0]; pad back to a block boundary
+            pad = start % p.block
+            med, sigma = self.bs.update(np.concatenate([np.full(pad, np.nan), yf]), start - pad)
+            med, sigma = med[-n:], sigma[-n:]
+        else:
+            med, sigma = self.bs.update(yf[n0:], int(rows[0]))
+        early = rows < self.decided_row
+        return np.where(early, np.nan, med), np.where(early, np.nan, sigma)
+
+    def _update(self, batch: Batch) -> dict[str, np.ndarray]:
+        p = self.p
+        rows, steps = batch.rows, batch.steps
+        x = batch.col(self.name)
+        nonfinite = batch.nonfinite(self.name)
+        self.rows += int(batch.logged(self.name).sum())
+        self.nonfinite += int(nonfinite.sum())
+        self.ep["loss.nonfinite"].update(rows, steps, nonfinite, np.where(nonfinite, 1.0, 0.0))
+        if self.log is None:
+            self._decide(rows, x)
+        full, n0 = self.ctx.extend(x=x)
+        xf = full["x"]
+        # every relative rule runs on log(loss) for a positive loss (a heavy right tail is normal
+        # there, SIGNATURES section 2.1), on the loss itself for one near zero or changing sign
+        yf = np.log(np.where(xf > 0, xf, np.nan)) if self.log else xf
+        ready = (rows >= max(p.probation, self.decided_row)) if self.log is not None \
+            else np.zeros(len(rows), dtype=bool)
+        med_b, sigma_b = self._baseline(rows, yf, n0)
+        scale_b = np.fmax(sigma_b, np.fmax(0.0 if self.log else 1e-3 * np.abs(med_b), 1e-12))
+        z = (yf[n0:] - med_b) / scale_b
+        if self.log:
+            spike = (z > p.spike_z) & (x >= p.spike_min_ratio * np.exp(med_b))
+            median_x = np.exp(med_b)
+        else:
+            # a level clearly above zero: also the log-scale z by the delta method,
+            # log(x / median) / (sigma / median), so a heavy right tail does not count
+            positive = (med_b > p.level_iqrs * sigma_b) & (med_b > 0)
+            ratio_x = x / np.where(positive, med_b, np.nan)
+            z_log = np.log(np.where(ratio_x > 0, ratio_x, np.nan)) / (scale_b / med_b)
+            spike = np.where(positive, (z > p.spike_z) & (ratio_x >= p.spike_min_ratio)
+                             & (z_log > p.spike_z), np.abs(z) > p.spike_z)
+            median_x = med_b
+        spike &= np.isfinite(z) & ready & self.judge_level
+        self.ep["loss.spike"].update(rows, steps, spike, z, {"value": x, "median": median_x,
+                                                            "scale": scale_b})
+        # oscillation: swing over half a window vs the early swing
+        half = max(p.window // 2, 2)
+        d = np.abs(np.diff(yf, prepend=np.nan))
+        swing_f = window_median(d, half, max(half // 2, 1))
+        swing = swing_f[n0:]
+        if self.base_swing is None and self.log is not None:
+            b0 = max(p.probation, self.decided_row)
+            sel = (rows >= b0) & (rows < b0 + p.baseline_rows)
+            self.base.append(d[n0:][sel])
+            if rows[-1] >= b0 + p.baseline_rows - 1:
+                b = np.concatenate(self.base)
+                b = b[np.isfinite(b)]
+                self.base_swing = float(np.median(b)) if len(b) else float("nan")
+                self.base_end = b0 + p.baseline_rows
+        has_base = rows >= self.base_end
+        base_swing = self.base_swing if self.base_swing is not None else np.nan
+        ratio = swing / max(base_swing, 1e-12) if np.isfinite(base_swing) else np.full(len(x), np.nan)
+        wide = has_base & np.isfinite(ratio) & (ratio > p.oscillation_ratio)
+        rho1 = lag1_autocorr(yf, half, np.concatenate([np.zeros(n0, dtype=bool), wide]))[n0:]
+        osc = wide & (rho1 < -p.oscillation_rho) & self.judge_level
+        self.ep["loss.oscillation"].update(rows, steps, osc, ratio, {"swing": swing, "lag1": rho1})
+        # divergence: level vs one window ago and vs the lowest level, in noise sigmas
+        level_f = window_median(yf, p.smooth, max(p.smooth // 2, 1))
+        level = level_f[n0:]
+        level_ago = shift(level_f, p.window)[n0:]
+        noise_f = swing_f / DIFF_TO_SIGMA  # robust per-step noise over half a window
+        noise = np.fmax(np.where(np.isfinite(shift(noise_f, p.window)), shift(noise_f, p.window),
+                                 noise_f), 1e-12)[n0:]
+        lv = np.where(np.isfinite(level) & ready, level, np.inf)
+        lowest = np.minimum.accumulate(np.concatenate([[self.lowest], lv]))[1:]
+        self.lowest = float(lowest[-1])
+        rise = (level - level_ago) / noise
+        above = (level - lowest) / noise
+        if self.log:  # the rise as a ratio to the lowest level
+            rel = np.exp(level - lowest) - 1.0
+            level_x, lowest_x = np.exp(level), np.exp(lowest)
+        else:  # the run's scale: |lowest level|, or the spread one window earlier near zero
+            sig_f, k0 = self.sigma_hist.extend(sigma_b)
+            iqr_before = shift(sig_f * 1.349, p.window)[k0:]
+            scale_run = np.fmax(np.abs(lowest), np.where(np.isfinite(iqr_before), iqr_before, 0.0))
+            rel = (level - lowest) / np.fmax(scale_run, 1e-12)
+            level_x, lowest_x = level, lowest
+        div = (ready & self.judge_divergence & np.isfinite(rise) & (rise > p.divergence_sigmas)
+               & (above > p.divergence_sigmas) & (rel >= p.divergence_min_ratio - 1.0))
+        self.ep["loss.divergence"].update(rows, steps, div, rel,
+                                          {"level": level_x, "lowest": lowest_x, "sigmas": above})
+        return {f"{self.name}_robust_z": z}
+
+
+class Losses(Tracker):
+    """Spikes, oscillation, divergence and non-finite values of each logged loss."""
+
+    name = "losses"
+    area = "loss"
+    requires = LOSS_SERIES
+    rules = RULES
+    Params = LossesParams
+
+    def __init__(self, params: LossesParams | None = None, meta=None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(params, meta)
+        self.p: LossesParams = self.params
+        self.series: dict[str, _LossSeries] = {}
+
+    def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
+        for name in LOSS_SERIES:
+            if name not in self.series and batch.has(name):
+                algo = (self.meta.algorithm or "").lower()
+                progress = not (algo in GROUP_RELATIVE and name in ("loss", "policy_loss"))
+                self.series[name] = _LossSeries(name, self.p, progress)
+                self.source_keys.setdefault(name, name)
+        if not self.series:
+            return None
+        self.active = True
+        self.rows += len(batch)
+        out: dict[str, np.ndarray] = {}
+        for s in self.series.values():
+            out.update(s.update(batch))
+        return out
+
+    def finish(self) -> TrackerResult:
+        summary: dict[str, Any] = {"rows": self.rows, "series": {}}
+        for name, s in self.series.items():
+            summary["series"][name] = {"rows": s.rows, "nonfinite": s.nonfinite,
+                                       "early_swing": s.base_swing,
+                                       "scale": None if s.log is None else ("log" if s.log else "linear")}
+            for rule, eps in s.ep.items():
+                for ep in eps.finish():
+                    self._emit(rule, name, ep)
+        return self.result(summary, [])
+
+    def _emit(self, rule: str, name: str, ep: Any) -> None:
+        p = self.p
+        ev: dict[str, Any] = {"metrics": [name], "series": name, "rows": ep.n_rows}
+        sev = None
+        span = f"steps {ep.first_step}-{ep.last_step}"
+        if rule == "loss.nonfinite":
+            msg = f"{name} was NaN or Inf on {ep.n_rows} rows, {span}"
+        elif rule == "loss.spike":
+            value, med = ep.extras.get("value", float("nan")), ep.extras.get("median", float("nan"))
+            msg = (f"{name} spiked to {value:.4g} at step {ep.peak_step} (robust z {ep.peak:.1f} vs "
+                   f"the trailing median {med:.4g}), {span}")
+            ev.update(value=value, trailing_median=med, robust_z=ep.peak,
+                      robust_scale=ep.extras.get("scale"), threshold_z=p.spike_z,
+                      threshold_ratio=p.spike_min_ratio)
+        elif rule == "loss.oscillation":
+            msg = (f"{name} swings {ep.peak:.1f}x its early step-to-step swing over {ep.n_rows} rows, "
+                   f"{span}")
+            ev.update(swing_ratio=ep.peak, swing=ep.extras.get("swing"), lag1_autocorr=ep.extras.get("lag1"),
+                      threshold=p.oscillation_ratio, threshold_rho=-p.oscillation_rho)
+        else:
+            rel, sig = ep.peak, ep.extras.get("sigmas", float("nan"))
+            level, lowest = ep.extras.get("level", float("nan")), ep.extras.get("lowest", float("nan"))
+            msg = (f"{name} rose to {level:.4g} ({rel:.1f}x the run's scale and {sig:.1f} noise sigmas "
+                   f"above its lowest level {lowest:.4g}), {span}")
+            ev.update(level=level, lowest_level=lowest, rise_sigmas=sig, rise_over_scale=rel,
+                      threshold_sigmas=p.divergence_sigmas, threshold_ratio=p.divergence_min_ratio)
+            if rel == rel and rel >= p.divergence_critical_ratio - 1.0:
+                sev = Severity.CRITICAL
+        self.emit(rule, ep, msg, ev, sev)

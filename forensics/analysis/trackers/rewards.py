@@ -1,0 +1,440 @@
+"""Reward: breakdown per reward function and total, trends, variance, best-of-N gap, stagnation,
+decline and distance to a target.
+
+Levels are trailing block medians (``smooth`` rows); the run's noise is the robust scale of the
+step-to-step differences, ``median |diff| / (0.6745 * sqrt 2)``, which a trend does not inflate.
+Every rule is relative to the run's own level and noise:
+
+* ``reward.trend`` (info): a component (``reward/<name>``) moved by more than ``trend_share`` of
+  its level between the previous ``trend_window`` rows and the last ones, with its direction.
+  The total's trend is summarised (first and last level, direction) and shown per window in the
+  window table rather than raised as a finding: a rising total is what training is for.
+* ``reward.stagnation`` (warning): after probation, the mean reward of the last half of a window
+  of ``W = max(stagnation_window, stagnation_share * row)`` rows is less than
+  ``stagnation_sigmas`` standard errors above the mean of its first half (standard error
+  ``sigma * sqrt(1/n1 + 1/n2)`` from the per-step noise): the window grows with the run, so a
+  long run that improves slowly is judged over a span where its progress shows, while a reward
+  that levelled off is found within a window of the plateau.
+* ``reward.decline`` (warning): the level fell from the run's best by more than
+  ``decline_sigmas`` noise sigmas and ``decline_share`` of the range the run covered, sustained.
+
+Rewards come from the step stream (``reward_mean``, ``reward/<name>``); a run that logs only
+per-response rewards (sample stream ``reward``, ``reward/<name>``) is aggregated per step (mean,
+std, min, max) and judged the same way, rows then being steps of the sample stream.
+
+A reward that never moves (a constant, e.g. group-normalised rewards logged as their mean 0) has
+no noise to judge against: stagnation and decline are skipped and the report says so.
+
+References: SIGNATURES.md #8 (per-function rewards, TRL ``rewards/{func}/mean``), section 2
+(robust scale, persistence).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...config import param
+from ...io.canonical import Batch
+from ...schema import REWARD_COMPONENT_PREFIX
+from ..episodes import Episodes
+from ..findings import RuleSpec, Severity
+from ..stats import Context, History, PrefixSums, shift, trend_spearman, window_median
+from .base import Tracker, TrackerResult
+from .grouping import StepGrouper
+
+__all__ = ["Rewards", "block_median", "diff_sigma"]
+
+#: median |x_t - x_{t-1}| / DIFF_TO_SIGMA estimates the per-step noise sigma of iid normal noise.
+DIFF_TO_SIGMA = 0.6745 * np.sqrt(2.0)
+
+
+def block_median(x: np.ndarray, window: int, min_periods: int) -> np.ndarray:
+    """:func:`forensics.analysis.stats.window_median`, skipping the work for a series with no finite value."""
+    if not np.isfinite(x).any():
+        return np.full(len(x), np.nan)
+    return window_median(x, window, min_periods)
+
+
+def diff_sigma(x: np.ndarray, window: int, min_periods: int) -> np.ndarray:
+    """Robust per-step noise: trailing median of ``|diff|`` (window ending at each row) / 0.954.
+
+    >>> x = np.array([0.0, 1.0, 0.0, 1.0, 0.0])
+    >>> np.round(diff_sigma(x, 4, 2), 3).tolist()
+    [nan, nan, 1.048, 1.048, 1.048]
+    """
+    d = np.abs(np.diff(x, prepend=np.nan))
+    return block_median(d, window, min_periods) / DIFF_TO_SIGMA
+
+
+@dataclass
+class RewardsParams:
+    smooth: int = param(20, "Rows in the trailing block median that defines the reward level.")
+    window: int = param(100, "Trailing window (rows) of the noise estimate.")
+    probation: int = param(50, "Rows at the start on which stagnation and decline do not fire.")
+    trend_window: int = param(50, "Rows compared (last vs previous) for trend alerts.")
+    trend_share: float = param(0.10, "A level change above this share of the previous level (or of "
+                               "the run's spread, when larger) is a trend alert.")
+    trend_z: float = param(6.0, "...and more than this many standard errors of the difference of the "
+                           "two block medians (from the spread around the level).")
+    stagnation_window: int = param(300, "Rows over which the best reward level must improve.")
+    stagnation_share: float = param(0.25, "...or this share of the rows so far, when longer.")
+    stagnation_gap: int = param(3000, "Stagnant stretches at most this many rows apart are one "
+                                "finding (the condition flickers around its threshold).")
+    stagnation_sigmas: float = param(2.0, "Minimum rise of the window's second-half mean over its "
+                                     "first half, in standard errors of that difference.")
+    decline_sigmas: float = param(4.0, "Fall from the best level, in noise sigmas, that is a decline.")
+    decline_share: float = param(0.10, "...and at least this share of the range the run's level "
+                                 "covered (best minus lowest).")
+    decline_k: int = param(15, "Decline persistence: rows out of decline_m.")
+    decline_m: int = param(20, "Decline persistence window (rows).")
+    target: float = param(float("nan"), "Reward target ([rewards] target); NaN: none configured.")
+
+
+_R = RuleSpec
+RULES = (
+    _R("reward.trend", Severity.INFO, "Reward component trend",
+       "A reward component (or the total) moved by more than trend_share of its level over the "
+       "trend window. Expected while learning; compare the components: one saturating while the "
+       "task component stalls is reward hacking of the easy term.",
+       "Check which components move; gate easy (format) rewards on correctness; reweight.",
+       ("trend_window", "trend_share", "trend_z"), "SIGNATURES #8"),
+    _R("reward.stagnation", Severity.WARNING, "Reward stagnates",
+       "After probation the reward's mean over the second half of a long window was not clearly "
+       "above its mean over the first half (in standard errors of the difference, from the run's "
+       "own noise): training no longer learns from this reward.",
+       "Raise the reward weight 15% or the temperature 10%; check for zero-variance groups and "
+       "entropy collapse; stop early if the run has converged.",
+       ("stagnation_window", "stagnation_share", "stagnation_sigmas", "stagnation_gap", "smooth",
+        "probation")),
+    _R("reward.decline", Severity.WARNING, "Reward declines from its best",
+       "The reward level fell well below the best level the run reached (in noise sigmas and as a "
+       "share of the run's range) and stayed there: the policy is getting worse.",
+       "Roll back to the checkpoint at the best level; lower the learning rate 20%; lower the KL "
+       "coefficient 10% if the penalty dominates, or look for a policy collapse (KL surge).",
+       ("decline_sigmas", "decline_share", "decline_k", "decline_m"), "SIGNATURES #4"),
+)
+
+
+class _Trend:
+    """Trend alerts for one series: block median now vs ``trend_window`` rows before."""
+
+    def __init__(self, name: str, p: RewardsParams) -> None:
+        self.name, self.p = name, p
+        self.ctx = Context(3 * p.trend_window + 2)
+        self.ep = {"up": Episodes(10, 10, gap=p.trend_window, mode="max"),
+                   "down": Episodes(10, 10, gap=p.trend_window, mode="min")}
+        self.values: list[np.ndarray] = []
+        self.head = History(p.trend_window)
+        self.head_done = False
+        self.tail = History(p.trend_window)
+
+    def update(self, rows: np.ndarray, steps: np.ndarray, x: np.ndarray, alerts: bool = True) -> None:
+        p = self.p
+        self.values.append(x)
+        if not self.head_done:
+            self.head.values = np.concatenate([self.head.values, x])[: p.trend_window]
+            self.head_done = len(self.head.values) >= p.trend_window
+        self.tail.extend(x)
+        if not alerts:
+            return
+        w = p.trend_window
+        full, n0 = self.ctx.extend(x=x)
+        cur = block_median(full["x"], w, w // 2)
+        prev = shift(cur, w)
+        q = block_median(np.abs(full["x"] - cur), 2 * w, w)  # spread around the level
+        denom = np.fmax(np.abs(prev), np.fmax(q, 1e-12))
+        # the move must also be significant: trend_z standard errors of a difference of block medians
+        se = 1.2533 * (q / 0.6745) * np.sqrt(2.0 / w)
+        with np.errstate(invalid="ignore"):
+            rel = ((cur - prev) / denom)[n0:]
+            ok = np.isfinite(rel) & (np.abs(cur - prev) > p.trend_z * se)[n0:]
+        self.ep["up"].update(rows, steps, ok & (rel > p.trend_share), rel,
+                             {"level": cur[n0:], "previous": prev[n0:]})
+        self.ep["down"].update(rows, steps, ok & (rel < -p.trend_share), rel,
+                               {"level": cur[n0:], "previous": prev[n0:]})
+
+    def stats(self) -> dict[str, Any]:
+        v = np.concatenate(self.values) if self.values else np.zeros(0)
+        v = v[np.isfinite(v)]
+        if not len(v):
+            return {"rows": 0}
+        head = self.head.values[np.isfinite(self.head.values)]
+        tail = self.tail.values[np.isfinite(self.tail.values)]
+        first = float(np.median(head)) if len(head) else None
+        last = float(np.median(tail)) if len(tail) else None
+        change = None
+        if first is not None and last is not None and first != 0:
+            change = (last - first) / abs(first)
+        return {"rows": len(v), "mean": float(np.mean(v)), "std": float(np.std(v, ddof=1))
+                if len(v) > 1 else None, "min": float(v.min()), "max": float(v.max()),
+                "first": first, "last": last, "change_share": change,
+                "direction": None if first is None or last is None else
+                ("up" if last > first else "down" if last < first else "flat")}
+
+
+class Rewards(Tracker):
+    """Reward breakdown, trends, variance, best-of-N gap, stagnation, decline, target distance."""
+
+    name = "rewards"
+    area = "reward"
+    streams = ("step", "sample")
+    requires = ("reward_mean", "reward")
+    rules = RULES
+    Params = RewardsParams
+
+    def __init__(self, params: RewardsParams | None = None, meta=None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(params, meta)
+        p: RewardsParams = self.params
+        self.p = p
+        self.trends: dict[str, _Trend] = {}
+        self.ctx = Context(p.window + p.smooth + 2)
+        self.best = -np.inf
+        self.low = np.inf
+        self.ep = {"reward.stagnation": Episodes(10, 10, gap=p.stagnation_gap, mode="min"),
+                   "reward.decline": Episodes(p.decline_k, p.decline_m, gap=p.smooth, mode="max")}
+        self.reward: list[np.ndarray] = []
+        self.var: list[np.ndarray] = []
+        self.gap: list[np.ndarray] = []
+        self.moved = False
+        self.first_value: float | None = None
+        self.target_step: int | None = None
+        self.last_level = float("nan")
+        self.comp_std: dict[str, list[np.ndarray]] = {}
+        # the stream the rewards come from: the step stream, or per-response rows aggregated per step
+        self.source: str | None = None
+        self.grouper = StepGrouper()
+        self.sample_components: list[str] = []
+        self.sample_rows = 0
+        # the finite rewards' prefix sums, as far back as a stagnation window can reach
+        self.prefix = PrefixSums()
+
+    def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
+        if batch.stream == "sample":
+            self._update_samples(batch)
+            return None
+        components = sorted(c for c in batch.columns if c.startswith(REWARD_COMPONENT_PREFIX)
+                            and batch.has(c))
+        if not batch.has("reward_mean") and not self.active and not components:
+            return None
+        if self.source == "sample":
+            return None
+        self.source = "step"
+        return self._update_steps(batch, components)
+
+    def _update_samples(self, batch: Batch) -> None:
+        """Per-response rewards, when the step stream logs none: per-step mean, std, min, max."""
+        if self.source == "step" or not (batch.has("reward") or self.source == "sample"):
+            return None
+        self.source = "sample"
+        for c in sorted(batch.columns):
+            if c.startswith(REWARD_COMPONENT_PREFIX) and c not in self.sample_components:
+                self.sample_components.append(c)
+        cols = {"reward": batch.col("reward"), **{c: batch.col(c) for c in self.sample_components}}
+        for steps, groups in self.grouper.push(batch.steps, cols):
+            self._sample_steps(steps, groups)
+        return None
+
+    def _sample_steps(self, steps: np.ndarray, groups: list[dict[str, np.ndarray]]) -> None:
+        names = ["reward", *self.sample_components]
+        agg = {n: np.full(len(steps), np.nan) for n in (*names, "std", "min", "max")}
+        for j, g in enumerate(groups):
+            for n in names:
+                v = g.get(n, np.zeros(0))
+                v = v[np.isfinite(v)]
+                if len(v):
+                    agg[n][j] = float(np.mean(v))
+                    if n == "reward":
+                        agg["std"][j] = float(np.std(v, ddof=1)) if len(v) > 1 else np.nan
+                        agg["min"][j], agg["max"][j] = float(v.min()), float(v.max())
+        cols = {"reward_mean": agg["reward"], "reward_std": agg["std"], "reward_min": agg["min"],
+                "reward_max": agg["max"], **{c: agg[c] for c in self.sample_components}}
+        b = Batch(steps=steps.astype(np.int64), columns=cols, row0=self.sample_rows)
+        self.sample_rows += len(steps)
+        comps = [c for c in self.sample_components if b.has(c)]
+        self._update_steps(b, comps)
+
+    def _update_steps(self, batch: Batch, components: list[str]) -> dict[str, np.ndarray] | None:
+        self.active = True
+        self.rows += len(batch)
+        p = self.p
+        rows, steps = batch.rows, batch.steps
+        r = batch.col("reward_mean")
+        self.source_keys.setdefault("reward_mean", "reward_mean")
+        for name in ["reward_mean", *components]:
+            if name not in self.trends:
+                self.trends[name] = _Trend(name, p)
+        for name, tr in self.trends.items():
+            tr.update(rows, steps, batch.col(name), alerts=name != "reward_mean")
+            if name != "reward_mean":  # TRL also logs the within-batch std: rewards/<f>/std
+                short = name[len(REWARD_COMPONENT_PREFIX):]
+                for key in (f"rewards/{short}/std", f"reward/{short}/std"):
+                    if key in batch.columns or key in self.comp_std:
+                        self.comp_std.setdefault(key, []).append(batch.col(key))
+        self.reward.append(r)
+        self.var.append(np.square(batch.col("reward_std")))
+        out: dict[str, np.ndarray] = {}
+        if batch.has("reward_max") or self.gap:
+            gap = batch.col("reward_max") - r
+            self.gap.append(gap)
+            out["reward_best_of_n_gap"] = gap
+        fin = r[np.isfinite(r)]
+        if len(fin):
+            if self.first_value is None:
+                self.first_value = float(fin[0])
+            if np.any(fin != self.first_value):
+                self.moved = True
+        self._levels(rows, steps, r)
+        return out or None
+
+    def _levels(self, rows: np.ndarray, steps: np.ndarray, r: np.ndarray) -> None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            self._levels_inner(rows, steps, r)
+
+    def _levels_inner(self, rows: np.ndarray, steps: np.ndarray, r: np.ndarray) -> None:
+        p = self.p
+        full, n0 = self.ctx.extend(r=r)
+        level = block_median(full["r"], p.smooth, max(p.smooth // 2, 1))[n0:]
+        sigma = diff_sigma(full["r"], p.window, p.window // 4)[n0:]
+        # running best and lowest level (max/min are exact, so batch-invariant)
+        lv = np.where(np.isfinite(level), level, -np.inf)
+        best = np.maximum.accumulate(np.concatenate([[self.best], lv]))[1:]
+        lo = np.minimum.accumulate(np.concatenate([[self.low], np.where(np.isfinite(level), level,
+                                                                         np.inf)]))[1:]
+        self.best, self.low = float(best[-1]), float(lo[-1])
+        fin = np.isfinite(level)
+        if fin.any():
+            self.last_level = float(level[fin][-1])
+        span_rows = np.maximum(p.stagnation_window, (p.stagnation_share * rows).astype(np.int64))
+        first_half, second_half = self._halves(rows, r, span_rows)
+        after = rows >= p.probation
+        noisy = np.isfinite(sigma) & (sigma > 1e-12)
+        drop = best - level
+        span = best - lo
+        decline = after & noisy & fin & (drop > p.decline_sigmas * sigma) & (drop > p.decline_share * span)
+        self.ep["reward.decline"].update(rows, steps, decline, drop,
+                                         {"level": level, "best": best, "sigma": sigma})
+        (m1, n1), (m2, n2) = first_half, second_half
+        se = sigma * np.sqrt(1.0 / n1 + 1.0 / n2)
+        z = (m2 - m1) / np.where(noisy & (n1 >= 2) & (n2 >= 2), se, np.nan)
+        stag = (after & np.isfinite(z) & (rows >= p.probation + p.stagnation_window)
+                & (z < p.stagnation_sigmas) & ~(drop > p.decline_sigmas * sigma))
+        self.ep["reward.stagnation"].update(rows, steps, stag, z,
+                                            {"earlier_mean": m1, "recent_mean": m2, "sigma": sigma,
+                                             "span": span_rows.astype(float)})
+        t = p.target
+        if np.isfinite(t) and self.target_step is None:
+            hit = np.flatnonzero(fin & (level >= t))
+            if len(hit):
+                self.target_step = int(steps[hit[0]])
+
+    def _halves(self, rows: np.ndarray, r: np.ndarray, span: np.ndarray
+                ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """Mean and count of the finite rewards over the first and the second half of the
+        ``span`` rows ending at each row."""
+        self.prefix.extend(r)
+        half = span // 2
+        s0, c0 = self.prefix.at(rows - 2 * half)
+        s1, c1 = self.prefix.at(rows - half)
+        s2, c2 = self.prefix.at(rows)
+        n1, n2 = c1 - c0, c2 - c1
+        with np.errstate(divide="ignore", invalid="ignore"):  # an empty half: NaN
+            out = ((s1 - s0) / n1, n1.astype(float)), ((s2 - s1) / n2, n2.astype(float))
+        # a later row r reaches back to r - span(r), which grows with r (span grows by at most
+        # ``stagnation_share`` per row, up to rounding): keep from the next row's reach, with a margin
+        nxt = int(rows[-1]) + 1
+        self.prefix.forget_before(nxt - max(self.p.stagnation_window, int(self.p.stagnation_share * nxt)) - 16)
+        return out
+
+    def finish(self) -> TrackerResult:
+        for steps, groups in self.grouper.flush():
+            self._sample_steps(steps, groups)
+        p = self.p
+        notes: list[str] = []
+        summary: dict[str, Any] = {"rows": self.rows, "source": self.source}
+        # joined in place, freeing the pieces (a million rows: not pieces and joins at once)
+        self.reward[:] = [np.concatenate(self.reward)] if self.reward else []
+        r = self.reward[0] if self.reward else np.zeros(0)
+        if self.active:
+            summary["reward_step_spearman"] = trend_spearman(r)
+            summary["total"] = self.trends["reward_mean"].stats() if "reward_mean" in self.trends \
+                else {"rows": 0}
+            summary["components"] = {name[len(REWARD_COMPONENT_PREFIX):]: tr.stats()
+                                     for name, tr in self.trends.items() if name != "reward_mean"}
+            for key, parts in self.comp_std.items():
+                v = np.concatenate(parts)
+                v = v[np.isfinite(v)]
+                short = key.split("/")[1]
+                if len(v) and short in summary["components"]:
+                    summary["components"][short]["batch_std_median"] = float(np.median(v))
+            summary["best_level"] = self.best if np.isfinite(self.best) else None
+            summary["current_level"] = self.last_level
+            var = np.concatenate(self.var)
+            if np.isfinite(var).any():
+                summary["variance"] = self._variance(var)
+            if self.gap:
+                g = np.concatenate(self.gap)
+                g = g[np.isfinite(g)]
+                if len(g):
+                    w = min(p.trend_window, len(g))
+                    summary["best_of_n_gap"] = {"mean": float(np.mean(g)), "median": float(np.median(g)),
+                                                "first": float(np.median(g[:w])),
+                                                "last": float(np.median(g[-w:]))}
+            if np.isfinite(p.target):
+                cur = self.last_level
+                summary["target"] = {"target": p.target, "current": cur, "distance": p.target - cur,
+                                     "share_achieved": cur / p.target if p.target else None,
+                                     "reached_step": self.target_step}
+            if not self.moved:
+                notes.append("reward_mean is constant over the run (group-normalised rewards?): "
+                             "stagnation and decline not judged")
+        for name, tr in self.trends.items():
+            if name == "reward_mean":  # the total's trend is in the summary and the window table
+                continue
+            comp = f"reward component {name}"
+            for direction, eps in tr.ep.items():
+                for ep in eps.finish():
+                    prev = ep.extras.get("previous", float("nan"))
+                    lvl = ep.extras.get("level", float("nan"))
+                    self.emit("reward.trend", ep,
+                              f"{comp} went {direction} by {abs(ep.peak):.0%} of its level "
+                              f"({prev:.4g} -> {lvl:.4g}) over {p.trend_window} rows, steps "
+                              f"{ep.first_step}-{ep.last_step}",
+                              {"component": name, "direction": direction, "change_share": ep.peak,
+                               "previous_level": prev, "level": lvl, "threshold": p.trend_share,
+                               "metrics": [name]})
+        for ep in self.ep["reward.stagnation"].finish():
+            span = ep.extras.get("span", p.stagnation_window)
+            before, recent = ep.extras.get("earlier_mean", float("nan")), ep.extras.get("recent_mean", float("nan"))
+            self.emit("reward.stagnation", ep,
+                      f"mean reward over the last {span / 2:.0f} rows ({recent:.4g}) was not clearly above "
+                      f"the {span / 2:.0f} rows before ({before:.4g}; {ep.peak:.2g} standard errors), "
+                      f"steps {ep.first_step}-{ep.last_step}",
+                      {"rise_standard_errors": ep.peak, "recent_mean": recent, "earlier_mean": before,
+                       "noise_sigma": ep.extras.get("sigma"), "threshold_standard_errors": p.stagnation_sigmas,
+                       "window": span, "metrics": ["reward_mean"]})
+        for ep in self.ep["reward.decline"].finish():
+            sig = ep.extras.get("sigma", float("nan"))
+            self.emit("reward.decline", ep,
+                      f"reward level fell {ep.peak:.4g} below its best "
+                      f"{ep.extras.get('best', float('nan')):.4g} ({ep.peak / sig:.1f} noise sigmas) "
+                      f"at step {ep.peak_step}, steps {ep.first_step}-{ep.last_step}",
+                      {"drop": ep.peak, "best_level": ep.extras.get("best"),
+                       "level": ep.extras.get("level"), "noise_sigma": sig,
+                       "threshold_sigmas": p.decline_sigmas, "threshold_share": p.decline_share,
+                       "metrics": ["reward_mean"]})
+        return self.result(summary, notes)
+
+    def _variance(self, var: np.ndarray) -> dict[str, Any]:
+        """Within-batch reward variance (reward_std squared): level and early-vs-late trend."""
+        v = var[np.isfinite(var)]
+        w = min(self.p.trend_window, len(v))
+        first, last = float(np.median(v[:w])), float(np.median(v[-w:]))
+        ratio = last / first if first > 0 else None
+        return {"median": float(np.median(v)), "first": first, "last": last, "late_over_early": ratio,
+                "direction": None if ratio is None else
+                ("up" if ratio > 1 + self.p.trend_share else
+                 "down" if ratio < 1 - self.p.trend_share else "flat")}
+

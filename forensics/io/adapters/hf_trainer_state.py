@@ -1,0 +1,143 @@
+"""Hugging Face ``trainer_state.json`` (TRL GRPO/RLOO/PPO/DPO/OnlineDPO/KTO/ORPO, Unsloth, LLaMA-Factory).
+
+The ``log_history`` list holds three kinds of rows, told apart here:
+
+* training rows: one per logging event, ``step`` = global_step, each the average over the last
+  ``logging_steps`` optimizer steps;
+* evaluation rows: every metric prefixed ``eval_``; they join the training row of the same step
+  as their own ``eval_*`` columns (never mixed into the training metrics), or are kept out of the
+  step stream with a note when no training row shares their step;
+* the final summary row (``train_runtime``, ``train_loss``, ``total_flos``...): excluded, noted.
+
+The file is not strict JSON (``NaN``/``Infinity`` literals); entries are decoded one by one so a
+truncated file keeps its complete rows and a broken entry is reported with its line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ...errors import FormatError, InputError, StrictModeError
+from ._common import ApartRows, Row, RowSource, _fmt, open_binary
+
+__all__ = ["HFTrainerStateSource", "detect"]
+
+_LOG_HISTORY = re.compile(r'"log_history"\s*:\s*\[')
+_SEP = re.compile(r"[\s,]*")
+_SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second")
+
+
+def detect(path: Path, head: bytes) -> bool:
+    return head.lstrip().startswith(b"{") and b'"log_history"' in head
+
+
+def classify(row: dict[str, Any]) -> str:
+    """``"summary"``, ``"eval"`` or ``"train"``."""
+    if any(k in row for k in _SUMMARY_KEYS):
+        return "summary"
+    if any(k.startswith("eval_") for k in row):
+        return "eval"
+    return "train"
+
+
+class HFTrainerStateSource(RowSource):
+    format_name = "hf-trainer-state"
+
+    def _text(self) -> str:
+        try:
+            with open_binary(self.path) as fh:
+                data = fh.read()
+        except (OSError, EOFError) as exc:
+            raise InputError(f"cannot read: {getattr(exc, 'strerror', None) or exc}", path=str(self.path)) from None
+        return data.decode("utf-8", errors="replace")
+
+    def rows(self) -> Iterator[Row]:
+        text = self._text()
+        m = _LOG_HISTORY.search(text)
+        if m is None:
+            raise FormatError("no log_history list: not a trainer_state.json", path=str(self.path))
+        self._header_notes(text)
+        evals = ApartRows("evaluation row(s) (eval_*)")
+        held: Row | None = None
+        nulls = 0
+        for line, obj in self._entries(text, m.end()):
+            if not isinstance(obj, dict):
+                self._bad(line, f"log_history entry is a {type(obj).__name__}, not an object")
+                continue
+            step = obj.get("step")
+            if not isinstance(step, int) or isinstance(step, bool):
+                self._bad(line, "log_history entry has no integer step", "row has no step")
+                continue
+            nulls += sum(1 for v in obj.values() if v is None)
+            kind = classify(obj)
+            if kind == "summary":
+                shown = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(obj.items()) if k != "step")
+                self.report.notes.append(f"final summary row at line {line} (step {step}) excluded from "
+                                         f"the step stream: {shown}")
+                continue
+            if kind == "eval":
+                values = {k: v for k, v in obj.items() if k not in ("step", "epoch")}
+                if held is not None and held[1]["step"] == step:
+                    for k, v in values.items():
+                        held[1].setdefault(k, v)
+                    evals.merged += 1
+                else:
+                    evals.hold(line, step, values)
+                continue
+            if held is not None:
+                yield held
+            row = dict(obj)
+            evals.attach(step, row)
+            held = (line, row)
+        if held is not None:
+            yield held
+        evals.notes(self.report)
+        if nulls:
+            self.report.notes.append(f"{nulls} null value(s) read as missing (TRL writes null for a "
+                                     "metric whose logging window was all NaN)")
+
+    def _bad(self, line: int, reason: str, category: str = "malformed line") -> None:
+        if self.strict:
+            raise StrictModeError(reason, path=str(self.path), line=line)
+        self.report.rows_read += 1
+        self.report.skip(line, reason, category)
+
+    def _entries(self, text: str, pos: int) -> Iterator[tuple[int, Any]]:
+        """``(line, object)`` for each element of the list that starts at ``pos``."""
+        dec = json.JSONDecoder()
+        line, counted = 1, 0
+        n = len(text)
+        while True:
+            pos = _SEP.match(text, pos).end()  # type: ignore[union-attr]
+            line += text.count("\n", counted, pos)
+            counted = pos
+            if pos >= n:
+                self._bad(line, "file ends inside log_history (truncated: the writer was probably "
+                          "stopped mid-write)", "truncated file")
+                return
+            if text[pos] == "]":
+                return
+            try:
+                obj, end = dec.raw_decode(text, pos)
+            except json.JSONDecodeError as exc:
+                bad_line = text.count("\n", 0, exc.pos) + 1
+                self._bad(bad_line, f"invalid JSON in log_history: {exc.msg}; the rest of the list "
+                          "cannot be read")
+                return
+            yield line, obj
+            pos = end
+
+    def _header_notes(self, text: str) -> None:
+        try:
+            state = json.loads(text)
+        except json.JSONDecodeError:
+            return
+        if isinstance(state, dict) and isinstance(state.get("logging_steps"), int):
+            k = state["logging_steps"]
+            if k > 1:
+                self.report.notes.append(f"logging_steps={k}: each row averages the metrics of the last "
+                                         f"{k} optimizer steps")

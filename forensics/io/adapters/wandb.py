@@ -1,0 +1,208 @@
+"""Weights & Biases exports: the chart CSV export and the API history (CSV or JSONL).
+
+Chart export (panel menu, Export, CSV): ``Step``, ``<run> - <metric>``, ``<run> - <metric>__MIN``,
+``<run> - <metric>__MAX``. The run name is stripped; ``__MIN``/``__MAX`` columns are carried
+through under ``<metric>__MIN``/``<metric>__MAX``; several runs in one export: the first is read
+and the others are named in a note. Exports may be sampled or bucketed (noted).
+
+API history (``run.history()``/``scan_history()`` saved as CSV or JSONL): ``_step``,
+``_runtime``, ``_timestamp`` plus the logged keys. The step is ``train/global_step`` when logged
+(HF Trainer, OpenRLHF: W&B's own ``_step`` counts ``log`` calls, not optimizer steps), else
+``_step``. Rows of one step (training and evaluation logged separately) are merged; histogram and
+table cells (JSON objects with ``_type``) are carried as text.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ...errors import InputError, StrictModeError
+from ..readers.jsonl import parse_json_object
+from ._common import Row, RowSource, iter_lines, merge_same_step, open_binary, parse_number
+
+__all__ = ["WandbChartSource", "WandbHistorySource", "detect_chart", "detect_history"]
+
+_STEP_KEYS = ("train/global_step", "trainer/global_step", "global_step", "_step")
+_SHARED = ("_step", "wandb/_step", "_runtime", "_timestamp", "epoch", "train/epoch", "eval/epoch")
+
+
+def _first_line(head: bytes) -> str:
+    return head.lstrip(b"\xef\xbb\xbf").split(b"\n", 1)[0].decode("utf-8", errors="replace").rstrip("\r")
+
+
+def _header(head: bytes) -> list[str]:
+    try:
+        return next(csv.reader(io.StringIO(_first_line(head))))
+    except (csv.Error, StopIteration):
+        return []
+
+
+def detect_chart(path: Path, head: bytes) -> bool:
+    cols = _header(head)
+    return len(cols) >= 2 and cols[0] == "Step" and any(" - " in c for c in cols[1:])
+
+
+def detect_history(path: Path, head: bytes) -> bool:
+    first = _first_line(head)
+    if first.startswith("{"):
+        try:
+            obj = json.loads(first)
+        except json.JSONDecodeError:
+            return False
+        return isinstance(obj, dict) and "_step" in obj and ("_runtime" in obj or "_timestamp" in obj)
+    cols = _header(head)
+    return "_step" in cols and ("_runtime" in cols or "_timestamp" in cols)
+
+
+def _cell(text: str) -> Any:
+    if text == "":
+        return None
+    num = parse_number(text)
+    return text if num is None else num
+
+
+def _csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """``(line, cells)``; the line is the 1-based line of the record's start."""
+    with open_binary(path) as fh:
+        text = io.TextIOWrapper(fh, encoding="utf-8-sig", errors="replace", newline="")
+        reader = csv.reader(text)
+        try:
+            start = 1
+            for cells in reader:
+                yield start, cells
+                start = reader.line_num + 1
+        except csv.Error as exc:
+            raise InputError(f"CSV error: {exc}", path=str(path), line=reader.line_num) from None
+
+
+class _WandbSource(RowSource):
+    def _bad(self, line: int, reason: str, category: str = "malformed line") -> None:
+        if self.strict:
+            raise StrictModeError(reason, path=str(self.path), line=line)
+        self.report.rows_read += 1
+        self.report.skip(line, reason, category)
+
+
+class WandbChartSource(_WandbSource):
+    format_name = "wandb-csv"
+
+    def rows(self) -> Iterator[Row]:
+        it = _csv_rows(self.path)
+        try:
+            _, header = next(it)
+        except StopIteration:
+            return
+        runs: dict[str, None] = {}
+        for c in header[1:]:
+            run, sep, _ = c.rpartition(" - ")
+            if sep:
+                runs.setdefault(run)
+        run = next(iter(runs), "")
+        cols: list[tuple[int, str]] = []
+        for i, c in enumerate(header):
+            r, sep, metric = c.rpartition(" - ")
+            if i == 0 or (sep and r == run):
+                cols.append((i, "step" if i == 0 else metric))
+        self.report.notes.append(f"W&B chart export of run {run!r}; values may be sampled or bucketed "
+                                 "by the W&B UI")
+        if len(runs) > 1:
+            self.report.notes.append(f"{len(runs) - 1} other run(s) in the export not read: "
+                                     + ", ".join(repr(r) for r in list(runs)[1:6]))
+        empty = 0
+        for line, cells in it:
+            if not any(cells):
+                continue
+            if len(cells) != len(header):
+                self._bad(line, f"{len(cells)} cells, header has {len(header)}")
+                continue
+            step = parse_number(cells[0])
+            if step is None or step != int(step):
+                self._bad(line, f"Step {cells[0]!r} is not an integer", "row has no step")
+                continue
+            row: dict[str, Any] = {"step": int(step)}
+            for i, name in cols[1:]:
+                v = _cell(cells[i])
+                if v is not None:
+                    row[name] = v
+            if len(row) == 1:
+                empty += 1
+                continue
+            yield line, row
+        if empty:
+            self.report.notes.append(f"{empty} row(s) with no value for run {run!r} left out")
+
+
+class WandbHistorySource(_WandbSource):
+    format_name = "wandb-history"
+
+    def rows(self) -> Iterator[Row]:
+        with open_binary(self.path) as fh:
+            first = fh.read(1)
+        raw = self._json_rows() if first == b"{" else self._csv_dicts()
+        self.histograms = 0
+        self.no_step = 0
+        self.step_key: str | None = None
+        yield from merge_same_step(self._with_step(raw), shared=_SHARED)
+        if self.step_key and self.step_key != "_step":
+            self.report.notes.append(f"step = {self.step_key} (W&B's _step counts log calls; kept as a "
+                                     "column)")
+        if self.no_step:
+            self.report.notes.append(f"{self.no_step} history row(s) without {self.step_key} left out "
+                                     "(system or summary rows)")
+        if self.histograms:
+            self.report.notes.append(f"{self.histograms} histogram/table cell(s) carried as text")
+
+    def _with_step(self, rows: Iterator[tuple[int, dict[str, Any]]]) -> Iterator[Row]:
+        for line, row in rows:
+            if self.step_key is None:
+                self.step_key = next((k for k in _STEP_KEYS if k in row), "_step")
+            step = row.pop(self.step_key, None)
+            if step is None:
+                self.no_step += 1
+                continue
+            if not isinstance(step, (int, float)) or step != int(step):
+                self._bad(line, f"{self.step_key} {step!r} is not an integer", "row has no step")
+                continue
+            if self.step_key != "_step" and "_step" in row:
+                row["wandb/_step"] = row.pop("_step")
+            out: dict[str, Any] = {"step": int(step)}
+            for k, v in row.items():
+                if v is None:
+                    continue
+                if isinstance(v, (dict, list)):
+                    self.histograms += 1
+                    v = json.dumps(v)
+                elif isinstance(v, str) and v.startswith("{") and '"_type"' in v:
+                    self.histograms += 1
+                out[k] = v
+            yield line, out
+
+    def _csv_dicts(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        it = _csv_rows(self.path)
+        try:
+            _, header = next(it)
+        except StopIteration:
+            return
+        for line, cells in it:
+            if not any(cells):
+                continue
+            if len(cells) != len(header):
+                self._bad(line, f"{len(cells)} cells, header has {len(header)}")
+                continue
+            yield line, {k: _cell(c) for k, c in zip(header, cells)}
+
+    def _json_rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        for line, text in iter_lines(self.path):
+            s = text.strip()
+            if not s:
+                continue
+            obj, reason = parse_json_object(s)
+            if obj is None:
+                self._bad(line, reason)
+                continue
+            yield line, obj

@@ -1,0 +1,426 @@
+"""Streaming JSONL reader (plain or gzip) with bounded memory and per-line error reports.
+
+Each chunk of whole lines takes the first of three parses that accepts it:
+
+1. **polars**, against the columns seen so far (:class:`_KnownColumns`): about half the CPU of
+   pyarrow's parse. polars drops keys that are not in the schema it is given, so the parse is
+   only taken when every ``key: value`` pair of the chunk is accounted for (its colons are
+   counted, see :meth:`_KnownColumns.parse`); a chunk with a new key, a type that changes or a
+   nested value goes on to
+2. **pyarrow**, which infers the columns of the whole chunk (and teaches them to step 1);
+3. **line by line**, for a chunk pyarrow rejects (a malformed line, a ``NaN`` spelled the Python
+   way), so every bad line is reported with its number and reason and every good line is kept.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.json as pj
+
+from ...errors import InputError, StrictModeError
+from .arrow import frame_to_raw, rows_to_raw, table_to_raw
+from .base import RawBatch, ReadReport
+
+if TYPE_CHECKING:  # polars is imported on first use: a Parquet scan or `forensics --help` does not pay for it
+    import polars as pl
+
+__all__ = ["JsonlSource", "parse_json_object"]
+
+_MIN_CHUNK = 1 << 20
+#: Largest chunk (about 14k rows of a 22-field log). pyarrow's parse needs a few times a chunk's
+#: size while it runs, and up to ``_AHEAD + 2`` chunks are alive at once: larger chunks cost
+#: memory (a million-step scan peaks about 40 MB higher with 32 MB chunks two ahead) and gain no
+#: measurable speed.
+_MAX_CHUNK = 8 << 20
+#: Most rows in one batch handed on. Trackers pay a fixed cost per batch (10k-row batches cost a
+#: million-step scan 0.7 s more than 32k-row ones), but every row of a batch is held several
+#: times while it is analysed (65k-row batches peak about 35 MB higher than 32k-row ones).
+_BATCH_CAP = 32768
+#: Chunks the reader thread may parse ahead of the consumer (each holds its bytes and columns):
+#: one is enough to keep both the parse and the analysis busy.
+_AHEAD = 1
+
+T = TypeVar("T")
+
+
+def _ahead(items: Iterator[T], depth: int) -> Iterator[T]:
+    """Iterate ``items`` in a daemon thread, up to ``depth`` items ahead of the consumer.
+
+    Exceptions in the thread are re-raised here; stopping early (an error in the consumer, a
+    closed generator) stops the thread at its next item.
+    """
+    q: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: tuple[str, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for it in items:
+                if not put(("item", it)):
+                    return
+        except BaseException as exc:  # handed to the consumer, re-raised there
+            put(("error", exc))
+            return
+        put(("done", None))
+
+    thread = threading.Thread(target=work, name="forensics-jsonl-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = q.get()
+            if kind == "done":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _open(path: Path) -> IO[bytes]:
+    try:
+        if path.suffix == ".gz":
+            fh: IO[bytes] = gzip.open(path, "rb")  # type: ignore[assignment]
+            fh.peek(1)  # type: ignore[attr-defined]  # fail now on a non-gzip file
+            return fh
+        return open(path, "rb")
+    except OSError as exc:
+        raise InputError(f"cannot open: {exc.strerror or exc}", path=str(path)) from None
+
+
+def parse_json_object(raw: bytes | str) -> tuple[dict[str, Any] | None, str]:
+    """Parse one JSON line into an object; return ``(object, "")`` or ``(None, reason)``.
+
+    orjson first (fast); Python's json for what it rejects, since trainers write the ``NaN``,
+    ``Infinity`` and ``-Infinity`` literals it accepts.
+    """
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        try:  # Python's json accepts NaN, Infinity and -Infinity, as trainers write them
+            obj = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "not valid UTF-8"
+            col = f" (column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
+            return None, f"invalid JSON: {msg}{col}"
+    if not isinstance(obj, dict):
+        return None, f"expected a JSON object, got {type(obj).__name__}"
+    return obj, ""
+
+
+@dataclass
+class _Chunk:
+    """One chunk of whole lines, parsed by the reader thread.
+
+    ``raw`` is the pyarrow fast path's result; when pyarrow rejected the chunk, ``body`` holds its
+    bytes for the line-by-line parse (which reports bad lines, so it runs in the caller's thread).
+    """
+
+    line0: int
+    size: int  # bytes consumed from the (uncompressed) stream
+    raw: RawBatch | None = None
+    body: bytes | None = None
+    final: bool = False
+
+
+_COLON, _NEWLINE = ord(":"), ord("\n")
+
+
+class _ByteCounter:
+    """Counts one byte value in a buffer: numpy's compare-and-count (about 3x ``bytes.count``),
+    into a scratch array kept between chunks (a fresh one per call costs page faults)."""
+
+    def __init__(self) -> None:
+        self._scratch = np.empty(0, dtype=bool)
+
+    def __call__(self, data: bytes | memoryview | bytearray, byte: int, end: int | None = None) -> int:
+        arr = np.frombuffer(data, dtype=np.uint8, count=-1 if end is None else end)
+        if len(self._scratch) < len(arr):
+            self._scratch = np.empty(len(arr), dtype=bool)
+        out = self._scratch[: len(arr)]
+        np.equal(arr, byte, out=out)
+        return int(np.count_nonzero(out))
+
+
+class _KnownColumns:
+    """The flat columns of a file seen so far, as a polars schema, and the fast parse against it.
+
+    pyarrow's parse of a chunk teaches the columns (:meth:`learn`); later chunks are parsed by
+    polars against them (:meth:`parse`). Integers are read as floats (the trackers' type), so an
+    int-then-float column needs no new schema. A nested value or a list anywhere in the file
+    leaves it to pyarrow for good (``usable`` is False).
+    """
+
+    def __init__(self, count: _ByteCounter) -> None:
+        self.count = count
+        self.schema: dict[str, Any] = {}
+        self.usable = True
+        self.version = 0  # bumped on every change: frames of two versions are not concatenated
+
+    def learn(self, table: pa.Table) -> None:
+        import polars as pl
+
+        for f in table.schema:
+            t = f.type
+            if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t):
+                dtype: Any = pl.Float64
+            elif pa.types.is_boolean(t):
+                dtype = pl.Boolean
+            elif pa.types.is_string(t) or pa.types.is_large_string(t):
+                dtype = pl.String
+            else:
+                self.usable = False
+                return
+            old = self.schema.get(f.name)
+            # a new key, or a known one that turned out numeric: a number column never becomes
+            # text here (a metric logged once as the string "nan" would be lost for the rest of
+            # the file); a chunk where it holds text goes to the other parses, as text there
+            if old is None or (old != dtype and dtype == pl.Float64 and not pa.types.is_null(t)):
+                self.schema[f.name] = dtype
+                self.version += 1
+
+    def parse(self, body: memoryview) -> pl.DataFrame | None:
+        """polars' parse of the chunk ``body`` when it holds every ``key: value`` pair of it.
+
+        polars silently drops a key its schema does not name. Every pair is one colon outside
+        strings, so the parse is complete when the chunk's colons are all accounted for: one per
+        non-null value (plus those in its key), those inside string values, and those of
+        ``key: null`` pairs. Anything else (a new key, a colon in an odd place) sends the chunk
+        to pyarrow: the check can refuse a good chunk, never accept one that lost a value.
+        """
+        if not (self.usable and self.schema):
+            return None
+        import polars as pl
+
+        data = bytes(body)  # polars reads bytes, not a view
+        try:
+            frame = pl.read_ndjson(data, schema=self.schema)
+        except (pl.exceptions.PolarsError, pl.exceptions.PanicException, ValueError, OverflowError):
+            return None  # a value of another type, NaN literals, bad lines: pyarrow decides
+        accounted = 0
+        for col in frame.get_columns():
+            present = col.len() - col.null_count()
+            accounted += present * (1 + col.name.count(":"))
+            if present and col.dtype == pl.String:
+                # polars writes an object or a list found in a string column as its JSON text;
+                # the other parses flatten objects into columns: leave such a chunk to them
+                if bool(col.str.contains(r"^\s*[\[{]").any()):
+                    return None
+                accounted += int(col.str.count_matches(":", literal=True).sum() or 0)
+        colons = self.count(data, _COLON)
+        if accounted != colons:
+            accounted += data.count(b":null") + data.count(b": null")
+            if accounted != colons:
+                return None
+        return frame
+
+
+def _frames_to_raw(frames: list[pl.DataFrame], lines: np.ndarray) -> RawBatch:
+    """One raw batch of frames parsed against one schema; keys absent from all rows dropped."""
+    import polars as pl
+
+    frame = pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
+    n = frame.height
+    return frame_to_raw(frame.select([c.name for c in frame.get_columns() if c.null_count() < n]),
+                        lines)
+
+
+def _join(pending: list[tuple[Any, np.ndarray]], size: int) -> Iterator[_Chunk]:
+    """One batch of the parsed chunks ``pending`` (several when a key changes type between them).
+
+    ``pending`` holds polars frames of one schema, or pyarrow tables (see ``JsonlSource._chunks``).
+    """
+    if not pending:
+        return
+    import polars as pl
+
+    lines = np.concatenate([ln for _, ln in pending]) if len(pending) > 1 else pending[0][1]
+    if isinstance(pending[0][0], pl.DataFrame):
+        yield _Chunk(int(lines[0]), size, raw=_frames_to_raw([f for f, _ in pending], lines))
+        return
+    try:
+        table = pa.concat_tables([t for t, _ in pending], promote_options="permissive")
+        parts = [(table, lines)]
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        parts = pending  # as parsed: each chunk's columns are consistent
+    for i, (table, ln) in enumerate(parts):
+        yield _Chunk(int(ln[0]) if len(ln) else 0, size if i == 0 else 0,
+                     raw=table_to_raw(table, ln))
+
+
+class JsonlSource:
+    """Rows of a JSONL file (``.jsonl``, ``.json`` lines, or ``.gz``), in chunks of whole lines."""
+
+    def __init__(self, path: Path, *, strict: bool = False) -> None:
+        self.path = path
+        self.strict = strict
+        self.report = ReadReport(str(path), format="jsonl")
+        self.bytes_read = 0  # uncompressed bytes consumed so far (for progress display)
+
+    def batches(self, batch_rows: int) -> Iterator[RawBatch]:
+        """Batches of about ``batch_rows`` rows.
+
+        Reading and pyarrow's parse (which releases the GIL) run in a reader thread, at most
+        ``_AHEAD`` chunks ahead, so the trackers analyse one chunk while the next is parsed: on
+        a multi-core machine the scan then costs about the larger of the two, not their sum.
+        Everything that touches the read report stays in this (the caller's) thread.
+        """
+        with _open(self.path) as fh:
+            for item in _ahead(self._chunks(fh, batch_rows), _AHEAD):
+                self.bytes_read += item.size
+                raw = item.raw
+                if item.body is not None:
+                    raw = self._parse_slow(item.body, item.line0, final=item.final)
+                elif raw is not None:
+                    self.report.rows_read += len(raw)
+                if raw is not None and len(raw):
+                    self.report.rows_kept += len(raw)
+                    yield raw
+
+    def _chunks(self, fh: IO[bytes], batch_rows: int) -> Iterator[_Chunk]:
+        """Parsed batches of about ``batch_rows`` rows (runs in the reader thread; pure: no report).
+
+        The file is parsed in chunks of at most ``_MAX_CHUNK`` bytes (a parse needs a few times a
+        chunk's size while it runs) and the parsed chunks are joined into batches of about
+        ``batch_rows`` rows (at most ``_BATCH_CAP``): the trackers pay a fixed cost per batch.
+        Only chunks of one parse (and one polars schema) are joined.
+        """
+        batch_rows = max(min(batch_rows, _BATCH_CAP), 1)
+        count = _ByteCounter()
+        known = _KnownColumns(count)
+        chunk = _MIN_CHUNK
+        line0 = 1  # 1-based number of the first line in the current chunk
+        rest = b""
+        size = 0  # bytes read since the last batch was handed on
+        pending: list[tuple[Any, np.ndarray]] = []
+        pending_kind = -1
+        n_pending = 0
+        buf = bytearray()
+        while True:
+            # read after the carried partial line into one buffer, kept from chunk to chunk (the
+            # parses copy what they keep): no ``rest + block`` copy, no fresh pages per chunk
+            if len(buf) < len(rest) + chunk:
+                buf = bytearray(len(rest) + chunk)
+            buf[: len(rest)] = rest
+            try:
+                got = fh.readinto(memoryview(buf)[len(rest) : len(rest) + chunk])  # type: ignore[attr-defined]
+            except (OSError, EOFError, gzip.BadGzipFile) as exc:
+                raise InputError(f"read failed: {exc}", path=str(self.path)) from None
+            eof = not got
+            size += got or 0
+            end = len(rest) + (got or 0)
+            if eof:
+                cut = end
+            else:
+                cut = buf.rfind(b"\n", 0, end) + 1
+                if cut == 0:  # no line end yet: carry it all (a line longer than the chunk)
+                    rest, chunk = bytes(buf[:end]), chunk * 2
+                    continue
+            body = memoryview(buf)[:cut]
+            n_newlines = count(buf, _NEWLINE, cut)
+            rest = bytes(buf[cut:end])
+            if cut:
+                parsed = self._parse_fast(body, line0, n_newlines, known)
+                if parsed is None:  # line by line, in the caller's thread, after what is pending
+                    yield from _join(pending, size)
+                    yield _Chunk(line0, 0, body=bytes(body), final=eof)
+                    pending, n_pending, size = [], 0, 0
+                else:
+                    kind, item, lines = parsed
+                    if kind != pending_kind:
+                        yield from _join(pending, size)
+                        pending, n_pending, size, pending_kind = [], 0, 0, kind
+                    pending.append((item, lines))
+                    n_pending += len(lines)
+                    # aim the next chunk at about batch_rows rows, within the memory cap
+                    per_row = max(cut // max(len(lines), 1), 1)
+                    chunk = int(min(max(per_row * batch_rows, _MIN_CHUNK), _MAX_CHUNK))
+                    if n_pending >= batch_rows:
+                        yield from _join(pending, size)
+                        pending, n_pending, size = [], 0, 0
+                line0 += n_newlines
+            if eof:
+                break
+        yield from _join(pending, size)
+
+    def _parse_fast(self, body: memoryview, line0: int, n_newlines: int,
+                    known: _KnownColumns) -> tuple[int, Any, np.ndarray] | None:
+        """``(kind, parsed, line of each row)``: a polars frame (``kind`` is the schema version)
+        or a pyarrow table (``kind`` -1); None when both reject the chunk or its rows do not match
+        its lines."""
+        n_lines = n_newlines + (0 if body[-1:] == b"\n" else 1)
+        frame = known.parse(body)
+        if frame is not None:
+            kind, parsed, n_rows = known.version, frame, frame.height
+        else:
+            try:
+                # pyarrow's own threads stay on: single-threaded, the parse (~5 CPU-s per million
+                # rows) becomes the bottleneck even with the trackers running alongside
+                parsed = pj.read_json(pa.BufferReader(pa.py_buffer(body)))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                return None
+            kind, n_rows = -1, parsed.num_rows
+            known.learn(parsed)
+        if n_rows == n_lines:  # one object per line, no blank lines: the usual case
+            return kind, parsed, np.arange(line0, line0 + n_lines, dtype=np.int64)
+        data = bytes(body)
+        lines = self._nonblank_lines(data, line0)
+        if n_rows == len(lines) and b"}{" not in data.replace(b" ", b""):
+            return kind, parsed, lines
+        return None
+
+    @staticmethod
+    def _nonblank_lines(body: bytes, line0: int) -> np.ndarray:
+        parts = body.split(b"\n")
+        if body.endswith(b"\n"):
+            parts = parts[:-1]
+        return np.array([line0 + i for i, p in enumerate(parts) if p.strip()], dtype=np.int64)
+
+    def _parse_slow(self, body: bytes, line0: int, *, final: bool) -> RawBatch | None:
+        parts = body.split(b"\n")
+        if body.endswith(b"\n"):
+            parts = parts[:-1]
+        rows: list[dict[str, Any]] = []
+        lines: list[int] = []
+        last = len(parts) - 1
+        for i, part in enumerate(parts):
+            stripped = part.strip()
+            if not stripped:
+                continue
+            self.report.rows_read += 1
+            obj, reason = parse_json_object(stripped)
+            if obj is None:
+                truncated = final and i == last and not body.endswith(b"\n")
+                if truncated:
+                    reason = ("truncated final line (no newline at end of file: the writer "
+                              "was probably stopped mid-write)")
+                if self.strict:
+                    raise StrictModeError(reason, path=str(self.path), line=line0 + i)
+                self.report.skip(line0 + i, reason,
+                                 "truncated final line" if truncated else "malformed line")
+                continue
+            rows.append(obj)
+            lines.append(line0 + i)
+        if not rows:
+            return None
+        return rows_to_raw(rows, np.array(lines, dtype=np.int64))

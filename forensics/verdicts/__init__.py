@@ -1,0 +1,1 @@
+"""Judging saved analyses: the CI gate, the diff of two runs, and detection-quality evaluation."""

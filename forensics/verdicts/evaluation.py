@@ -1,0 +1,256 @@
+"""Detection quality on labelled runs: event-level precision and recall, delay, false alarms, NAB.
+
+A labelled run has a manifest: ``fault`` (None for a healthy run), ``onset_step``,
+``expected_rules`` (the first is the primary one) and ``horizon_steps`` (how soon after onset a
+detection still counts). An *alarm* is a finding of severity warning or critical, at its onset
+step (one per episode, so a sustained condition is one alarm, as SIGNATURES.md section 3.2
+recommends).
+
+* The detection window of a fault is ``[t0 - a, t0 + b]`` with ``b = horizon_steps`` and
+  ``a = 0.25 b`` (early warning is rewarded).
+* A fault is **detected** when an alarm of an expected rule falls in its window; the **delay** is
+  that alarm's onset minus ``t0`` (negative: early warning).
+* **False alarms**: every alarm in a healthy run, and alarms before ``t0 - a`` in a faulty run
+  (the run was still healthy). Alarms after the onset whose rule was not expected are consequences
+  of the fault and are reported separately (``other``), not counted either way. Ops rules
+  (``throughput.*``, ``resource.*``) judge the machine, not the training, and are listed apart.
+* **Per-rule precision** = alarms of the rule inside a window that expects it / all alarms of the
+  rule outside the ``other`` class; **recall** = faults expecting the rule in which it fired in the
+  window / faults expecting it.
+* **NAB score** (Lavin and Ahmad 2015; standard profile A_TP = 1, A_FN = 1, A_FP = 0.11) with the
+  scaled sigmoid over the window position, normalised so that 0 is the detector that never fires
+  and 100 the perfect one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["LabelledRun", "Quality", "evaluate", "load_runs", "render_table"]
+
+A_TP, A_FN, A_FP = 1.0, 1.0, 0.11
+ALARM_SEVERITIES = ("warning", "critical")
+#: Rules about the machine, not the training (wall-clock throughput, memory). The labelled corpus
+#: has no ops labels and its timings are real measurements of a shared machine, so these alarms
+#: are listed per run (``ops``) but counted neither as detections nor as false alarms.
+OPS_PREFIXES = ("throughput.", "resource.")
+
+
+@dataclass
+class LabelledRun:
+    name: str
+    fault: str | None
+    onset_step: int | None
+    expected_rules: list[str]
+    horizon_steps: int
+    steps: int
+    findings: list[dict[str, Any]]
+
+    @property
+    def alarms(self) -> list[dict[str, Any]]:
+        return [f for f in self.findings if f["severity"] in ALARM_SEVERITIES
+                and not f["rule"].startswith(OPS_PREFIXES)]
+
+    @property
+    def ops_alarms(self) -> list[str]:
+        return sorted({f["rule"] for f in self.findings if f["severity"] in ALARM_SEVERITIES
+                       and f["rule"].startswith(OPS_PREFIXES)})
+
+
+@dataclass
+class RuleStats:
+    tp: int = 0
+    fp: int = 0
+    expected: int = 0
+    detected: int = 0
+    delays: list[int] = field(default_factory=list)
+
+    @property
+    def precision(self) -> float | None:
+        return self.tp / (self.tp + self.fp) if self.tp + self.fp else None
+
+    @property
+    def recall(self) -> float | None:
+        return self.detected / self.expected if self.expected else None
+
+
+@dataclass
+class Quality:
+    rules: dict[str, RuleStats]
+    runs: list[dict[str, Any]]
+    healthy_steps: int
+    false_alarms: int
+    faults: int
+    detected: int
+    nab: float | None
+
+    @property
+    def false_alarms_per_1000(self) -> float:
+        return 1000 * self.false_alarms / self.healthy_steps if self.healthy_steps else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "faults": self.faults,
+            "detected": self.detected,
+            "recall": self.detected / self.faults if self.faults else None,
+            "false_alarms": self.false_alarms,
+            "healthy_steps": self.healthy_steps,
+            "false_alarms_per_1000_healthy_steps": round(self.false_alarms_per_1000, 3),
+            "nab_standard": self.nab,
+            "rules": {k: {"precision": v.precision, "recall": v.recall, "tp": v.tp, "fp": v.fp,
+                          "expected": v.expected, "detected": v.detected,
+                          "median_delay": _quantile(v.delays, 0.5),
+                          "p90_delay": _quantile(v.delays, 0.9)}
+                      for k, v in sorted(self.rules.items())},
+            "runs": self.runs,
+        }
+
+
+def _quantile(xs: list[int], q: float) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def _sigma(y: float) -> float:
+    """NAB's scaled sigmoid: 2 / (1 + e^(5y)) - 1, and -1 past y = 3."""
+    return -1.0 if y > 3 else 2.0 / (1.0 + math.exp(5.0 * y)) - 1.0
+
+
+def evaluate(runs: list[LabelledRun]) -> Quality:
+    """Score findings against labels (see module doc)."""
+    rules: dict[str, RuleStats] = {}
+    out_runs: list[dict[str, Any]] = []
+    healthy_steps = false_alarms = faults = detected = 0
+    nab_raw = nab_null = nab_perfect = 0.0
+    for run in runs:
+        alarms = run.alarms
+        rec: dict[str, Any] = {"name": run.name, "fault": run.fault, "onset": run.onset_step,
+                               "ops": run.ops_alarms}
+        if run.fault is None or run.onset_step is None:
+            healthy_steps += run.steps
+            false_alarms += len(alarms)
+            for a in alarms:
+                rules.setdefault(a["rule"], RuleStats()).fp += 1
+                nab_raw -= A_FP
+            rec.update(false_alarms=[a["rule"] for a in alarms])
+            out_runs.append(rec)
+            continue
+        faults += 1
+        t0, b = run.onset_step, max(run.horizon_steps, 1)
+        lo, hi = t0 - 0.25 * b, t0 + b
+        for r in run.expected_rules:
+            rules.setdefault(r, RuleStats()).expected += 1
+        hits = sorted((f for f in alarms if f["rule"] in run.expected_rules
+                       and lo <= f["onset_step"] <= hi), key=lambda f: f["onset_step"])
+        early = [f for f in alarms if f["onset_step"] < lo]
+        other = [f for f in alarms if f not in hits and f not in early]
+        healthy_steps += max(int(lo) - 0, 0)
+        false_alarms += len(early)
+        for f in early:
+            rules.setdefault(f["rule"], RuleStats()).fp += 1
+            nab_raw -= A_FP
+        seen: set[str] = set()
+        for f in hits:
+            st = rules[f["rule"]]
+            st.tp += 1
+            if f["rule"] not in seen:
+                seen.add(f["rule"])
+                st.detected += 1
+                st.delays.append(int(f["onset_step"] - t0))
+        nab_null -= A_FN
+        nab_perfect += A_TP
+        if hits:
+            detected += 1
+            first = hits[0]["onset_step"]
+            y = -(hi - first + 1) / (hi - lo + 1)
+            nab_raw += _sigma(y) * A_TP / _sigma(-1.0)
+        else:
+            nab_raw -= A_FN
+        rec.update(detected=bool(hits),
+                   delay=int(hits[0]["onset_step"] - t0) if hits else None,
+                   first_rule=hits[0]["rule"] if hits else None,
+                   primary_first=bool(hits) and hits[0]["rule"] == run.expected_rules[0],
+                   false_alarms=[f["rule"] for f in early],
+                   other=sorted({f["rule"] for f in other}))
+        out_runs.append(rec)
+    nab = None
+    if nab_perfect > 0:
+        nab = round(100 * (nab_raw - nab_null) / (nab_perfect - nab_null), 2)
+    return Quality(rules, out_runs, healthy_steps, false_alarms, faults, detected, nab)
+
+
+def load_runs(root: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """``(run folder, manifest)`` for every ``manifest.json`` under ``root``, sorted by name."""
+    out = []
+    for manifest in sorted(root.glob("*/manifest.json")):
+        out.append((manifest.parent, json.loads(manifest.read_text(encoding="utf-8"))))
+    return out
+
+
+def scan_runs(root: Path) -> list[LabelledRun]:
+    """Scan every labelled run under ``root`` and attach its findings."""
+    from ..analysis.engine import scan_path
+
+    runs = []
+    for folder, m in load_runs(root):
+        analysis = scan_path(folder)
+        runs.append(LabelledRun(
+            name=m.get("name", folder.name), fault=m.get("fault"), onset_step=m.get("onset_step"),
+            expected_rules=list(m.get("expected_rules", [])),
+            horizon_steps=int(m.get("horizon_steps", 50)), steps=int(analysis.steps["rows"]),
+            findings=[f.to_dict() for f in analysis.findings]))
+    return runs
+
+
+def _fmt(v: float | None, pct: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.0%}" if pct else f"{v:g}"
+
+
+def render_table(q: Quality) -> str:
+    """The table ``make eval`` prints."""
+    lines = [f"{'rule':<28} {'precision':>9} {'recall':>7} {'tp':>4} {'fp':>4} "
+             f"{'median delay':>12} {'p90 delay':>9}"]
+    for rule, st in sorted(q.rules.items()):
+        lines.append(f"{rule:<28} {_fmt(st.precision, True):>9} {_fmt(st.recall, True):>7} "
+                     f"{st.tp:>4} {st.fp:>4} {_fmt(_quantile(st.delays, 0.5)):>12} "
+                     f"{_fmt(_quantile(st.delays, 0.9)):>9}")
+    lines.append("")
+    lines.append(f"faults detected: {q.detected}/{q.faults}   false alarms: {q.false_alarms} "
+                 f"({q.false_alarms_per_1000:.2f} per 1,000 healthy steps)   "
+                 f"NAB (standard): {_fmt(q.nab)}")
+    for r in q.runs:
+        if r.get("fault") is None:
+            status = "clean" if not r["false_alarms"] else f"FALSE ALARMS {r['false_alarms']}"
+        elif r["detected"]:
+            status = f"detected by {r['first_rule']} (delay {r['delay']:+d} steps)"
+        else:
+            status = "MISSED"
+        extra = f"; early alarms {r['false_alarms']}" if r.get("fault") and r["false_alarms"] else ""
+        if r.get("ops"):
+            extra += f"; ops alarms (not scored) {r['ops']}"
+        lines.append(f"  {r['name']:<34} {r.get('fault') or 'healthy'!s:<22} {status}{extra}")
+    return "\n".join(lines)
+
+
+def main() -> None:  # pragma: no cover - exercised by `make eval`
+    import sys
+
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("fixtures/runs")
+    q = evaluate(scan_runs(root))
+    print(render_table(q))
+    if len(sys.argv) > 2:
+        Path(sys.argv[2]).write_text(json.dumps(q.to_dict(), indent=2) + "\n")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

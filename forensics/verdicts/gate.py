@@ -1,0 +1,343 @@
+"""The CI gate: a policy file says which findings and health scores fail a run.
+
+Policy file (TOML; every key optional)::
+
+    fail_on = "critical"            # lowest severity that fails: "info", "warning", "critical"
+                                    # or "none" (only fail_rules and min_health fail)
+    fail_rules = ["grad.nonfinite"] # rules that fail at any severity (globs allowed: "grad.*")
+
+    [min_health]                    # scores in [0, 1]; a missing score (None) is not checked
+    overall = 0.7
+    stability = 0.6
+    convergence = 0.5
+    [min_health.areas]
+    kl = 0.5
+
+    [overrides]                     # per rule (or glob): a new severity, or "ignore"
+    "kl.drift" = "ignore"
+    "grad.spike" = "critical"
+
+    [[allow]]                       # allow-list: matching findings never fail the gate
+    rule = "stream.step_replay"
+    [[allow]]
+    rule = "kl.spike"
+    steps = [790, 820]              # only findings whose range lies inside these steps
+    reason = "known bad batch, see issue 12"
+
+Evaluation: each finding gets its overridden severity (or is dropped when ignored); a finding
+fails the gate when its severity is at least ``fail_on`` or its rule is in ``fail_rules``, unless
+an ``allow`` entry matches its rule and (when given) contains its step range. Each health score
+below its minimum fails the gate. Unknown keys, severities or rule ids are a
+:class:`~forensics.errors.ConfigError` (exit 2): a typo must not silently pass a gate.
+
+Outputs: text, JSON, JUnit XML (one test case per rule of the catalogue, a failure for each
+failing rule; health checks in a second suite) and GitHub Actions workflow commands
+(``::error title=...::message``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree as ET
+
+from ..analysis.findings import Severity
+from ..errors import ConfigError, InputError
+
+__all__ = ["GateResult", "Policy", "evaluate", "load_policy", "render_github", "render_json",
+           "render_junit", "render_text", "rule_catalogue"]
+
+_TOP_KEYS = {"fail_on", "fail_rules", "min_health", "overrides", "allow"}
+_HEALTH_KEYS = {"overall", "stability", "convergence", "areas"}
+
+
+@dataclass(frozen=True)
+class Allow:
+    rule: str
+    steps: tuple[int, int] | None = None
+    reason: str = ""
+
+    def matches(self, f: dict[str, Any]) -> bool:
+        if not fnmatch.fnmatchcase(f["rule"], self.rule):
+            return False
+        if self.steps is None:
+            return True
+        return self.steps[0] <= int(f["first_step"]) and int(f["last_step"]) <= self.steps[1]
+
+
+@dataclass
+class Policy:
+    """A parsed gate policy (see the module docstring for the file format)."""
+
+    fail_on: Severity | None = Severity.CRITICAL
+    fail_rules: tuple[str, ...] = ()
+    min_health: dict[str, float] = field(default_factory=dict)
+    min_areas: dict[str, float] = field(default_factory=dict)
+    overrides: dict[str, str] = field(default_factory=dict)
+    allow: tuple[Allow, ...] = ()
+    source: str = ""
+
+    def severity_of(self, rule: str, severity: str) -> str | None:
+        """The severity after overrides; ``None`` when the rule is ignored."""
+        for pattern, value in self.overrides.items():
+            if fnmatch.fnmatchcase(rule, pattern):
+                return None if value == "ignore" else value
+        return severity
+
+
+def rule_catalogue() -> list[tuple[str, str, str]]:
+    """``(rule id, tracker, default severity)`` for every rule forensics knows."""
+    from ..analysis.trackers import all_rules
+
+    return [(r.id, t, r.severity.value) for t, r in all_rules()]  # type: ignore[attr-defined]
+
+
+def _num(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ConfigError(f"{where} must be a number between 0 and 1, got {value!r}")
+    return float(value)
+
+
+def _check_pattern(pattern: Any, known: set[str], where: str) -> str:
+    if not isinstance(pattern, str) or not pattern:
+        raise ConfigError(f"{where}: rule id must be a non-empty string, got {pattern!r}")
+    if not any(fnmatch.fnmatchcase(r, pattern) for r in known):
+        raise ConfigError(f"{where}: unknown rule {pattern!r} (see `forensics rules`)")
+    return pattern
+
+
+def parse_policy(data: dict[str, Any], source: str = "", known_rules: set[str] | None = None) -> Policy:
+    """Validate a policy mapping (a parsed TOML file)."""
+    known = known_rules if known_rules is not None else {r for r, _, _ in rule_catalogue()}
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise ConfigError(f"unknown policy keys: {', '.join(sorted(unknown))} "
+                          f"(allowed: {', '.join(sorted(_TOP_KEYS))})")
+    fail_on_raw = data.get("fail_on", "critical")
+    fail_on: Severity | None
+    if fail_on_raw == "none":
+        fail_on = None
+    else:
+        try:
+            fail_on = Severity.parse(fail_on_raw)
+        except ValueError as exc:
+            raise ConfigError(f"fail_on: {exc} or none") from None
+    rules = data.get("fail_rules", [])
+    if not isinstance(rules, list):
+        raise ConfigError("fail_rules must be a list of rule ids")
+    fail_rules = tuple(_check_pattern(r, known, "fail_rules") for r in rules)
+    mh = data.get("min_health", {})
+    if not isinstance(mh, dict) or set(mh) - _HEALTH_KEYS:
+        raise ConfigError(f"min_health takes {', '.join(sorted(_HEALTH_KEYS))}")
+    min_health = {k: _num(v, f"min_health.{k}") for k, v in mh.items() if k != "areas"}
+    areas = mh.get("areas", {})
+    if not isinstance(areas, dict):
+        raise ConfigError("min_health.areas must be a table of area = score")
+    min_areas = {k: _num(v, f"min_health.areas.{k}") for k, v in areas.items()}
+    ov = data.get("overrides", {})
+    if not isinstance(ov, dict):
+        raise ConfigError("overrides must be a table of rule = severity or \"ignore\"")
+    overrides: dict[str, str] = {}
+    for pattern, value in ov.items():
+        _check_pattern(pattern, known, "overrides")
+        if value == "ignore":
+            overrides[pattern] = "ignore"
+            continue
+        try:
+            overrides[pattern] = Severity.parse(value).value
+        except (ValueError, AttributeError):
+            raise ConfigError(f"overrides.{pattern}: use info, warning, critical or ignore, "
+                              f"got {value!r}") from None
+    allow_raw = data.get("allow", [])
+    if not isinstance(allow_raw, list):
+        raise ConfigError("allow must be an array of tables ([[allow]])")
+    allow = []
+    for i, a in enumerate(allow_raw):
+        if not isinstance(a, dict) or set(a) - {"rule", "steps", "reason"} or "rule" not in a:
+            raise ConfigError(f"allow[{i}] takes rule (required), steps = [first, last], reason")
+        steps = a.get("steps")
+        if steps is not None:
+            if (not isinstance(steps, list) or len(steps) != 2
+                    or not all(isinstance(s, int) and not isinstance(s, bool) for s in steps)
+                    or steps[0] > steps[1]):
+                raise ConfigError(f"allow[{i}].steps must be [first, last] integers")
+            steps = (steps[0], steps[1])
+        allow.append(Allow(_check_pattern(a["rule"], known, f"allow[{i}]"), steps,
+                           str(a.get("reason", ""))))
+    return Policy(fail_on, fail_rules, min_health, min_areas, overrides, tuple(allow), source)
+
+
+def load_policy(path: Path | str) -> Policy:
+    """Read and validate a policy TOML file (:class:`ConfigError` when invalid)."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"policy file not found: {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read policy file {path}: {exc.strerror or exc}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    return parse_policy(data, str(path))
+
+
+@dataclass
+class GateResult:
+    """The verdict: failing findings, failing health checks, and per-rule detail."""
+
+    passed: bool
+    failing: list[dict[str, Any]]
+    allowed: list[dict[str, Any]]
+    ignored: list[dict[str, Any]]
+    passing: list[dict[str, Any]]
+    health_checks: list[dict[str, Any]]
+    rules: list[tuple[str, str, str]]
+    run: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "run": self.run,
+            "failing_findings": self.failing,
+            "allowed_findings": self.allowed,
+            "ignored_findings": self.ignored,
+            "other_findings": self.passing,
+            "health_checks": self.health_checks,
+        }
+
+
+def evaluate(analysis: dict[str, Any], policy: Policy) -> GateResult:
+    """Apply ``policy`` to an analysis dict (``Analysis.to_dict()`` or a loaded analysis.json)."""
+    if not isinstance(analysis.get("findings"), list) or not isinstance(analysis.get("health"), dict):
+        raise InputError("not an analysis: no findings or health")
+    failing, allowed, ignored, passing = [], [], [], []
+    for f in analysis["findings"]:
+        sev = policy.severity_of(f["rule"], f["severity"])
+        if sev is None:
+            ignored.append(dict(f))
+            continue
+        g = dict(f, severity=sev, original_severity=f["severity"])
+        fails = ((policy.fail_on is not None and Severity.parse(sev).rank >= policy.fail_on.rank)
+                 or any(fnmatch.fnmatchcase(f["rule"], p) for p in policy.fail_rules))
+        if not fails:
+            passing.append(g)
+            continue
+        allow = next((a for a in policy.allow if a.matches(f)), None)
+        if allow is not None:
+            allowed.append(dict(g, allow_reason=allow.reason))
+        else:
+            failing.append(g)
+    health = analysis["health"]
+    checks = []
+    for name, minimum in sorted(policy.min_health.items()):
+        value = health.get(name)
+        checks.append({"name": f"health.{name}", "value": value, "minimum": minimum,
+                       "passed": value is None or value >= minimum})
+    areas = health.get("areas") or {}
+    for name, minimum in sorted(policy.min_areas.items()):
+        value = areas.get(name)
+        checks.append({"name": f"health.areas.{name}", "value": value, "minimum": minimum,
+                       "passed": value is None or value >= minimum})
+    catalogue = rule_catalogue()
+    known = {r for r, _, _ in catalogue}
+    for f in analysis["findings"]:
+        if f["rule"] not in known:
+            catalogue.append((f["rule"], f.get("tracker", ""), f["severity"]))
+            known.add(f["rule"])
+    run = (analysis.get("run") or {}).get("name") or ", ".join(
+        i.get("path", "") for i in analysis.get("inputs", []))
+    passed = not failing and all(c["passed"] for c in checks)
+    return GateResult(passed, failing, allowed, ignored, passing, checks, catalogue, run)
+
+
+def _steps(f: dict[str, Any]) -> str:
+    return f"steps {f['first_step']}-{f['last_step']}"
+
+
+def render_text(result: GateResult) -> str:
+    lines = [f"gate {'PASSED' if result.passed else 'FAILED'}" + (f": {result.run}" if result.run else "")]
+    for f in result.failing:
+        lines.append(f"  FAIL  [{f['severity']}] {f['rule']} ({_steps(f)}): {f['message']}")
+    for c in result.health_checks:
+        if not c["passed"]:
+            lines.append(f"  FAIL  {c['name']} = {c['value']:.3f} < minimum {c['minimum']:.3f}")
+    for f in result.allowed:
+        why = f" ({f['allow_reason']})" if f.get("allow_reason") else ""
+        lines.append(f"  allowed [{f['severity']}] {f['rule']} ({_steps(f)}){why}")
+    for f in result.passing:
+        lines.append(f"  ok    [{f['severity']}] {f['rule']} ({_steps(f)}): below the failing severity")
+    if result.ignored:
+        lines.append(f"  ignored by policy: {', '.join(sorted({f['rule'] for f in result.ignored}))}")
+    for c in result.health_checks:
+        if c["passed"]:
+            value = "n/a" if c["value"] is None else f"{c['value']:.3f}"
+            lines.append(f"  ok    {c['name']} = {value} (minimum {c['minimum']:.3f})")
+    return "\n".join(lines)
+
+
+def render_json(result: GateResult) -> str:
+    return json.dumps(result.to_dict(), indent=2, sort_keys=True)
+
+
+def render_junit(result: GateResult) -> str:
+    """JUnit XML: suite ``forensics.rules`` (one test case per rule), suite ``forensics.analysis.health``."""
+    by_rule: dict[str, list[dict[str, Any]]] = {}
+    for f in result.failing:
+        by_rule.setdefault(f["rule"], []).append(f)
+    root = ET.Element("testsuites", name="forensics gate")
+    rules = ET.SubElement(root, "testsuite", name="forensics.rules", tests=str(len(result.rules)),
+                          failures=str(len(by_rule)), errors="0", skipped="0")
+    for rule, tracker, _sev in result.rules:
+        case = ET.SubElement(rules, "testcase", classname=f"forensics.{tracker or 'rules'}", name=rule)
+        found = by_rule.get(rule)
+        if found:
+            fail = ET.SubElement(case, "failure", type=found[0]["severity"],
+                                 message=f"{len(found)} failing finding(s): {found[0]['message']}")
+            fail.text = "\n".join(f"[{f['severity']}] {_steps(f)}: {f['message']}\nremedy: "
+                                  f"{f.get('remedy', '')}" for f in found)
+    health = ET.SubElement(root, "testsuite", name="forensics.analysis.health",
+                           tests=str(len(result.health_checks)),
+                           failures=str(sum(not c["passed"] for c in result.health_checks)),
+                           errors="0", skipped="0")
+    for c in result.health_checks:
+        case = ET.SubElement(health, "testcase", classname="forensics.analysis.health", name=c["name"])
+        if c["value"] is None:
+            ET.SubElement(case, "skipped", message="score not available for this run")
+        elif not c["passed"]:
+            ET.SubElement(case, "failure", type="health",
+                          message=f"{c['name']} = {c['value']:.3f} < minimum {c['minimum']:.3f}")
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _gh_data(s: str) -> str:
+    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _gh_prop(s: str) -> str:
+    return _gh_data(s).replace(":", "%3A").replace(",", "%2C")
+
+
+def render_github(result: GateResult) -> str:
+    """GitHub Actions workflow commands: ``::error`` per failure, ``::warning`` for the rest."""
+    out = []
+    for f in result.failing:
+        title = _gh_prop(f"forensics {f['rule']} ({_steps(f)})")
+        out.append(f"::error title={title}::{_gh_data(f['message'] + ' - ' + f.get('remedy', ''))}")
+    for c in result.health_checks:
+        if not c["passed"]:
+            title = _gh_prop(f"forensics {c['name']}")
+            msg = f"{c['name']} = {c['value']:.3f} is below the minimum {c['minimum']:.3f}"
+            out.append(f"::error title={title}::{_gh_data(msg)}")
+    for f in result.passing + result.allowed:
+        if f["severity"] != "info":
+            title = _gh_prop(f"forensics {f['rule']} ({_steps(f)})")
+            out.append(f"::warning title={title}::{_gh_data(f['message'])}")
+    verdict = "passed" if result.passed else "failed"
+    out.append(f"::notice title=forensics gate::gate {verdict}: {len(result.failing)} failing finding(s), "
+               f"{sum(not c['passed'] for c in result.health_checks)} failing health check(s)")
+    return "\n".join(out)

@@ -1,0 +1,155 @@
+"""The package layout's rules: no import circles, and the trainer side stands apart.
+
+The import graph is read from the source (every ``import`` and ``from ... import`` inside the
+package, at module level or inside a function, since a late import is still a dependency);
+imports under ``if TYPE_CHECKING:`` are left out (they never run).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "forensics"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST, module: str, is_pkg: bool, modules: set[str]) -> set[str]:
+    """The package modules that ``module`` imports (a name imported from a package counts as
+    the submodule when one of that name exists, else as the package)."""
+    found: set[str] = set()
+    package = module if is_pkg else module.rpartition(".")[0]
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "forensics")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "forensics":
+                return
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                found.add(sub if sub in modules else target)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in files.items():
+        edges = _imports(ast.parse(path.read_text()), name, path.name == "__init__.py", set(files))
+        # a module importing its own parent package is how relative imports resolve, not a cycle
+        graph[name] = {m for m in edges if m in files and m != name and not name.startswith(m + ".")}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return out
+
+
+def test_cycle_finder_sees_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles() -> None:
+    assert cycles(import_graph()) == []
+
+
+# What each part may import (besides the root modules everything stands on: schema, config,
+# errors). The trainer side runs inside training jobs and must not pull in the analyzer.
+LAYERS = {
+    "forensics.trainer": set(),
+    "forensics.io": set(),
+    "forensics.analysis": {"forensics.io"},
+    "forensics.report": {"forensics.analysis", "forensics.io"},
+    "forensics.verdicts": {"forensics.analysis", "forensics.io", "forensics.report"},
+}
+ROOT_MODULES = {"forensics", "forensics.schema", "forensics.config", "forensics.errors"}
+
+
+@pytest.mark.parametrize("part", sorted(LAYERS))
+def test_parts_import_only_what_lies_below(part: str) -> None:
+    allowed = LAYERS[part] | {part}
+    wrong = []
+    for module, deps in import_graph().items():
+        if module != part and not module.startswith(part + "."):
+            continue
+        for dep in deps:
+            if dep in ROOT_MODULES:
+                continue
+            if not any(dep == a or dep.startswith(a + ".") for a in allowed):
+                wrong.append(f"{module} -> {dep}")
+    assert wrong == []
+
+
+def test_root_modules_import_no_part() -> None:
+    graph = import_graph()
+    for module in ROOT_MODULES - {"forensics"}:
+        assert graph[module] <= ROOT_MODULES, module
+
+
+def test_trainer_side_loads_without_the_analyzer() -> None:
+    code = ("import sys, forensics.trainer.writer, forensics.writer; "
+            "print(sorted(m for m in sys.modules if m.startswith(('forensics.analysis', "
+            "'forensics.io', 'forensics.report', 'forensics.verdicts', 'forensics.live'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
