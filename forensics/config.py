@@ -27,7 +27,39 @@ from typing import Any
 
 from .errors import ConfigError, InputError
 
-__all__ = ["Config", "RunMeta", "load_config", "load_run_meta", "param"]
+__all__ = ["ALGORITHMS", "Config", "RunMeta", "algorithm_family", "load_config", "load_run_meta",
+           "normalise_algorithm", "param"]
+
+#: The algorithms forensics knows, by name, and the family that decides which rules apply:
+#: ``critic`` (PPO: a value model, KL in the reward, approx_kl and clip fractions), ``group``
+#: (critic-free policy gradient with group or leave-one-out baselines: KL, if any, in the loss
+#: with a fixed coefficient; the loss is not a progress signal), ``preference`` (offline or online
+#: preference optimisation: implicit rewards, margins, accuracies; no sampling KL controller).
+ALGORITHMS: dict[str, str] = {
+    "ppo": "critic",
+    "grpo": "group", "dr_grpo": "group", "dapo": "group", "gspo": "group", "rloo": "group",
+    "reinforce_pp": "group", "remax": "group",
+    "dpo": "preference", "ipo": "preference", "orpo": "preference", "kto": "preference",
+    "simpo": "preference", "cpo": "preference", "online_dpo": "preference",
+}
+_ALGORITHM_SPELLINGS = {"reinforce++": "reinforce_pp", "reinforce_plus_plus": "reinforce_pp",
+                        "drgrpo": "dr_grpo", "onlinedpo": "online_dpo"}
+
+
+def normalise_algorithm(name: str) -> str | None:
+    """The known algorithm ``name`` stands for (case, '-' and spaces ignored), or None.
+
+    >>> normalise_algorithm("GRPO"), normalise_algorithm("Reinforce++"), normalise_algorithm("grpoo")
+    ('grpo', 'reinforce_pp', None)
+    """
+    key = name.strip().lower().replace("-", "_").replace(" ", "_")
+    key = _ALGORITHM_SPELLINGS.get(key, key)
+    return key if key in ALGORITHMS else None
+
+
+def algorithm_family(name: str | None) -> str | None:
+    """``critic``, ``group`` or ``preference`` for a known algorithm, else None."""
+    return ALGORITHMS.get(normalise_algorithm(name) or "") if name else None
 
 
 def param(default: Any, doc: str) -> Any:
@@ -44,7 +76,8 @@ class RunMeta:
     """
 
     name: str | None = param(None, "Run name.")
-    algorithm: str | None = param(None, "ppo, grpo, rloo, dpo, ...; gates algorithm-specific rules.")
+    algorithm: str | None = param(None, "The algorithm (ppo, grpo, rloo, dpo, ...: forensics.config.ALGORITHMS); "
+                                        "gates algorithm-specific rules.")
     kl_target: float | None = param(None, "Target KL to the reference policy.")
     kl_target_unit: str = param("token", "'token' (per-token mean, column kl) or 'sequence' (kl_seq).")
     kl_controller: str | None = param(None, "'adaptive' (Ziegler et al. 2019) or 'fixed'.")
@@ -71,6 +104,12 @@ class RunMeta:
         return meta
 
     def _check(self, source: str) -> None:
+        if self.algorithm is not None:
+            known = normalise_algorithm(self.algorithm) if isinstance(self.algorithm, str) else None
+            if known is None:
+                raise ConfigError(f"{source}: algorithm {self.algorithm!r} is not known; valid: "
+                                  + ", ".join(sorted(ALGORITHMS)))
+            self.algorithm = known
         if self.kl_target_unit not in ("token", "sequence"):
             raise ConfigError(f"{source}: kl_target_unit must be 'token' or 'sequence', "
                               f"not {self.kl_target_unit!r}")
