@@ -38,7 +38,7 @@ __all__ = ["ALGORITHMS", "Config", "RunMeta", "algorithm_family", "load_config",
 ALGORITHMS: dict[str, str] = {
     "ppo": "critic",
     "grpo": "group", "dr_grpo": "group", "dapo": "group", "gspo": "group", "rloo": "group",
-    "reinforce_pp": "group", "remax": "group",
+    "reinforce_pp": "group", "remax": "group", "gpg": "group",
     "dpo": "preference", "ipo": "preference", "orpo": "preference", "kto": "preference",
     "simpo": "preference", "cpo": "preference", "online_dpo": "preference",
 }
@@ -78,6 +78,8 @@ class RunMeta:
     name: str | None = param(None, "Run name.")
     algorithm: str | None = param(None, "The algorithm (ppo, grpo, rloo, dpo, ...: forensics.config.ALGORITHMS); "
                                         "gates algorithm-specific rules.")
+    family: str | None = param(None, "'critic', 'group' or 'preference' (see ALGORITHMS); set from "
+                               "the algorithm when it is known.")
     kl_target: float | None = param(None, "Target KL to the reference policy.")
     kl_target_unit: str = param("token", "'token' (per-token mean, column kl) or 'sequence' (kl_seq).")
     kl_controller: str | None = param(None, "'adaptive' (Ziegler et al. 2019) or 'fixed'.")
@@ -85,6 +87,14 @@ class RunMeta:
     kl_batch_size: float | None = param(None, "Episodes per controller update n_t.")
     kl_coef_init: float | None = param(None, "Initial KL coefficient beta_0.")
     max_grad_norm: float | None = param(None, "Gradient clipping threshold.")
+    learning_rate: float | None = param(None, "Learning rate of the policy optimizer, as configured.")
+    clip_range: float | None = param(None, "PPO clip range epsilon of the policy ratio.")
+    kl_penalty: str | None = param(None, "Where the KL regularisation sits: 'reward' (PPO style), "
+                                   "'loss' (GRPO style) or 'none' (KL to the reference is not "
+                                   "penalised: KL rules report, they do not warn).")
+    group_size: float | None = param(None, "Responses sampled per prompt (GRPO, RLOO).")
+    beta: float | None = param(None, "Preference-loss beta (DPO, IPO, ORPO, KTO, SimPO); not a KL "
+                               "coefficient.")
     max_length: float | None = param(None, "Maximum response length in tokens.")
     advantage_normalization: bool | None = param(None, "Whether advantages are whitened.")
     param_count: float | None = param(None, "Trainable parameters (for MFU).")
@@ -110,13 +120,21 @@ class RunMeta:
                 raise ConfigError(f"{source}: algorithm {self.algorithm!r} is not known; valid: "
                                   + ", ".join(sorted(ALGORITHMS)))
             self.algorithm = known
+            self.family = ALGORITHMS[known]
+        if self.family not in (None, "critic", "group", "preference"):
+            raise ConfigError(f"{source}: family must be 'critic', 'group' or 'preference', "
+                              f"not {self.family!r}")
         if self.kl_target_unit not in ("token", "sequence"):
             raise ConfigError(f"{source}: kl_target_unit must be 'token' or 'sequence', "
                               f"not {self.kl_target_unit!r}")
         if self.kl_controller not in (None, "adaptive", "fixed"):
             raise ConfigError(f"{source}: kl_controller must be 'adaptive' or 'fixed', "
                               f"not {self.kl_controller!r}")
-        for name in ("kl_target", "kl_horizon", "kl_batch_size", "max_grad_norm", "max_length"):
+        if self.kl_penalty not in (None, "reward", "loss", "none"):
+            raise ConfigError(f"{source}: kl_penalty must be 'reward', 'loss' or 'none', "
+                              f"not {self.kl_penalty!r}")
+        for name in ("kl_target", "kl_horizon", "kl_batch_size", "max_grad_norm", "max_length",
+                     "learning_rate", "clip_range", "group_size", "beta"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, (int, float)) or value <= 0):
                 raise ConfigError(f"{source}: {name} must be a positive number, not {value!r}")

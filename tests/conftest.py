@@ -18,7 +18,9 @@ VERL = REAL / "verl_v04_console_qwen2_7b_math_megatron.log"
 # modules that need torch are not collected for doctests when torch is absent
 collect_ignore: list[str] = []
 if importlib.util.find_spec("torch") is None:
-    collect_ignore += [str(ROOT / "forensics" / "reference"), str(ROOT / "forensics" / "torch_helpers.py")]
+    collect_ignore += [str(ROOT / "forensics" / "trainer" / "reference"),
+                       str(ROOT / "forensics" / "trainer" / "torch_helpers.py"),
+                       str(ROOT / "forensics" / "torch_helpers.py")]
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:

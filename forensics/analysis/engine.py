@@ -35,6 +35,7 @@ from ..io.readers import RawBatch, ReadReport
 from ..schema import ColumnMapping
 from .findings import STREAM_RULES, Finding
 from .health import health_scores
+from .context import infer_context
 from .result import Analysis
 from .store import MetricsStore
 from .trackers import TRACKERS, Tracker, build_params
@@ -128,14 +129,19 @@ class Scan:
                  trackers: Iterable[str] | None = None) -> None:
         self.config = config or Config()
         self.meta = self.config.run if meta is None else meta.merged(self.config.run)
-        names = list(trackers) if trackers is not None else list(TRACKERS)
+        # where each field the user set came from (the run context fills the others)
+        self.explicit: dict[str, str] = {}
+        for source, part in (("run.json", meta), ("config or command line", self.config.run)):
+            for name, value in (part.to_dict() if part is not None else {}).items():
+                self.explicit[name] = source
+        self.tracker_names = list(trackers) if trackers is not None else list(TRACKERS)
+        # checked now (a bad config is a usage error before anything is read); the trackers
+        # are built on the first batch, once the run context is known
+        self.all_params = build_params(self.config.trackers, self.config.source)
+        self.params = {name: dict(vars(self.all_params[name])) for name in self.tracker_names}
         self.trackers: list[Tracker] = []
-        self.params: dict[str, dict[str, Any]] = {}
-        all_params = build_params(self.config.trackers, self.config.source)
-        for name in names:
-            params = all_params[name]
-            self.trackers.append(TRACKERS[name](params, self.meta))
-            self.params[name] = dict(vars(params))
+        self.started = False
+        self.context: dict[str, dict[str, Any]] = {}
         self.reports: list[ReadReport] = []
         self.mappings: dict[str, ColumnMapping] = {}
         self._canon: dict[str, Canonicalizer] = {}
@@ -146,6 +152,21 @@ class Scan:
         self.sample_rows = 0
         self.first_step: int | None = None
         self.last_step: int | None = None
+
+    def _start(self, raw: RawBatch | None, report: ReadReport | None) -> None:
+        """Read the run context (first row's keys, the log's printed config) and build the
+        trackers with it. Only the first row counts, so the context does not depend on how the
+        stream is cut into batches."""
+        self.started = True
+        keys: list[str] = []
+        if raw is not None and len(raw):
+            keys = [k for k in raw.numeric if not (k in raw.missing and raw.missing[k][0])]
+            keys += [k for k, v in raw.text.items() if v[0] is not None]
+        ctx = infer_context(keys, report.format if report else "",
+                            report.run_config if report else None,
+                            report.run_config_origin if report else "")
+        self.meta, self.context = ctx.apply(self.meta, self.explicit)
+        self.trackers = [TRACKERS[name](self.all_params[name], self.meta) for name in self.tracker_names]
 
     def _canonical(self, raw: RawBatch, report: ReadReport, stream: str = "step") -> tuple[Batch, np.ndarray]:
         if report.path not in self._canon:
@@ -158,6 +179,8 @@ class Scan:
 
     def feed(self, raw: RawBatch, report: ReadReport) -> list[Finding]:
         """Feed a batch of the step stream; return nothing new (findings come at finish)."""
+        if not self.started:
+            self._start(raw, report)
         batch, keep = self._canonical(raw, report)
         order_keep = self.order.apply(batch.steps[keep], batch.lines[keep]
                                       if batch.lines is not None else np.zeros(0))
@@ -202,6 +225,8 @@ class Scan:
 
     def feed_samples(self, raw: RawBatch, report: ReadReport) -> None:
         """Feed a batch of the per-response sample stream."""
+        if not self.started:
+            self._start(None, None)
         batch, keep = self._canonical(raw, report, "sample")
         batch.stream = "sample"
         report.rows_kept -= int((~keep).sum())
@@ -229,6 +254,8 @@ class Scan:
 
     def finish(self) -> Analysis:
         """Close every tracker and assemble the analysis."""
+        if not self.started:
+            self._start(None, None)
         pool = _tracker_pool() if self.rows >= PARALLEL_ROWS else None
         if pool is None:
             results = [t.finish() for t in self.trackers]
@@ -253,7 +280,7 @@ class Scan:
             "policy": "keep-first",
         }
         return Analysis(self.reports, self.mappings, self.meta, results, findings, health,
-                        steps, self.store, sample_series, self.params)
+                        steps, self.store, sample_series, self.params, self.context)
 
     def _name_source_keys(self, findings: list[Finding]) -> None:
         """Evidence names the *source* keys (``objective/kl``), not only canonical columns.

@@ -7,7 +7,7 @@ and the downsampled plot series, so a saved ``analysis.json`` renders every repo
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -45,6 +45,8 @@ class Analysis:
     metrics: MetricsStore
     sample_series: dict[str, tuple[np.ndarray, np.ndarray]]
     params: dict[str, dict[str, Any]]
+    #: every run-metadata field with a value, and where it came from (see analysis.context)
+    context: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = self._core_dict()
@@ -59,6 +61,7 @@ class Analysis:
             "schema_version": SCHEMA_VERSION,
             "tool": {"name": "forensics", "version": __version__},
             "run": self.meta.to_dict(),
+            "run_context": self.context,
             "inputs": [r.to_dict() for r in self.inputs],
             "column_mapping": {k: v.to_dict() for k, v in self.mappings.items()},
             "steps": self.steps,

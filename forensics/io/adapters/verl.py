@@ -28,6 +28,7 @@ from typing import Any
 from ...schema import canonical_name
 from ..readers.base import ReadReport
 from ._common import ANSI, ApartRows, LineParser, LineSource, Rows, parse_number
+from .run_config import ConfigCapture
 
 __all__ = ["VerlConsoleParser", "VerlConsoleSource", "VerlJsonlParser", "VerlJsonlSource",
            "detect_console", "detect_jsonl"]
@@ -59,6 +60,7 @@ class VerlConsoleParser(LineParser):
         self.bad_values: dict[str, int] = {}
         self.val = ApartRows("validation-only line(s)")
         self._canon: dict[str, str | None] = {}
+        self.config = ConfigCapture()
 
     def _canonical(self, key: str) -> str | None:
         if key not in self._canon:
@@ -79,7 +81,7 @@ class VerlConsoleParser(LineParser):
             row = self._parse(lineno, int(m.group("step")), m.group("rest"))
             if row is not None:
                 out.append((lineno, row))
-        if not matched:
+        if not matched and not self.config.feed(lineno, _RAY.sub("", text, count=1)):
             self.ignored += 1
         return out
 
@@ -119,6 +121,9 @@ class VerlConsoleParser(LineParser):
 
     def finish_notes(self) -> None:
         notes = self.report.notes
+        if self.config.config:
+            self.report.run_config = self.config.config
+            self.report.run_config_origin = self.config.origin
         if self.ignored:
             notes.append(f"{self.ignored} non-metric line(s) ignored (shell trace, config dump, progress "
                          "bars, samples): not rows, not errors")

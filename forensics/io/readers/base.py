@@ -39,6 +39,10 @@ class ReadReport:
     skipped: Counter[str] = field(default_factory=Counter)
     issues: list[RowIssue] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: the trainer's configuration as the log prints it (dotted keys), for the run context
+    run_config: dict[str, Any] = field(default_factory=dict)
+    #: where in the input ``run_config`` was read
+    run_config_origin: str = ""
 
     def skip(self, line: int, reason: str, category: str | None = None) -> None:
         self.skipped[category or reason] += 1
@@ -60,6 +64,8 @@ class ReadReport:
             "issues": [{"line": i.line, "reason": i.reason} for i in self.issues],
             "issues_truncated": self.rows_skipped > len(self.issues),
             "notes": list(self.notes),
+            **({"run_config": {"origin": self.run_config_origin, "values": self.run_config}}
+               if self.run_config else {}),
         }
 
 

@@ -1,0 +1,220 @@
+"""The run's context, read from the logs: the algorithm and the trainer's settings.
+
+A log rarely says "this is GRPO", but its key set does: TRL's GRPO logs ``frac_reward_zero_std``,
+its DPO ``rewards/margins``, its PPO ``loss/value_avg``; veRL prints its whole config
+(``algorithm.adv_estimator``, the learning rate, the clip range, where the KL penalty sits). The
+context fills the fields of :class:`~forensics.config.RunMeta` that the user did not set, and
+records where each value came from, so the analysis can say "algorithm grpo, inferred from the
+key set (frac_reward_zero_std, completions/mean_length)".
+
+Precedence, highest first: the command line and the config file, run.json, the trainer's config
+as the log prints it, inference from the key set. Nothing is unpickled (TRL's
+``training_args.bin`` is never read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ..config import RunMeta, algorithm_family, normalise_algorithm
+
+__all__ = ["RunContext", "infer_context", "key_set_algorithm"]
+
+
+@dataclass(frozen=True)
+class _Signature:
+    """Keys that identify an algorithm: any one of ``any_of`` (and every key of ``all_of``)."""
+
+    algorithm: str | None
+    family: str
+    any_of: tuple[str, ...]
+    all_of: tuple[str, ...] = ()
+    none_of: tuple[str, ...] = ()
+    note: str = ""
+
+
+# Order matters: the first signature that matches wins. Preference optimisation first (its
+# implicit rewards share names with RL rewards), then actor-critic (a value loss), then the
+# critic-free group methods. Key sets from FORMATS.md section 1 and the trainers' sources.
+_SIGNATURES = (
+    _Signature("orpo", "preference", ("log_odds_ratio", "log_odds_chosen", "odds_ratio_loss")),
+    _Signature("kto", "preference", ("rewards/chosen_sum", "rewards/rejected_sum", "count/chosen",
+                                     "logps/chosen_sum")),
+    _Signature("online_dpo", "preference", ("objective/scores_margin",)),
+    _Signature("online_dpo", "preference", ("rewards/margins",), all_of=("objective/kl",)),
+    _Signature("dpo", "preference", ("rewards/margins", "rewards/accuracies", "rewards/chosen",
+                                     "logps/chosen", "chosen_reward", "train/rewards_chosen_mean",
+                                     "preference_loss"),
+               note="IPO, SimPO and CPO log the same keys"),
+    _Signature("ppo", "critic", ("loss/value_avg", "val/clipfrac_avg", "ppo/loss/value",
+                                 "critic/vf_loss", "critic_loss", "cri_loss", "Critic Loss",
+                                 "losses/value_loss", "value_loss")),
+    _Signature("rloo", "group", ("objective/rlhf_reward",), all_of=("policy/approxkl_avg",),
+               note="TRL RLOO <= 0.21 (PPO-style keys without a value loss)"),
+    _Signature("grpo", "group", ("frac_reward_zero_std",),
+               note="TRL's RLOO >= 0.23 logs the same keys; both are group methods"),
+    _Signature(None, "group", ("group_size", "group_reward_std", "actor/kl_loss")),
+)
+
+#: veRL's ``algorithm.adv_estimator`` -> algorithm (``gae`` is PPO with a critic).
+_VERL_ESTIMATORS = {
+    "gae": "ppo", "grpo": "grpo", "rloo": "rloo", "rloo_vectorized": "rloo",
+    "reinforce_plus_plus": "reinforce_pp", "reinforce_plus_plus_baseline": "reinforce_pp",
+    "remax": "remax", "gpg": "gpg", "grpo_passk": "grpo", "dr_grpo": "dr_grpo",
+}
+
+#: Trainer config keys (dotted, as the log prints them) -> RunMeta field, first match wins.
+_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
+    "learning_rate": ("actor_rollout_ref.actor.optim.lr", "actor_learning_rate", "learning_rate"),
+    "max_grad_norm": ("actor_rollout_ref.actor.grad_clip", "actor_rollout_ref.actor.optim.clip_grad",
+                      "max_norm", "max_grad_norm"),
+    "clip_range": ("actor_rollout_ref.actor.clip_ratio", "actor_rollout_ref.actor.clip_ratio_low",
+                   "eps_clip", "cliprange", "epsilon"),
+    "max_length": ("data.max_response_length", "actor_rollout_ref.rollout.response_length",
+                   "generate_max_len", "max_completion_length", "response_length"),
+    "group_size": ("actor_rollout_ref.rollout.n", "n_samples_per_prompt", "num_generations"),
+}
+
+
+@dataclass
+class RunContext:
+    """What the logs say about the run, with where each value came from."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def set(self, name: str, value: Any, source: str) -> None:
+        if name not in self.values and value is not None:
+            self.values[name] = value
+            self.sources[name] = source
+
+    def apply(self, meta: RunMeta, explicit: dict[str, str]) -> tuple[RunMeta, dict[str, dict[str, Any]]]:
+        """``meta`` with the unset fields filled from the context, and the provenance of every
+        field that has a value (``explicit`` names the source of the fields the user set)."""
+        provenance: dict[str, dict[str, Any]] = {}
+        if meta.algorithm is not None and meta.family is None:
+            meta.family = algorithm_family(meta.algorithm)
+            explicit = {**explicit, "family": explicit.get("algorithm", "run metadata")}
+        names = {f.name for f in fields(RunMeta)} - {"config", "kl_target_unit"}
+        for name in sorted(names):
+            current = getattr(meta, name)
+            if current is not None:
+                provenance[name] = {"value": current, "from": explicit.get(name, "run metadata")}
+            elif name in self.values:
+                setattr(meta, name, self.values[name])
+                provenance[name] = {"value": self.values[name], "from": self.sources[name]}
+        return meta, provenance
+
+
+def key_set_algorithm(keys: Iterable[str]) -> tuple[str | None, str | None, str]:
+    """``(algorithm, family, evidence)`` from a log's key set; ``(None, None, "")`` if unknown.
+
+    >>> key_set_algorithm(["loss", "rewards/margins", "logps/chosen"])[:2]
+    ('dpo', 'preference')
+    >>> key_set_algorithm(["kl", "reward", "frac_reward_zero_std"])[:2]
+    ('grpo', 'group')
+    >>> key_set_algorithm(["objective/kl", "loss/value_avg", "policy/approxkl_avg"])[:2]
+    ('ppo', 'critic')
+    >>> key_set_algorithm(["loss", "grad_norm"])
+    (None, None, '')
+    """
+    present = set(keys)
+    for sig in _SIGNATURES:
+        hits = sorted(k for k in sig.any_of if k in present)
+        if not hits or not all(k in present for k in sig.all_of):
+            continue
+        evidence = ", ".join(hits + [k for k in sig.all_of])
+        what = sig.algorithm or f"a {sig.family} method"
+        note = f"; {sig.note}" if sig.note else ""
+        return sig.algorithm, sig.family, f"inferred from the key set ({evidence}: {what}{note})"
+    return None, None, ""
+
+
+def _first(config: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, Any] | None:
+    for key in keys:
+        value = config.get(key)
+        if value is not None and not isinstance(value, (dict, list)):
+            return key, value
+    return None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)) and value > 0:
+        return float(value)
+    return None
+
+
+def _from_config(ctx: RunContext, config: dict[str, Any], origin: str) -> None:
+    """Fields read from a trainer's printed config (veRL's dotted keys, OpenRLHF's arguments)."""
+    where = f"trainer config ({origin})" if origin else "trainer config"
+    estimator = config.get("algorithm.adv_estimator")
+    if isinstance(estimator, str):
+        algo = _VERL_ESTIMATORS.get(estimator.lower()) or normalise_algorithm(estimator)
+        if algo is not None:
+            ctx.set("algorithm", algo, f"{where}: algorithm.adv_estimator={estimator}")
+            ctx.set("family", algorithm_family(algo), f"{where}: algorithm.adv_estimator={estimator}")
+    for name, keys in _CONFIG_KEYS.items():
+        hit = _first(config, keys)
+        if hit is not None and _number(hit[1]) is not None:
+            ctx.set(name, _number(hit[1]), f"{where}: {hit[0]}={hit[1]}")
+    _kl_from_verl(ctx, config, where)
+
+
+def _kl_from_verl(ctx: RunContext, config: dict[str, Any], where: str) -> None:
+    in_reward = config.get("algorithm.use_kl_in_reward")
+    in_loss = config.get("actor_rollout_ref.actor.use_kl_loss")
+    if in_reward is None and in_loss is None:
+        return
+    if in_reward is None:  # veRL <= 0.3: the penalty sat in the reward unless the KL loss was on
+        in_reward = not in_loss and "algorithm.kl_ctrl.kl_coef" in config
+    if in_reward:
+        ctx.set("kl_penalty", "reward", f"{where}: algorithm.use_kl_in_reward={in_reward}")
+        coef = _number(config.get("algorithm.kl_ctrl.kl_coef"))
+        ctx.set("kl_coef_init", coef, f"{where}: algorithm.kl_ctrl.kl_coef")
+        kind = config.get("algorithm.kl_ctrl.type")
+        if kind in ("fixed", "adaptive"):
+            ctx.set("kl_controller", kind, f"{where}: algorithm.kl_ctrl.type={kind}")
+            if kind == "adaptive":
+                # veRL feeds the controller the per-token mean KL (SIGNATURES section 4.3)
+                ctx.set("kl_target", _number(config.get("algorithm.kl_ctrl.target_kl")),
+                        f"{where}: algorithm.kl_ctrl.target_kl (per token)")
+                ctx.set("kl_horizon", _number(config.get("algorithm.kl_ctrl.horizon")),
+                        f"{where}: algorithm.kl_ctrl.horizon")
+    elif in_loss:
+        ctx.set("kl_penalty", "loss", f"{where}: actor_rollout_ref.actor.use_kl_loss=True")
+        ctx.set("kl_coef_init", _number(config.get("actor_rollout_ref.actor.kl_loss_coef")),
+                f"{where}: actor_rollout_ref.actor.kl_loss_coef")
+        ctx.set("kl_controller", "fixed", f"{where}: the KL loss has a fixed coefficient")
+    else:
+        ctx.set("kl_penalty", "none", f"{where}: use_kl_in_reward=False, use_kl_loss=False")
+
+
+def _from_key_set(ctx: RunContext, keys: set[str], fmt: str) -> None:
+    algo, family, evidence = key_set_algorithm(keys)
+    ctx.set("algorithm", algo, evidence)
+    ctx.set("family", family, evidence)
+    if fmt == "hf-trainer-state" or fmt == "hf-console":
+        # TRL: GRPO and RLOO log `kl` only when beta != 0 (the KL term sits in the loss); PPO
+        # puts the KL penalty in the reward (objective/kl, objective/non_score_reward)
+        if algo in ("grpo", "rloo") or family == "group":
+            if "kl" in keys:
+                ctx.set("kl_penalty", "loss", "inferred: TRL GRPO/RLOO log kl only when beta > 0")
+            else:
+                ctx.set("kl_penalty", "none", "inferred: TRL GRPO/RLOO log no kl when beta = 0")
+        elif algo in ("ppo", "online_dpo") or "objective/non_score_reward" in keys:
+            ctx.set("kl_penalty", "reward", "inferred: TRL PPO puts the KL penalty in the reward")
+
+
+def infer_context(keys: Iterable[str], fmt: str = "", run_config: dict[str, Any] | None = None,
+                  run_config_origin: str = "") -> RunContext:
+    """The run context from the keys of a log's first row, its format and its printed config."""
+    ctx = RunContext()
+    if run_config:
+        _from_config(ctx, run_config, run_config_origin)
+    _from_key_set(ctx, set(keys), fmt)
+    return ctx
+

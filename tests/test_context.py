@@ -1,0 +1,93 @@
+"""The run context read from the logs: algorithm, family and the trainer's settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from forensics import scan_path
+from forensics.analysis.context import infer_context
+from forensics.cli import main
+from forensics.io.adapters.run_config import ConfigCapture
+
+from .conftest import RLDK, VERL
+
+FORMATS = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
+
+
+def test_verl_console_config_dump_gives_the_context() -> None:
+    a = scan_path(VERL)
+    m = a.meta
+    assert (m.algorithm, m.family) == ("gpg", "group")
+    assert (m.learning_rate, m.max_grad_norm, m.clip_range) == (1e-6, 1.0, 0.2)
+    assert (m.max_length, m.group_size, m.kl_penalty) == (1024, 5, "none")
+    ctx = a.to_dict()["run_context"]
+    assert "algorithm.adv_estimator=gpg" in ctx["algorithm"]["from"]
+    assert "config printed at line 383" in ctx["learning_rate"]["from"]
+    assert a.inputs[0].run_config["trainer.total_epochs"] == 15
+
+
+@pytest.mark.parametrize(("name", "algorithm", "family", "kl_penalty"), [
+    ("trl_grpo_trainer_state.json", "grpo", "group", "loss"),
+    ("trl_ppo_trainer_state.json", "ppo", "critic", "reward"),
+    ("trl_dpo_trainer_state.json", "dpo", "preference", None),
+])
+def test_trl_algorithm_from_the_key_set(name: str, algorithm: str, family: str,
+                                        kl_penalty: str | None) -> None:
+    a = scan_path(FORMATS / name)
+    assert (a.meta.algorithm, a.meta.family, a.meta.kl_penalty) == (algorithm, family, kl_penalty)
+    assert "key set" in a.to_dict()["run_context"]["algorithm"]["from"]
+
+
+def test_rldk_group_size_says_group_method() -> None:
+    a = scan_path(RLDK)
+    assert a.meta.algorithm is None and a.meta.family == "group"
+
+
+def test_run_json_wins_over_inference(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "steps.jsonl").write_text("".join(
+        json.dumps({"step": i, "loss": 0.5, "rewards/margins": 0.1 * i}) + "\n" for i in range(5)))
+    (run / "run.json").write_text(json.dumps({"algorithm": "ipo", "learning_rate": 5e-7}))
+    a = scan_path(run)
+    ctx = a.to_dict()["run_context"]
+    assert a.meta.algorithm == "ipo" and ctx["algorithm"]["from"] == "run.json"
+    assert ctx["learning_rate"] == {"value": 5e-7, "from": "run.json"}
+
+
+def test_unknown_algorithm_on_the_command_line_is_a_usage_error(tmp_path: Path) -> None:
+    cfg = tmp_path / "f.toml"
+    cfg.write_text('[run]\nalgorithm = "grpoo"\n')
+    res = CliRunner().invoke(main, ["scan", str(RLDK), "--config", str(cfg), "-o", str(tmp_path / "o")])
+    assert res.exit_code == 2
+    assert "grpoo" in res.output and "valid:" in res.output and "grpo" in res.output
+
+
+def test_config_capture_reads_a_dump_and_overrides() -> None:
+    cap = ConfigCapture()
+    lines = ["++ python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo data.max_response_length=512",
+             "noise",
+             "{'algorithm': {'adv_estimator': 'gae',",
+             "               'kl_ctrl': {'kl_coef': 0.05, 'type': 'adaptive', 'target_kl': 0.1,",
+             "                           'horizon': 10000}, 'use_kl_in_reward': True},",
+             " 'data': {'max_response_length': 'abc' 'def'}}",
+             "after"]
+    consumed = [cap.feed(i + 1, text) for i, text in enumerate(lines)]
+    assert consumed == [True, False, True, True, True, True, False]
+    cfg = cap.config
+    assert cfg["algorithm.adv_estimator"] == "gae"  # the printed dump wins over the overrides
+    assert cfg["data.max_response_length"] == "abcdef"
+    ctx = infer_context([], "verl-console", cfg, cap.origin)
+    assert ctx.values["algorithm"] == "ppo" and ctx.values["kl_penalty"] == "reward"
+    assert ctx.values["kl_controller"] == "adaptive" and ctx.values["kl_target"] == 0.1
+
+
+def test_a_broken_dump_is_ignored_not_fatal() -> None:
+    cap = ConfigCapture()
+    for i, text in enumerate(["{'algorithm': {'x': __import__('os')}}"]):
+        cap.feed(i, text)
+    assert cap.config == {}
