@@ -33,9 +33,9 @@ from ..io.formats import open_source
 from ..io.memory import trim
 from ..io.readers import RawBatch, ReadReport
 from ..schema import ColumnMapping
+from .context import infer_context
 from .findings import STREAM_RULES, Finding
 from .health import health_scores
-from .context import infer_context
 from .result import Analysis
 from .store import MetricsStore
 from .trackers import TRACKERS, Tracker, build_params
@@ -132,7 +132,7 @@ class Scan:
         # where each field the user set came from (the run context fills the others)
         self.explicit: dict[str, str] = {}
         for source, part in (("run.json", meta), ("config or command line", self.config.run)):
-            for name, value in (part.to_dict() if part is not None else {}).items():
+            for name in part.to_dict() if part is not None else {}:
                 self.explicit[name] = source
         self.tracker_names = list(trackers) if trackers is not None else list(TRACKERS)
         # checked now (a bad config is a usage error before anything is read); the trackers
