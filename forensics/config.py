@@ -62,6 +62,11 @@ def algorithm_family(name: str | None) -> str | None:
     return ALGORITHMS.get(normalise_algorithm(name) or "") if name else None
 
 
+#: Below this many trainable parameters a policy is a toy, not a language model: the priors of LM
+#: fine-tuning (KL, entropy and learning-rate levels) do not apply to it.
+LM_MIN_PARAMS = 1e6
+
+
 def param(default: Any, doc: str) -> Any:
     """Declare a tracker parameter with its default and a one-line meaning."""
     return field(default=default, metadata={"doc": doc})
@@ -98,6 +103,10 @@ class RunMeta:
     max_length: float | None = param(None, "Maximum response length in tokens.")
     advantage_normalization: bool | None = param(None, "Whether advantages are whitened.")
     param_count: float | None = param(None, "Trainable parameters (for MFU).")
+    language_model: bool | None = param(None, "Whether the policy is a language model, so the priors "
+                                        "of LM fine-tuning apply (levels of KL, entropy and learning "
+                                        "rate no healthy run reaches). Default: yes, unless "
+                                        "param_count is below 1e6 (a toy policy).")
     peak_flops: float | None = param(None, "Peak FLOP/s of the hardware (for MFU).")
     config: dict[str, Any] = field(default_factory=dict, metadata={"doc": "Trainer config."})
 
@@ -138,6 +147,13 @@ class RunMeta:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, (int, float)) or value <= 0):
                 raise ConfigError(f"{source}: {name} must be a positive number, not {value!r}")
+
+    @property
+    def lm_priors(self) -> bool:
+        """Whether the language-model priors apply (see ``language_model``)."""
+        if self.language_model is not None:
+            return bool(self.language_model)
+        return self.param_count is None or self.param_count >= LM_MIN_PARAMS
 
     def merged(self, other: RunMeta) -> RunMeta:
         """Fields set in ``other`` override this one's."""

@@ -86,8 +86,8 @@ METRICS: dict[str, Metric] = {
            "over responses (TRL PPO/OnlineDPO objective/entropy): a sequence-level sample estimate, not "
            "the per-token entropy.", "nats/sequence"),
         _m("approx_kl", "Approximate KL between the old and the updated policy (trust region).",
-           "nats/token", "kl_schedule"),
-        _m("clip_frac", "Fraction of tokens whose probability ratio was clipped.", "1", "losses"),
+           "nats/token", "kl_schedule", "trust_region"),
+        _m("clip_frac", "Fraction of tokens whose probability ratio was clipped.", "1", "trust_region"),
         _m("learning_rate", "Learning rate of the policy optimizer.", "1", "grad_norms", "timeline"),
         # --- losses ----------------------------------------------------------------------
         _m("loss", "Total training loss.", "1", "losses"),

@@ -332,7 +332,8 @@ def test_not_mapped_where_meaning_differs() -> None:
 def test_evidence_names_the_source_key(tmp_path: Path) -> None:
     rows = healthy_rows(400, seed=3)
     for i, r in enumerate(rows):
-        r["objective/kl"] = r.pop("kl") * 50 * (6.0 if 300 <= i < 305 else 1.0)
+        # a spike to ~0.6 nats/token (x12): a level that matters, not only a ratio
+        r["objective/kl"] = r.pop("kl") * 200 * (12.0 if 300 <= i < 305 else 1.0)
     a = scan_path(write_jsonl(tmp_path / "ppo.jsonl", rows))
     spikes = [f for f in a.findings if f.rule.startswith("kl.")]
     assert spikes, [f.rule for f in a.findings]

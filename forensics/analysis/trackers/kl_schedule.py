@@ -45,7 +45,22 @@ class KLScheduleParams:
     spike_z: float = param(6.0, "Robust z of log KL (vs the trailing window) that marks a spike.")
     spike_min_ratio: float = param(2.0, "A spike must also be this many times the trailing median.")
     spike_critical_ratio: float = param(10.0, "Spike peak / median ratio that makes it critical.")
-    min_kl: float = param(1e-3, "KL below this (in the series' unit) never counts as a spike.")
+    spike_floor_token: float = param(0.1, "A spike must reach this per-token KL (nats/token; a "
+                                     "per-sequence KL is divided by the mean response length): a "
+                                     "large ratio to a near-zero baseline is not a spike.")
+    spike_floor_sequence: float = param(3.0, "The same floor for a per-sequence KL when no response "
+                                        "length is logged (nats/sequence).")
+    excessive_token: float = param(0.5, "Per-token KL to the reference (nats/token) that no healthy "
+                                   "LM fine-tuning run sustains (kl.excessive; healthy GRPO/PPO runs "
+                                   "stay near 0.001-0.1).")
+    excessive_critical_token: float = param(1.0, "Per-token KL that makes kl.excessive critical.")
+    excessive_sequence: float = param(30.0, "kl.excessive for a per-sequence KL when no response "
+                                      "length is logged (TRL's FAQ: keep it between 0 and 10).")
+    excessive_critical_sequence: float = param(100.0, "Per-sequence KL that makes kl.excessive "
+                                               "critical.")
+    excessive_rows: int = param(3, "Rows of the last 5 on which the KL level must exceed the "
+                                "prior (kl.excessive; no probation: a run broken from its first "
+                                "update is caught).")
     band_low: float = param(0.5, "Lower edge of the target band, as a multiple of the target.")
     band_high: float = param(1.5, "Upper edge of the target band (SIGNATURES #1: 1.5 x target).")
     runaway_critical: float = param(4.0, "KL above this multiple of the target is critical.")
@@ -71,12 +86,27 @@ class KLScheduleParams:
 
 _R = RuleSpec
 RULES = (
+    _R("kl.excessive", Severity.WARNING, "KL to the reference far above any healthy run",
+       "The KL between the policy and the reference is at a level no healthy language-model "
+       "fine-tuning run reaches (per token; a per-sequence KL is divided by the response length). "
+       "The policy has left the reference far behind: from the first updates this is a learning "
+       "rate far too high or a missing or broken KL penalty. Judged against fixed priors, not the "
+       "run's own baseline, so a run broken from its first update is caught; not applied to toy "
+       "policies (param_count below 1e6) and reported as information when the run has no KL "
+       "penalty by design.",
+       "Lower the learning rate (a run at this level from its first steps needs it 10x lower); "
+       "check that the KL penalty is on (beta > 0) and applied; roll back to the last checkpoint "
+       "before the onset.",
+       ("excessive_token", "excessive_critical_token", "excessive_sequence",
+        "excessive_critical_sequence", "excessive_rows"),
+       "SIGNATURES #1 (TRL FAQ: sequence KL 0-10 nats), #4"),
     _R("kl.spike", Severity.WARNING, "KL spike",
        "KL to the reference jumped far above its own recent level (robust z-score of log KL "
        "against the trailing window). One-step spikes often precede a collapse.",
        "Inspect the batch at onset; lower the learning rate 20% or tighten the clip range; if "
        "spikes repeat, raise the KL coefficient 20%.",
-       ("spike_z", "spike_min_ratio", "spike_critical_ratio", "min_kl", "window"),
+       ("spike_z", "spike_min_ratio", "spike_critical_ratio", "spike_floor_token",
+        "spike_floor_sequence", "window"),
        "SIGNATURES #1, #20", stability=True),
     _R("kl.runaway", Severity.WARNING, "KL runs away from the reference",
        "KL is above the target band (or, with no target, several times its early level) and "
@@ -162,6 +192,7 @@ class KLSchedule(Tracker):
         self.baseline_vals: list[np.ndarray] = []
         self.baseline: float | None = None
         self.ep = {
+            "kl.excessive": Episodes(p.excessive_rows, 5, gap=p.window, mode="max"),
             "kl.spike": Episodes(1, 1, gap=3, mode="max"),
             "kl.runaway": Episodes(5, 8, gap=p.window // 2, mode="max"),
             "kl.negative": Episodes(5, 8, gap=p.window // 2, mode="min"),
@@ -220,6 +251,8 @@ class KLSchedule(Tracker):
         has_coef = batch.has("kl_coef")
         if self.series_name is None and not has_coef and not self.coef_seen:
             return None
+        if self._offline_preference():
+            return None
         self.active = True
         self.rows += len(batch)
         p = self.p
@@ -258,10 +291,20 @@ class KLSchedule(Tracker):
 
         finite = np.isfinite(kl)
         self.n_rows_kl += int(finite.sum())
+        # the level in nats/token where it can be known (priors and floors are per token)
+        per_token = self._per_token(batch, kl, name)
+        if self.meta.lm_priors:
+            warn_at, _ = self._excessive_levels(per_token)
+            level = np.where(np.isfinite(per_token), per_token, kl)
+            self.ep["kl.excessive"].update(rows, steps, level > warn_at, level,
+                                           {"kl": kl, "per_token": per_token})
+        floor = np.where(np.isfinite(per_token), per_token >= p.spike_floor_token,
+                         kl >= (p.spike_floor_token if name == "kl" else p.spike_floor_sequence))
         # spikes
-        spike = after_probation & (z > p.spike_z) & (ratio > p.spike_min_ratio) & (kl > p.min_kl)
+        spike = after_probation & (z > p.spike_z) & (ratio > p.spike_min_ratio) & floor
         self.ep["kl.spike"].update(rows, steps, spike, ratio, {"kl": kl, "z": z,
-                                                              "median": np.exp(med)})
+                                                              "median": np.exp(med),
+                                                              "per_token": per_token})
         # runaway and band
         target = self._target()
         if target is not None:
@@ -285,7 +328,7 @@ class KLSchedule(Tracker):
             smooth_state = np.where(np.isfinite(level), smooth_state, 0)
             self._crossings(rows, steps, smooth_state, level / target)
         else:
-            runaway = after_probation & (kl > p.drift_factor * lagged_kl) & rising
+            runaway = after_probation & (kl > p.drift_factor * lagged_kl) & rising & floor
             self.ep["kl.runaway"].update(rows, steps, runaway, kl / lagged_kl,
                                          {"kl": kl, "reference": lagged_kl})
         neg = p.negative_token if name == "kl" else p.negative_sequence
@@ -297,6 +340,30 @@ class KLSchedule(Tracker):
         self.last_step = int(steps[-1])
         self._controller(batch, kl, coef, target)
         return {"kl_robust_z": z}
+
+    def _per_token(self, batch: Batch, kl: np.ndarray, name: str) -> np.ndarray:
+        """KL in nats/token: the per-token series itself, or the per-sequence sum over the mean
+        response length (NaN where neither is known)."""
+        if name == "kl":
+            return kl
+        length = batch.col("response_length_mean")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(length >= 1, kl / length, np.nan)
+
+    def _excessive_levels(self, per_token: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Warning and critical levels of kl.excessive, per row, in the unit the row is judged in."""
+        p = self.p
+        token = np.isfinite(per_token)
+        if self.series_name == "kl":
+            return (np.full(len(per_token), p.excessive_token),
+                    np.full(len(per_token), p.excessive_critical_token))
+        return (np.where(token, p.excessive_token, p.excessive_sequence),
+                np.where(token, p.excessive_critical_token, p.excessive_critical_sequence))
+
+    def _offline_preference(self) -> bool:
+        """Offline preference optimisation samples nothing: there is no sampling KL to judge
+        (KTO's ``kl`` is a batch estimate inside the loss)."""
+        return self.meta.family == "preference" and self.meta.algorithm != "online_dpo"
 
     def _update_stall(self, batch: Batch) -> None:
         """approx_kl against the highest block median before each row's block."""
@@ -404,6 +471,12 @@ class KLSchedule(Tracker):
         target = self._target()
         unit = "nats/token" if self.series_name == "kl" else "nats/sequence"
         summary["unit"] = unit
+        if self.meta.kl_penalty == "none":
+            notes.append("no KL penalty in this run (kl_penalty = none): KL findings are "
+                         "information, not warnings")
+        if not self.meta.lm_priors:
+            notes.append("not a language model (param_count below 1e6 or language_model = false): "
+                         "the KL level priors (kl.excessive) are not applied")
         if self.meta.kl_target is None:
             notes.append("no KL target given (run.json, config [run] kl_target or --kl-target): "
                          "band, saturation and controller-direction checks skipped; spikes and "
@@ -449,15 +522,35 @@ class KLSchedule(Tracker):
         p = self.p
         ev: dict[str, object] = {"metrics": ["kl"], "rows": ep.n_rows}
         sev = None
-        if rule == "kl.spike":
+        if rule == "kl.excessive":
+            per_token = ep.extras.get("per_token", float("nan"))
+            token = per_token == per_token
+            warn, crit = ((p.excessive_token, p.excessive_critical_token) if token or
+                          self.series_name == "kl" else
+                          (p.excessive_sequence, p.excessive_critical_sequence))
+            level_unit = "nats/token" if token or self.series_name == "kl" else unit
+            seq = (f" ({ep.extras.get('kl', float('nan')):.3g} {unit} over the response length)"
+                   if token and self.series_name != "kl" else "")
+            msg = (f"KL to the reference reached {ep.peak:.3g} {level_unit}{seq} at step "
+                   f"{ep.peak_step}, above the {warn:g} {level_unit} no healthy run sustains, from "
+                   f"step {ep.onset_step}")
+            ev.update(peak_level=ep.peak, level_unit=level_unit, prior=warn, critical_prior=crit,
+                      peak_kl=ep.extras.get("kl"))
+            if ep.peak >= crit:
+                sev = Severity.CRITICAL
+        elif rule == "kl.spike":
             kl = ep.extras.get("kl", float("nan"))
             med = ep.extras.get("median", float("nan"))
+            per_token = ep.extras.get("per_token", float("nan"))
             msg = (f"KL spiked to {kl:.3g} {unit} at step {ep.peak_step} ({ep.peak:.3g}x the "
                    f"trailing median {med:.3g}), steps {ep.first_step}-{ep.last_step}")
             ev.update(peak_kl=kl, trailing_median=med, peak_ratio=ep.peak,
                       robust_z=ep.extras.get("z"), threshold_z=p.spike_z,
-                      threshold_ratio=p.spike_min_ratio)
-            if ep.peak >= p.spike_critical_ratio:
+                      threshold_ratio=p.spike_min_ratio, peak_per_token=per_token)
+            # critical only where the level itself matters, not a large ratio to a tiny baseline
+            level = per_token if per_token == per_token else (
+                kl if self.series_name == "kl" else kl / p.excessive_sequence * p.excessive_token)
+            if ep.peak >= p.spike_critical_ratio and level >= p.excessive_token:
                 sev = Severity.CRITICAL
         elif rule == "kl.runaway":
             ref = "target" if target is not None else f"level {p.window} rows earlier"
@@ -513,4 +606,8 @@ class KLSchedule(Tracker):
         else:  # kl_ctl.runaway
             msg = f"KL coefficient reached {ep.peak:.3g}x its initial value at step {ep.peak_step}"
             ev.update(beta_over_beta0=ep.peak, beta0=self.beta0)
+        if self.meta.kl_penalty == "none" and rule.startswith("kl."):
+            # no KL regularisation by design (DAPO, beta = 0): the level is information
+            sev = Severity.INFO
+            msg += " (the run has no KL penalty: reported, not judged)"
         self.emit(rule, ep, msg, ev, sev)
