@@ -79,7 +79,7 @@ class TrustRegion(Tracker):
         self.rows += len(batch)
         p = self.p
         ak, cf = batch.col("approx_kl"), batch.col("clip_frac")
-        for name, col in (("approx_kl", ak), ("clip_frac", cf)):
+        for name in ("approx_kl", "clip_frac"):
             if batch.has(name):
                 self.source_keys.setdefault(name, name)
         # how far outside, as a multiple of the prior (the larger of the two signals)
