@@ -122,7 +122,7 @@ METRICS: dict[str, Metric] = {
         _m("reward_penalized", "Mean reward after the KL penalty (score - beta * KL).", "1",
            "rewards"),
         _m("frac_reward_zero_std", "Fraction of prompt groups whose rewards all tie.", "1",
-           "rewards"),
+           "rewards", "signal"),
         _m("group_size", "Responses sampled per prompt (GRPO/RLOO group size).", "responses"),
         # --- lengths ---------------------------------------------------------------------
         _m("response_length_mean", "Mean response length.", "tokens", "length_bias"),

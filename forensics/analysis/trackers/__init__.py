@@ -16,18 +16,19 @@ from .kl_schedule import KLSchedule
 from .length_bias import LengthBias
 from .losses import Losses
 from .rewards import Rewards
+from .signal import Signal
 from .throughput import Throughput
 from .trust_region import TrustRegion
 from .windows import Windows
 
 __all__ = ["TRACKERS", "Advantages", "Entropy", "Generation", "GradNorms", "KLSchedule", "LengthBias",
-           "Losses", "Rewards", "Throughput", "Tracker", "TrackerResult", "TrustRegion", "Windows", "all_rules",
-           "build_params"]
+           "Losses", "Rewards", "Signal", "Throughput", "Tracker", "TrackerResult", "TrustRegion", "Windows",
+           "all_rules", "build_params"]
 
 #: Registry in report order: name -> class.
 TRACKERS: dict[str, type[Tracker]] = {
-    cls.name: cls for cls in (KLSchedule, TrustRegion, GradNorms, Advantages, LengthBias, Rewards, Losses,
-                               Entropy, Throughput, Generation, Windows)
+    cls.name: cls for cls in (KLSchedule, TrustRegion, GradNorms, Advantages, LengthBias, Rewards, Signal,
+                               Losses, Entropy, Throughput, Generation, Windows)
 }
 
 

@@ -48,16 +48,24 @@ class EntropyParams:
     blowup_rise: float = param(0.05, "...while the level is still this share above its value one "
                                "window earlier.")
     blowup_rows: int = param(10, "Consecutive rows the blow-up condition must hold.")
+    floor: float = param(0.02, "Per-token entropy (nats/token) below which the policy is "
+                         "near-deterministic whatever its early level (a prior of LM fine-tuning: "
+                         "instruct models start near 0.2-1; 0.02 leaves almost no exploration).")
+    floor_k: int = param(5, "Rows out of floor_m below the floor (no probation).")
+    floor_m: int = param(8, "Persistence window of the floor (rows).")
 
 
 _R = RuleSpec
 RULES = (
     _R("entropy.collapse", Severity.WARNING, "Entropy collapse",
        "Policy entropy fell below a small share of its early level while the reward stopped "
-       "improving: the policy has become near-deterministic and no longer explores.",
+       "improving, or below the floor no exploring language model goes under (near zero "
+       "nats/token, judged from the first step): the policy has become near-deterministic and "
+       "no longer explores.",
        "Raise the temperature 10%; use clip-higher (eps_high 0.28) or an (adaptive) entropy bonus; "
        "use dynamic sampling to drop all-correct/all-wrong groups.",
-       ("collapse_ratio", "collapse_rows", "baseline_rows", "plateau_rows", "plateau_sigmas"), "SIGNATURES #10"),
+       ("collapse_ratio", "collapse_rows", "baseline_rows", "plateau_rows", "plateau_sigmas", "floor",
+        "floor_k", "floor_m"), "SIGNATURES #10; DAPO section 3.1"),
     _R("entropy.low", Severity.INFO, "Entropy far below its early level",
        "Entropy fell below collapse_ratio of its early level but the reward is still improving: "
        "expected while learning, a collapse risk if the reward plateaus.",
@@ -93,6 +101,7 @@ class Entropy(Tracker):
             "entropy.low": Episodes(p.collapse_rows, p.collapse_rows, gap=p.window, mode="min"),
             "entropy.blowup": Episodes(p.blowup_rows, p.blowup_rows, gap=p.window, mode="max"),
         }
+        self.floor_ep = Episodes(p.floor_k, p.floor_m, gap=p.window, mode="min")
         self.min_ratio = np.inf
         self.max_ratio = -np.inf
         self.last_ratio = float("nan")
@@ -136,6 +145,8 @@ class Entropy(Tracker):
         rising = np.isfinite(ago) & (level > ago * (1.0 + p.blowup_rise))
         blow = known & np.isfinite(ratio) & (ratio > p.blowup_ratio) & rising
         self.ep["entropy.blowup"].update(rows, steps, blow, ratio, {"entropy": level})
+        if self.meta.lm_priors:
+            self.floor_ep.update(rows, steps, h < p.floor, h)
         fin = np.isfinite(ratio) & known
         if fin.any():
             self.min_ratio = min(self.min_ratio, float(ratio[fin].min()))
@@ -172,4 +183,10 @@ class Entropy(Tracker):
                            f"{self.h0:.4g}), {ctx}, onset step {ep.onset_step}, {span}")
                     ev.update(threshold=p.collapse_ratio, reward_gain_sigmas=gain)
                 self.emit(rule, ep, msg, ev)
+        for ep in self.floor_ep.finish():
+            self.emit("entropy.collapse", ep,
+                      f"entropy fell to {ep.peak:.3g} nats/token at step {ep.peak_step}, below the "
+                      f"{p.floor:g} floor of an exploring policy, from step {ep.onset_step}",
+                      {"entropy": ep.peak, "floor": p.floor, "initial": self.h0, "rows": ep.n_rows,
+                       "metrics": ["entropy"]})
         return self.result(summary, notes)

@@ -51,6 +51,12 @@ class GradNormsParams:
     clip_share: float = param(0.05, "Share of recent steps clipped that means saturation "
                               "(MON: healthy <= 0.5%).")
     clip_window: int = param(300, "Rows over which the clipped share is measured.")
+    clip_far: float = param(10.0, "Grad norm this many times max_grad_norm (on clip_far_k of 5 "
+                            "rows, from the first step) makes clipping saturation critical: the "
+                            "update is a tenth of what the gradient asks for, every step.")
+    clip_far_k: int = param(3, "Rows out of 5 the grad norm must be clip_far x max_grad_norm.")
+    spike_critical_ratio: float = param(30.0, "Spike peak / trailing median that makes grad.spike "
+                                        "critical.")
 
 
 _R = RuleSpec
@@ -73,7 +79,8 @@ RULES = (
        "trailing window, current point excluded).",
        "Skip or inspect the batch at onset; lower the learning rate 20% or beta2 to 0.95 if "
        "spikes repeat; tighten gradient clipping 20%.",
-       ("spike_z", "spike_min_ratio", "window"), "SIGNATURES #20", stability=True),
+       ("spike_z", "spike_min_ratio", "spike_critical_ratio", "window"), "SIGNATURES #20",
+       stability=True),
     _R("grad.vanish", Severity.WARNING, "Vanishing gradients",
        "The gradient norm fell to a tiny fraction of its early level and stayed there: the "
        "policy has stopped learning (learning rate far too low, saturated outputs, dead "
@@ -89,11 +96,12 @@ RULES = (
        "give the value head its own optimizer or learning rate.",
        ("imbalance_decades", "imbalance_rows")),
     _R("grad.clip_saturation", Severity.WARNING, "Gradient clipping saturated",
-       "A large share of recent steps hit the clipping threshold: the effective step size is "
-       "set by the clip, not the learning rate.",
+       "A large share of recent steps hit the clipping threshold, or the gradient norm stays "
+       "many times above it: the effective step size is set by the clip, not the learning "
+       "rate (critical when the norm is an order of magnitude above the clip from the start).",
        "Lower the learning rate 20%; check the reward scale; raise max_grad_norm only if "
        "clipping is deliberately tight.",
-       ("clip_share", "clip_window")),
+       ("clip_share", "clip_window", "clip_far", "clip_far_k"), "SIGNATURES #21"),
 )
 
 
@@ -118,6 +126,7 @@ class GradNorms(Tracker):
             "grad.nonfinite": Episodes(1, 1, gap=5),
             "grad.explode": Episodes(p.explode_k, p.explode_m, gap=p.explode_m, mode="max"),
             "grad.spike": Episodes(1, 1, gap=3, mode="max"),
+            "grad.clip_far": Episodes(p.clip_far_k, 5, gap=p.window, mode="max"),
             "grad.vanish": Episodes(p.vanish_rows, p.vanish_rows, gap=p.window, mode="min"),
             "grad.imbalance": Episodes(p.imbalance_rows, p.imbalance_rows, gap=p.window,
                                        mode="absmax"),
@@ -207,6 +216,8 @@ class GradNorms(Tracker):
             share = ((counts[idx] - counts[np.maximum(idx - p.clip_window, 0)])
                      / np.minimum(idx + (self.rows - len(batch) - c0), p.clip_window))[c0:]
             self.ep["grad.clip_saturation"].update(rows, steps, sat, share)
+            self.ep["grad.clip_far"].update(rows, steps, np.isfinite(g) & (g >= p.clip_far * clip),
+                                            g / clip, {"grad_norm": g})
         return {"grad_norm_robust_z": z, "grad_policy_value_log10": lr}
 
     def finish(self) -> TrackerResult:
@@ -246,7 +257,8 @@ class GradNorms(Tracker):
                       f"({ep.peak:.3g}x the trailing median) at step {ep.peak_step}",
                       {"peak_ratio": ep.peak, "peak": ep.extras.get("grad_norm"),
                        "robust_z": ep.extras.get("z"), "threshold_z": p.spike_z,
-                       "threshold_ratio": p.spike_min_ratio, "metrics": ["grad_norm"]})
+                       "threshold_ratio": p.spike_min_ratio, "metrics": ["grad_norm"]},
+                      Severity.CRITICAL if ep.peak >= p.spike_critical_ratio else None)
         for ep in self.ep["grad.vanish"].finish():
             self.emit("grad.vanish", ep,
                       f"gradient norm fell to {ep.peak:.3g} (early baseline "
@@ -270,4 +282,12 @@ class GradNorms(Tracker):
                       f"{self.meta.max_grad_norm}, steps {ep.first_step}-{ep.last_step}",
                       {"clipped_share": ep.peak, "threshold": p.clip_share,
                        "max_grad_norm": self.meta.max_grad_norm, "metrics": ["grad_norm"]})
+        for ep in self.ep["grad.clip_far"].finish():
+            self.emit("grad.clip_saturation", ep,
+                      f"gradient norm {ep.extras.get('grad_norm', float('nan')):.3g} at step "
+                      f"{ep.peak_step} is {ep.peak:.3g}x max_grad_norm={self.meta.max_grad_norm}: "
+                      f"every update is cut to a fraction of its gradient, from step {ep.onset_step}",
+                      {"peak_over_clip": ep.peak, "peak": ep.extras.get("grad_norm"),
+                       "threshold": p.clip_far, "max_grad_norm": self.meta.max_grad_norm,
+                       "rows": ep.n_rows, "metrics": ["grad_norm"]}, Severity.CRITICAL)
         return self.result(summary, notes)

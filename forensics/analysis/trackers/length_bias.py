@@ -21,7 +21,7 @@ from ...config import param
 from ...io.canonical import Batch
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
-from ..stats import BlockStats, pearson, spearman
+from ..stats import BlockStats, Context, pearson, spearman, window_median
 from .base import Tracker, TrackerResult
 from .grouping import StepGrouper
 
@@ -47,6 +47,12 @@ class LengthBiasParams:
     truncation_rate: float = param(0.1, "Truncation rate above this is a finding.")
     truncation_rise: float = param(2.0, "...or above this multiple of the baseline and 0.05.")
     length_cap_share: float = param(0.95, "P95 length at this share of max_length is truncation.")
+    truncation_all: float = param(0.9, "Truncation rate at or above this (on 3 of 5 rows, from the "
+                                  "first step) makes length.truncation critical: nearly every "
+                                  "response is cut.")
+    collapse_factor: float = param(10.0, "Mean length this many times below its highest earlier "
+                                   "level (5-row median) is a collapse.")
+    collapse_critical: float = param(100.0, "Fall factor that makes length.collapse critical.")
     persist_k: int = param(5, "Persistence: rows out of persist_m.")
     persist_m: int = param(8, "Persistence window (rows).")
     max_overall_samples: int = param(200_000, "Responses kept (deterministic hash sample) for the "
@@ -77,7 +83,16 @@ RULES = (
        "the policy may never learn to stop.",
        "Raise max_length (max_completion_length) 50%; mask truncated completions; add a soft "
        "overlong penalty.",
-       ("truncation_rate", "truncation_rise", "length_cap_share"), "SIGNATURES #15"),
+       ("truncation_rate", "truncation_rise", "length_cap_share", "truncation_all"), "SIGNATURES #15"),
+    _R("length.collapse", Severity.WARNING, "Response length collapses",
+       "Mean response length fell by an order of magnitude from the level it had reached: the "
+       "policy emits (nearly) empty answers, usually after a too large update broke it, or it "
+       "found that stopping early avoids a penalty. Rewards and gradients computed on such "
+       "responses carry no signal.",
+       "Roll back to the checkpoint before the onset and lower the learning rate; check for a "
+       "reward or penalty that a short answer escapes (format penalties, length penalties, KL "
+       "summed over tokens).",
+       ("collapse_factor", "collapse_critical"), "veRL GRPO failure cases; SIGNATURES #4"),
 )
 
 
@@ -102,7 +117,11 @@ class LengthBias(Tracker):
             "length.coupled_growth": Episodes(k, m, gap=p.window, mode="max"),
             "length.truncation": Episodes(k, m, gap=p.window, mode="max"),
             "length.truncation_samples": Episodes(k, m, gap=p.window, mode="max"),
+            "length.truncation_all": Episodes(3, 5, gap=p.window, mode="max"),
+            "length.collapse": Episodes(3, 5, gap=p.window, mode="max"),
         }
+        self.len_ctx = Context(4)
+        self.len_peak = -np.inf
         self.bs_len = BlockStats(p.window, p.block, keep=4 * (p.window // p.block))
         self.bs_rew = BlockStats(p.window, p.block, keep=4 * (p.window // p.block))
         self.base: dict[str, list[np.ndarray]] = {"len": [], "trunc": []}
@@ -180,6 +199,17 @@ class LengthBias(Tracker):
             tr_cond |= np.isfinite(lmax) & (length >= p.length_cap_share * cap)
         self.ep["length.truncation"].update(rows, steps, after & tr_cond, trunc,
                                             {"length": length})
+        self.ep["length.truncation_all"].update(rows, steps, trunc >= p.truncation_all, trunc,
+                                                {"length": length})
+        # collapse: against the highest 5-row median level reached before each row
+        full, n0 = self.len_ctx.extend(length=length)
+        level = window_median(full["length"], 5, 3)[n0:]
+        peak = np.fmax.accumulate(np.concatenate([[self.len_peak], level]))
+        self.len_peak = float(peak[-1])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            fall = peak[:-1] / level
+        self.ep["length.collapse"].update(rows, steps, np.isfinite(fall) & (fall >= p.collapse_factor),
+                                          fall, {"length": level, "before": peak[:-1]})
         return None
 
     # -- sample stream ----------------------------------------------------------------------
@@ -298,14 +328,26 @@ class LengthBias(Tracker):
                            "baseline_length": self.base_len, "threshold": p.growth_factor,
                            "reward_gain_iqr": ep.extras.get("reward_gain"),
                            "metrics": ["response_length_mean", "reward_mean"]})
-        for rule in ("length.truncation", "length.truncation_samples"):
+        for rule in ("length.truncation", "length.truncation_samples", "length.truncation_all"):
+            critical = rule == "length.truncation_all"
             for ep in self.ep[rule].finish():
                 self.emit("length.truncation", ep,
-                          f"truncation rate reached {ep.peak:.0%}, steps {ep.first_step}-"
-                          f"{ep.last_step}",
+                          f"truncation rate reached {ep.peak:.0%}"
+                          + (" (nearly every response cut)" if critical else "")
+                          + f", steps {ep.first_step}-{ep.last_step}",
                           {"truncation_rate": ep.peak, "baseline": self.base_trunc,
-                           "threshold": p.truncation_rate, "max_length": self.meta.max_length,
-                           "metrics": ["truncation_rate"]})
+                           "threshold": p.truncation_all if critical else p.truncation_rate,
+                           "max_length": self.meta.max_length, "metrics": ["truncation_rate"]},
+                          Severity.CRITICAL if critical else None)
+        for ep in self.ep["length.collapse"].finish():
+            self.emit("length.collapse", ep,
+                      f"mean response length fell {ep.peak:.3g}x, from {ep.extras.get('before', 0):.4g} "
+                      f"to {ep.extras.get('length', 0):.4g} tokens at step {ep.peak_step}, from step "
+                      f"{ep.onset_step}",
+                      {"fall_factor": ep.peak, "length": ep.extras.get("length"),
+                       "level_before": ep.extras.get("before"), "threshold": p.collapse_factor,
+                       "metrics": ["response_length_mean"]},
+                      Severity.CRITICAL if ep.peak >= p.collapse_critical else None)
         series = {}
         if self.series_steps:
             st = np.array(self.series_steps, dtype=np.int64)

@@ -1,0 +1,164 @@
+"""Whether the run still has a learning signal: dead groups, a reward pinned at its floor, zero
+gradients.
+
+Group methods (GRPO, RLOO, DAPO) learn from the spread of rewards inside a group of responses to
+one prompt: a group whose responses all score the same has zero advantage and contributes no
+gradient. TRL logs the share of such groups (``frac_reward_zero_std``); a batch reward std of
+exactly zero, or a gradient norm of exactly zero, says the same for the whole batch. The null
+model for a binary reward with accuracy p and group size G is E[f] = p^G + (1 - p)^G (0.43 for
+G = 8, p = 0.9): a high share on an easy or a hopeless task is expected, so the finding says
+which one it is (reward at its top, or at its floor) and what to do about it.
+
+A reward that falls to a value every response shares (mean = min = max, or a zero std) below
+where it was is pinned at its floor: the policy broke (empty or degenerate answers) and nothing
+it samples scores differently any more.
+
+References: SIGNATURES.md #12 (zero-variance groups; DAPO section 3.2, dynamic sampling), #4.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...config import param
+from ...io.canonical import Batch
+from ..episodes import Episodes
+from ..findings import RuleSpec, Severity
+from .base import Tracker, TrackerResult
+
+__all__ = ["Signal"]
+
+
+@dataclass
+class SignalParams:
+    dead_share: float = param(0.5, "frac_reward_zero_std at or above this: most groups carry no "
+                              "learning signal (SIGNATURES #12).")
+    dead_k: int = param(10, "Rows out of dead_m with most groups dead.")
+    dead_m: int = param(20, "Persistence window of the dead-group condition (rows).")
+    none_share: float = param(0.95, "frac_reward_zero_std at or above this (or a batch reward std "
+                              "or gradient norm of exactly 0): no signal at all, critical.")
+    none_k: int = param(5, "Rows out of dead_m without any signal (a quarter: zero gradients on "
+                        "a third of the steps are caught).")
+    floor_rows: int = param(10, "Consecutive rows a reward must sit at its floor.")
+    floor_critical_rows: int = param(50, "Rows at the floor that make reward.floor critical.")
+
+
+_R = RuleSpec
+RULES = (
+    _R("group.no_signal", Severity.WARNING, "Groups carry no learning signal",
+       "Most prompt groups (or the whole batch) have rewards that all tie, so their advantages "
+       "are zero and they contribute no gradient; an exact-zero gradient norm says the same. "
+       "Critical when no signal is left at all. The finding says whether the reward sits at its "
+       "top (the task is too easy) or its floor (too hard, or a broken verifier when it holds "
+       "from the first step).",
+       "Use dynamic sampling (over-sample and drop groups whose rewards all tie, as DAPO does); "
+       "raise the group size (num_generations); match the task difficulty to the model (a "
+       "curriculum); if the reward is at its floor from the first step, check the verifier and "
+       "the answer format it expects.",
+       ("dead_share", "dead_k", "dead_m", "none_share", "none_k"), "SIGNATURES #12; DAPO 3.2"),
+    _R("reward.floor", Severity.WARNING, "Reward pinned at its floor",
+       "The reward fell to a value every response shares (mean = min = max, or a zero std) and "
+       "stayed there: the policy produces degenerate answers that all score the same, and the "
+       "zero spread leaves nothing to learn from.",
+       "Roll back to the checkpoint before the onset and lower the learning rate; look at the "
+       "samples at the onset (empty, truncated or repeated answers).",
+       ("floor_rows", "floor_critical_rows"), "SIGNATURES #4, #12"),
+)
+
+
+class Signal(Tracker):
+    """Dead groups, zero gradients and a reward pinned at its floor."""
+
+    name = "signal"
+    area = "reward"
+    requires = ("frac_reward_zero_std", "reward_std", "reward_min", "grad_norm")
+    rules = RULES
+    Params = SignalParams
+
+    def __init__(self, params: SignalParams | None = None, meta=None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(params, meta)
+        p: SignalParams = self.params
+        self.p = p
+        self.dead = Episodes(p.dead_k, p.dead_m, gap=p.dead_m, mode="max")
+        self.none = Episodes(p.none_k, p.dead_m, gap=p.dead_m, mode="max")
+        self.floor = Episodes(p.floor_rows, p.floor_rows, gap=p.floor_rows, mode="min")
+        self.best = -np.inf
+        self.zero_grad_rows = 0
+
+    def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
+        if not any(batch.has(c) for c in self.requires) and not self.active:
+            return None
+        self.active = True
+        self.rows += len(batch)
+        p = self.p
+        rows, steps = batch.rows, batch.steps
+        f = batch.col("frac_reward_zero_std")
+        mean, std = batch.col("reward_mean"), batch.col("reward_std")
+        rmin, rmax, grad = batch.col("reward_min"), batch.col("reward_max"), batch.col("grad_norm")
+        for name in ("frac_reward_zero_std", "reward_std", "grad_norm"):
+            if batch.has(name):
+                self.source_keys.setdefault(name, name)
+        scale = np.fmax(np.abs(mean), 1.0)
+        with np.errstate(invalid="ignore"):
+            tie = (std <= 1e-9 * scale) | ((rmax - rmin) <= 1e-9 * scale)
+            group = self.meta.family in (None, "group")
+            zero_grad = grad == 0.0
+            self.zero_grad_rows += int(zero_grad.sum())
+            share = np.where(np.isfinite(f), f, np.where(group & tie, 1.0, np.nan))
+            none = (share >= p.none_share) | zero_grad
+            # the best reward level reached before each row
+            best = np.fmax.accumulate(np.concatenate([[self.best], mean]))
+            self.best = float(best[-1])
+            extras = {"reward_mean": mean, "reward_min": rmin, "reward_max": rmax,
+                      "grad_norm": grad, "best": best[:-1]}
+            self.none.update(rows, steps, none, np.where(zero_grad, 1.0, share), extras)
+            self.dead.update(rows, steps, share >= p.dead_share, share, extras)
+            # the floor: every response scores the same, below the best level reached before
+            below = mean < best[:-1] - 1e-6 * scale
+            self.floor.update(rows, steps, tie & below & np.isfinite(mean), mean,
+                              {"before": best[:-1]})
+        return None
+
+    def finish(self) -> TrackerResult:
+        p = self.p
+        none_eps = self.none.finish()
+        covered = [(e.first_step, e.last_step) for e in none_eps]
+        for ep in none_eps:
+            self._emit_no_signal(ep, Severity.CRITICAL)
+        for ep in self.dead.finish():
+            if not any(a <= ep.onset_step <= b for a, b in covered):
+                self._emit_no_signal(ep, None)
+        for ep in self.floor.finish():
+            before = ep.extras.get("before", float("nan"))
+            self.emit("reward.floor", ep,
+                      f"reward fell to {ep.peak:.4g} (from {before:.4g}) and every response "
+                      f"scores the same, {ep.n_rows} rows from step {ep.onset_step}",
+                      {"reward": ep.peak, "best_before": before, "rows": ep.n_rows,
+                       "threshold_rows": p.floor_rows, "metrics": ["reward_mean"]},
+                      Severity.CRITICAL if ep.n_rows >= p.floor_critical_rows else None)
+        return self.result({"rows": self.rows, "zero_grad_rows": self.zero_grad_rows})
+
+    def _emit_no_signal(self, ep: Any, severity: Severity | None) -> None:
+        mean = ep.extras.get("reward_mean", float("nan"))
+        rmin, rmax = ep.extras.get("reward_min", float("nan")), ep.extras.get("reward_max", float("nan"))
+        best = ep.extras.get("best", float("nan"))
+        if ep.extras.get("grad_norm") == 0.0 and ep.peak == 1.0:
+            what = "gradient norm exactly 0"
+        else:
+            what = f"{ep.peak:.0%} of groups with tied rewards"
+        if rmax == rmax and mean >= rmax - 1e-6 * max(abs(mean), 1.0):
+            cause = "every response gets the top reward: the task is too easy"
+        elif rmin == rmin and mean <= rmin + 1e-6 * max(abs(mean), 1.0):
+            cause = ("every response gets the lowest reward from the first steps: a task too hard "
+                     "or a broken verifier" if not best > mean else
+                     "every response gets the lowest reward: the policy broke")
+        else:
+            cause = "rewards tie within most groups"
+        self.emit("group.no_signal", ep,
+                  f"{what} at step {ep.peak_step} ({cause}), from step {ep.onset_step}",
+                  {"share": ep.peak, "reward_mean": mean, "reward_min": rmin, "reward_max": rmax,
+                   "rows": ep.n_rows, "threshold": self.p.dead_share,
+                   "metrics": ["frac_reward_zero_std", "reward_std", "grad_norm"]}, severity)
