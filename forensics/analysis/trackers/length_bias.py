@@ -201,15 +201,17 @@ class LengthBias(Tracker):
                                             {"length": length})
         self.ep["length.truncation_all"].update(rows, steps, trunc >= p.truncation_all, trunc,
                                                 {"length": length})
-        # collapse: against the highest 5-row median level reached before each row
+        # collapse: each row's length against the highest 5-row median level reached before it
+        # (the median keeps one long outlier from setting the reference; persistence keeps one
+        # short batch from being a collapse)
         full, n0 = self.len_ctx.extend(length=length)
         level = window_median(full["length"], 5, 3)[n0:]
         peak = np.fmax.accumulate(np.concatenate([[self.len_peak], level]))
         self.len_peak = float(peak[-1])
         with np.errstate(divide="ignore", invalid="ignore"):
-            fall = peak[:-1] / level
+            fall = peak[:-1] / length
         self.ep["length.collapse"].update(rows, steps, np.isfinite(fall) & (fall >= p.collapse_factor),
-                                          fall, {"length": level, "before": peak[:-1]})
+                                          fall, {"length": length, "before": peak[:-1]})
         return None
 
     # -- sample stream ----------------------------------------------------------------------

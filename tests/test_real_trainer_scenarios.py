@@ -1,0 +1,107 @@
+"""Verdicts on logs shaped like real trainers' runs (the scenarios of issue 13).
+
+Each scenario is a log in the trainer's own format and keys, with the numbers real runs showed:
+runs broken from their first update must be caught at once, healthy runs with small early
+baselines must stay clean.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from forensics import scan_path
+
+from .trainer_logs import grpo_columns, series, trl_state, verl_console
+
+
+def alarms(a) -> list[tuple[str, str, int]]:  # type: ignore[no-untyped-def]
+    return [(f.rule, f.severity.value, f.onset_step) for f in a.findings
+            if f.severity.value in ("warning", "critical")]
+
+
+def rules(a) -> set[str]:  # type: ignore[no-untyped-def]
+    return {r for r, _, _ in alarms(a)}
+
+
+def test_trl_grpo_learning_rate_200x_is_caught_from_step_2(tmp_path: Path) -> None:
+    def cols(steps: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        kl = np.where(steps == 1, 0.0, rng.uniform(1.4, 3.6, len(steps)))
+        return grpo_columns(kl, rng, lr=2e-4)
+    a = scan_path(trl_state(tmp_path / "trainer_state.json", series(60, 1, cols)))
+    assert a.meta.algorithm == "grpo"
+    kl = [f for f in a.findings if f.rule == "kl.excessive"]
+    assert kl and kl[0].severity.value == "critical" and kl[0].onset_step == 2, alarms(a)
+    assert "loss.divergence" not in rules(a) and "loss.spike" not in rules(a)
+
+
+def test_trl_ppo_broken_from_its_first_update(tmp_path: Path) -> None:
+    def cols(steps: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        n = len(steps)
+        return {"objective/kl": np.linspace(5, 97, n) * np.exp(rng.normal(0, 0.1, n)),
+                "objective/entropy": 40 - np.linspace(0, 30, n),
+                "objective/non_score_reward": -0.05 * np.linspace(5, 97, n),
+                "objective/rlhf_reward": rng.normal(0.2, 0.1, n),
+                "objective/scores": rng.normal(0.5, 0.1, n),
+                "policy/approxkl_avg": np.clip(4.0 + rng.normal(0, 0.5, n), 0.5, None),
+                "policy/clipfrac_avg": np.clip(0.32 + rng.normal(0, 0.03, n), 0, 1),
+                "loss/policy_avg": rng.normal(0, 0.05, n), "loss/value_avg": 0.5 + rng.normal(0, 0.05, n),
+                "val/clipfrac_avg": np.full(n, 0.1), "lr": np.full(n, 3e-4), "eps": np.full(n, 5.0),
+                "episode": steps * 64.0}
+    a = scan_path(trl_state(tmp_path / "trainer_state.json", series(40, 2, cols)))
+    assert a.meta.algorithm == "ppo" and a.meta.kl_penalty == "reward"
+    tr = [f for f in a.findings if f.rule == "policy.trust_region"]
+    assert tr and tr[0].severity.value == "critical" and tr[0].onset_step == 1, alarms(a)
+    assert "kl.excessive" in rules(a)
+
+
+def test_healthy_grpo_with_a_tiny_early_kl_stays_clean(tmp_path: Path) -> None:
+    # Llama 8B LoRA, healthy: KL climbs smoothly from 0.0005 to 0.06 over the run
+    for seed, top in ((3, 0.06), (4, 0.09)):
+        def cols(steps: np.ndarray, rng: np.random.Generator, top: float = top) -> dict[str, np.ndarray]:
+            n = len(steps)
+            kl = np.geomspace(0.0005, top, n) * np.exp(rng.normal(0, 0.15, n))
+            return grpo_columns(kl, rng)
+        a = scan_path(trl_state(tmp_path / f"s{seed}.json", series(500, seed, cols)))
+        assert alarms(a) == [], alarms(a)
+
+
+def test_verl_catastrophic_grpo_run(tmp_path: Path) -> None:
+    config = {"algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": False,
+                            "kl_ctrl": {"kl_coef": 0.001, "type": "fixed"}},
+              "actor_rollout_ref": {"actor": {"use_kl_loss": True, "kl_loss_coef": 0.001,
+                                              "clip_ratio": 0.2, "grad_clip": 1.0,
+                                              "optim": {"lr": 1e-6}},
+                                    "rollout": {"n": 5}},
+              "data": {"max_response_length": 2048}}
+    rng = np.random.default_rng(5)
+    rows = []
+    for step in range(1, 261):
+        t = min((step - 1) / 11, 1.0)  # broken by step 12
+        length = 1759 * (1 - t) + 1 * t
+        score = -1.0 if step >= 12 else float(np.clip(rng.normal(-0.2, 0.1), -1, 1))
+        rows.append({"step": step,
+                     "actor/kl_loss": 0.8 + 15.7 * min((step - 1) / 9, 1.0) * (1 + 0.05 * rng.normal()),
+                     "actor/kl_coef": 0.001,
+                     "actor/grad_norm": 0.4 if step < 10 else float(17 * np.exp(rng.normal(0, 0.3))),
+                     "actor/entropy": float(0.21 * (1 - t) + 0.007 * t),
+                     "actor/pg_loss": float(rng.normal(0, 0.01)),
+                     "actor/pg_clipfrac": 0.01, "actor/ppo_kl": 0.001, "actor/lr": 1e-6,
+                     "critic/score/mean": score, "critic/score/max": score if step >= 12 else 1.0,
+                     "critic/score/min": -1.0,
+                     "response_length/mean": float(length), "response_length/max": float(max(length, 1)),
+                     "response_length/clip_ratio": 0.0})
+    a = scan_path(verl_console(tmp_path / "verl.log", rows, config))
+    assert (a.meta.algorithm, a.meta.kl_penalty, a.meta.max_grad_norm) == ("grpo", "loss", 1.0)
+    found = {}
+    for f in sorted(a.findings, key=lambda f: f.severity.rank):  # the most severe per rule
+        if f.severity.value != "info":
+            found[f.rule] = f
+    for rule in ("kl.excessive", "length.collapse", "reward.floor", "group.no_signal",
+                 "grad.clip_saturation", "entropy.collapse"):
+        assert rule in found, (rule, alarms(a))
+    for rule in ("kl.excessive", "length.collapse", "reward.floor", "grad.clip_saturation"):
+        assert found[rule].severity.value == "critical", (rule, alarms(a))
+    assert found["kl.excessive"].onset_step <= 3
+    assert found["length.collapse"].onset_step <= 12
