@@ -153,6 +153,25 @@ METRICS: dict[str, Metric] = {
            "(derived).", "1", "throughput"),
         _m("reward_best_of_n_gap", "reward_max - reward_mean: what best-of-N sampling would gain "
            "over the average response (derived).", "1", "rewards"),
+        # --- preference optimisation (DPO, IPO, ORPO, KTO, SimPO, CPO) ---------------------
+        _m("pref_reward_chosen", "Implicit reward of the chosen responses, beta * log(pi/pi_ref) "
+           "(DPO family), batch mean.", "1", "preference"),
+        _m("pref_reward_rejected", "Implicit reward of the rejected responses, batch mean.", "1",
+           "preference"),
+        _m("pref_margin", "Implicit reward of chosen minus rejected, batch mean.", "1", "preference"),
+        _m("pref_accuracy", "Share of pairs whose chosen response has the higher implicit reward.",
+           "1", "preference"),
+        _m("logp_chosen", "Log-probability of the chosen responses under the policy, summed over "
+           "tokens, batch mean.", "nats/sequence", "preference"),
+        _m("logp_rejected", "Log-probability of the rejected responses, summed over tokens, batch "
+           "mean.", "nats/sequence", "preference"),
+        _m("logits_chosen", "Mean logit of the chosen responses.", "1"),
+        _m("logits_rejected", "Mean logit of the rejected responses.", "1"),
+        _m("log_odds_ratio", "ORPO: log-sigmoid of the log odds ratio of chosen over rejected.", "1",
+           "preference"),
+        _m("log_odds_chosen", "ORPO: log odds of chosen over rejected.", "1", "preference"),
+        _m("nll_loss", "Negative log-likelihood (SFT) term on the chosen responses.", "nats/token",
+           "preference"),
         # --- sample stream -----------------------------------------------------------------
         _m("length", "Response length.", "tokens", "length_bias", stream=SAMPLE),
         _m("reward", "Total reward of the response.", "1", "length_bias", stream=SAMPLE),
@@ -232,6 +251,31 @@ ALIASES: tuple[Alias, ...] = tuple(
         ("time", "timestamp"),
         ("global_step", "step"),
     ])
+    # preference optimisation: TRL DPO/CPO/ORPO/OnlineDPO, LLaMA-Factory, OpenRLHF, NeMo-Aligner
+    + _aliases("trl", [
+        ("rewards/chosen", "pref_reward_chosen"),
+        ("rewards/rejected", "pref_reward_rejected"),
+        ("rewards/margins", "pref_margin"),
+        ("rewards/accuracies", "pref_accuracy"),
+        ("logps/chosen", "logp_chosen"),
+        ("logps/rejected", "logp_rejected"),
+        ("logits/chosen", "logits_chosen"),
+        ("logits/rejected", "logits_rejected"),
+    ])
+    + _aliases("openrlhf", [
+        ("chosen_reward", "pref_reward_chosen"),
+        ("reject_reward", "pref_reward_rejected"),
+        ("acc", "pref_accuracy"),
+    ])
+    + _aliases("nemo-aligner", [
+        ("rewards_chosen_mean", "pref_reward_chosen"),
+        ("rewards_rejected_mean", "pref_reward_rejected"),
+    ])
+    + [
+        Alias("preference_loss", "loss", "nemo-aligner", note="NeMo-Aligner DPO: the preference term"),
+        Alias("sft_loss", "nll_loss", "llamafactory",
+              note="LLaMA-Factory ORPO/SimPO and NeMo-Aligner DPO: the SFT term on chosen"),
+    ]
     # RLDK-style wide rows
     + _aliases("rldk", [
         ("reward", "reward_mean"),

@@ -324,7 +324,7 @@ def test_alias_units(key: str, canonical: str, transform: str | None) -> None:
 
 def test_not_mapped_where_meaning_differs() -> None:
     assert canonical_name("rewards/chosen_sum") is None  # KTO implicit reward, not a component
-    assert canonical_name("rewards/margins") is None
+    assert canonical_name("rewards/margins")[0] == "pref_margin"  # DPO's implicit reward margin
     assert canonical_name("perf/total_num_tokens") is None  # per step, not cumulative
     assert canonical_name("eval/kl") is None
 

@@ -105,3 +105,53 @@ def test_verl_catastrophic_grpo_run(tmp_path: Path) -> None:
         assert found[rule].severity.value == "critical", (rule, alarms(a))
     assert found["kl.excessive"].onset_step <= 3
     assert found["length.collapse"].onset_step <= 12
+
+
+def dpo_columns(steps: np.ndarray, rng: np.random.Generator, *, loss: np.ndarray, margin: np.ndarray,
+                acc: np.ndarray, logp_chosen: np.ndarray) -> dict[str, np.ndarray]:
+    n = len(steps)
+    chosen = margin * 0.3
+    return {"loss": loss, "rewards/margins": margin, "rewards/accuracies": acc,
+            "rewards/chosen": chosen, "rewards/rejected": chosen - margin,
+            "logps/chosen": logp_chosen, "logps/rejected": logp_chosen - 40 * margin / np.fmax(margin.max(), 1),
+            "logits/chosen": rng.normal(-1, 0.1, n), "logits/rejected": rng.normal(-1, 0.1, n),
+            "grad_norm": 20 * np.exp(rng.normal(0, 0.3, n)), "learning_rate": np.full(n, 5e-7),
+            "entropy": 1.2 + rng.normal(0, 0.02, n)}
+
+
+def test_dpo_over_optimisation_margins_and_displacement(tmp_path: Path) -> None:
+    def cols(steps: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        t = np.minimum((steps - 1) / 5, 1.0)  # loss to ~0 within 6 steps
+        n = len(steps)
+        return dpo_columns(steps, rng, loss=0.693 * np.exp(-8 * t) + np.abs(rng.normal(0, 1e-4, n)),
+                           margin=11 * np.minimum((steps - 1) / 30, 1.0) + 0.2 * rng.normal(size=n),
+                           acc=np.where(steps > 3, 1.0, 0.5 + 0.2 * (steps - 1)),
+                           logp_chosen=-250 - 200 * np.minimum((steps - 1) / 40, 1.0))
+    a = scan_path(trl_state(tmp_path / "trainer_state.json", series(60, 7, cols)))
+    assert a.meta.algorithm == "dpo" and a.meta.family == "preference"
+    assert {"pref.overfit", "pref.margin_blowup", "pref.likelihood_displacement"} <= rules(a), alarms(a)
+    assert min(f.onset_step for f in a.findings if f.rule == "pref.overfit") <= 8
+    # no RL advice on a DPO run: no sampling-KL, entropy or group findings
+    assert not any(r.startswith(("kl.", "entropy.", "group.")) for r in rules(a)), alarms(a)
+
+
+def test_healthy_dpo_is_clean(tmp_path: Path) -> None:
+    def cols(steps: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        n = len(steps)
+        t = (steps - 1) / (n - 1)
+        return dpo_columns(steps, rng, loss=0.693 - 0.2 * t + rng.normal(0, 0.03, n),
+                           margin=0.9 * t + rng.normal(0, 0.1, n),
+                           acc=np.clip(0.5 + 0.25 * t + rng.normal(0, 0.08, n), 0, 1),
+                           logp_chosen=-250 - 8 * t + rng.normal(0, 3, n))
+    a = scan_path(trl_state(tmp_path / "trainer_state.json", series(300, 8, cols)))
+    assert alarms(a) == [], alarms(a)
+
+
+def test_dpo_that_does_not_learn(tmp_path: Path) -> None:
+    def cols(steps: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        n = len(steps)
+        return dpo_columns(steps, rng, loss=0.6931 + rng.normal(0, 3e-4, n),
+                           margin=rng.normal(0, 1e-3, n), acc=rng.choice([0.0, 0.5, 1.0], n),
+                           logp_chosen=-250 + rng.normal(0, 0.01, n))
+    a = scan_path(trl_state(tmp_path / "trainer_state.json", series(100, 9, cols)))
+    assert "pref.not_learning" in rules(a), alarms(a)

@@ -15,6 +15,7 @@ from .grad_norms import GradNorms
 from .kl_schedule import KLSchedule
 from .length_bias import LengthBias
 from .losses import Losses
+from .preference import Preference
 from .rewards import Rewards
 from .signal import Signal
 from .throughput import Throughput
@@ -22,13 +23,13 @@ from .trust_region import TrustRegion
 from .windows import Windows
 
 __all__ = ["TRACKERS", "Advantages", "Entropy", "Generation", "GradNorms", "KLSchedule", "LengthBias",
-           "Losses", "Rewards", "Signal", "Throughput", "Tracker", "TrackerResult", "TrustRegion", "Windows",
-           "all_rules", "build_params"]
+           "Losses", "Preference", "Rewards", "Signal", "Throughput", "Tracker", "TrackerResult",
+           "TrustRegion", "Windows", "all_rules", "build_params"]
 
 #: Registry in report order: name -> class.
 TRACKERS: dict[str, type[Tracker]] = {
     cls.name: cls for cls in (KLSchedule, TrustRegion, GradNorms, Advantages, LengthBias, Rewards, Signal,
-                               Losses, Entropy, Throughput, Generation, Windows)
+                               Preference, Losses, Entropy, Throughput, Generation, Windows)
 }
 
 

@@ -109,6 +109,10 @@ class Entropy(Tracker):
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
         if not batch.has("entropy") and not self.active:
             return None
+        if self.meta.family == "preference" and self.meta.algorithm != "online_dpo":
+            # offline preference optimisation samples nothing: its entropy is the policy's on
+            # fixed pairs, and the sampling remedies (temperature, clip-higher) do not apply
+            return None
         self.active = True
         self.source_keys.setdefault("entropy", "entropy")
         with np.errstate(invalid="ignore", divide="ignore"):
