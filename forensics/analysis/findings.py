@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-__all__ = ["Finding", "RuleSpec", "Severity"]
+__all__ = ["STREAM_RULES", "Finding", "RuleSpec", "Severity", "group_recurrences"]
 
 
 class Severity(str, Enum):
@@ -86,9 +86,13 @@ class Finding:
     tracker: str
     evidence: dict[str, Any] = field(default_factory=dict)
     explanation: str = ""
+    #: when the rule fired on several episodes: each one's range, onset, severity and message
+    #: (``first_step``/``last_step`` then span them all and the message is the largest one's)
+    episodes: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.evidence = _clean(self.evidence)
+        self.episodes = _clean(self.episodes)
 
     def sort_key(self) -> tuple[int, int, str, int]:
         return (-self.severity.rank, self.onset_step, self.rule, self.first_step)
@@ -105,7 +109,14 @@ class Finding:
             "explanation": self.explanation,
             "remedy": self.remedy,
             "evidence": self.evidence,
+            **({"episodes": self.episodes} if self.episodes else {}),
         }
+
+    def episode_ranges(self) -> list[tuple[int, int, int]]:
+        """``(first, last, onset)`` of every episode (one for a single-episode finding)."""
+        if not self.episodes:
+            return [(self.first_step, self.last_step, self.onset_step)]
+        return [(int(e["first_step"]), int(e["last_step"]), int(e["onset_step"])) for e in self.episodes]
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Finding:
@@ -120,6 +131,7 @@ class Finding:
             tracker=d.get("tracker", ""),
             evidence=d.get("evidence", {}),
             explanation=d.get("explanation", ""),
+            episodes=list(d.get("episodes") or []),
         )
 
 
@@ -140,3 +152,37 @@ STREAM_RULES = (
         "Look at the listed lines; a truncated last line means the writer was killed mid-write.",
     ),
 )
+
+
+def group_recurrences(findings: list[Finding], sizes: dict[int, int],
+                      magnitudes: dict[int, float]) -> tuple[list[Finding], dict[int, int]]:
+    """One finding per rule (and series): repeated episodes become one finding that lists them.
+
+    The merged finding spans every episode, takes the highest severity, and its message and
+    evidence are those of the largest episode (highest severity, then largest ``magnitude``);
+    ``episodes`` keeps each episode's range, onset, severity and message. ``sizes`` (rows per
+    finding, keyed by ``id``) are summed for the merged finding.
+    """
+    groups: dict[tuple[str, Any], list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.rule, f.evidence.get("series")), []).append(f)
+    out: list[Finding] = []
+    out_sizes: dict[int, int] = {}
+    for group in groups.values():
+        if len(group) == 1:
+            out.append(group[0])
+            out_sizes[id(group[0])] = sizes.get(id(group[0]), 1)
+            continue
+        group.sort(key=lambda f: (f.onset_step, f.first_step))
+        head = max(group, key=lambda f: (f.severity.rank, magnitudes.get(id(f), 0.0)))
+        episodes = [{"first_step": f.first_step, "last_step": f.last_step, "onset_step": f.onset_step,
+                     "severity": f.severity.value, "message": f.message} for f in group]
+        merged = Finding(
+            rule=head.rule, severity=head.severity, first_step=min(f.first_step for f in group),
+            last_step=max(f.last_step for f in group), onset_step=group[0].onset_step,
+            message=f"{len(group)} episodes; the largest: {head.message}", remedy=head.remedy,
+            tracker=head.tracker, evidence=dict(head.evidence), explanation=head.explanation,
+            episodes=episodes)
+        out.append(merged)
+        out_sizes[id(merged)] = sum(sizes.get(id(f), 1) for f in group)
+    return out, out_sizes

@@ -52,8 +52,15 @@ class LabelledRun:
 
     @property
     def alarms(self) -> list[dict[str, Any]]:
-        return [f for f in self.findings if f["severity"] in ALARM_SEVERITIES
-                and not f["rule"].startswith(OPS_PREFIXES)]
+        """One alarm per episode (a finding that groups recurrences is one alarm per episode)."""
+        out = []
+        for f in self.findings:
+            if f["rule"].startswith(OPS_PREFIXES):
+                continue
+            for ep in f.get("episodes") or [f]:
+                if ep["severity"] in ALARM_SEVERITIES:
+                    out.append({**f, **ep})
+        return out
 
     @property
     def ops_alarms(self) -> list[str]:

@@ -10,7 +10,7 @@ import numpy as np
 from ...config import RunMeta
 from ...io.canonical import Batch
 from ..episodes import Episode
-from ..findings import Finding, RuleSpec, Severity
+from ..findings import Finding, RuleSpec, Severity, group_recurrences
 
 __all__ = ["Tracker", "TrackerResult", "severity_weight", "tracker_score"]
 
@@ -88,6 +88,7 @@ class Tracker:
         self.active = False
         self._findings: list[Finding] = []
         self._coverage: dict[int, int] = {}
+        self._magnitude: dict[int, float] = {}
         self.source_keys: dict[str, str] = {}
 
     # -- protocol ---------------------------------------------------------------------
@@ -134,13 +135,16 @@ class Tracker:
         )
         self._findings.append(f)
         self._coverage[id(f)] = max(ep.n_rows, 1)
+        if ep.peak == ep.peak:
+            self._magnitude[id(f)] = abs(ep.peak)
         return f
 
     def result(self, summary: dict[str, Any], notes: list[str] | None = None,
                series: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
                sections: dict[str, Any] | None = None) -> TrackerResult:
-        """Package the findings with the documented score."""
-        findings = sorted(self._findings, key=Finding.sort_key)
-        score = tracker_score(findings, self.rows, self._coverage) if self.active else None
+        """Package the findings (recurrences of a rule grouped) with the documented score."""
+        findings, coverage = group_recurrences(self._findings, self._coverage, self._magnitude)
+        findings.sort(key=Finding.sort_key)
+        score = tracker_score(findings, self.rows, coverage) if self.active else None
         return TrackerResult(self.name, self.area, self.active, findings, score, summary,
-                             series or {}, notes or [], dict(self._coverage), sections or {})
+                             series or {}, notes or [], coverage, sections or {})
