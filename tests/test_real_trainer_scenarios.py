@@ -155,3 +155,26 @@ def test_dpo_that_does_not_learn(tmp_path: Path) -> None:
                            logp_chosen=-250 + rng.normal(0, 0.01, n))
     a = scan_path(trl_state(tmp_path / "trainer_state.json", series(100, 9, cols)))
     assert "pref.not_learning" in rules(a), alarms(a)
+
+
+def test_repeated_spikes_are_one_finding_and_severity_follows_magnitude(tmp_path: Path) -> None:
+    # veRL-like grad norm with 11 spikes of 5x to 100x: one grad.spike finding listing them,
+    # critical because the largest is 100x the median
+    def cols(steps: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        g = 0.5 * np.exp(rng.normal(0, 0.1, len(steps)))
+        for i, factor in enumerate(np.geomspace(5, 100, 11)):
+            g[40 + 30 * i] *= factor
+        return {"grad_norm": g, "loss": rng.normal(0, 0.01, len(steps)),
+                "reward": 0.5 + rng.normal(0, 0.05, len(steps)),
+                "frac_reward_zero_std": np.full(len(steps), 0.1)}
+    a = scan_path(trl_state(tmp_path / "trainer_state.json", series(400, 10, cols)))
+    spikes = [f for f in a.findings if f.rule == "grad.spike"]
+    assert len(spikes) == 1, [(f.rule, f.first_step) for f in a.findings]
+    assert len(spikes[0].episodes) == 11 and spikes[0].severity.value == "critical"
+    assert spikes[0].message.startswith("11 episodes; the largest:") and "at step 341" in spikes[0].message
+    small = [e for e in spikes[0].episodes if e["onset_step"] == 41]
+    assert small and small[0]["severity"] == "warning"
+    csv = (tmp_path / "out")
+    from forensics.report import write_reports
+    write_reports(a, csv)
+    assert "41-41;71-71" in (csv / "findings.csv").read_text()

@@ -76,14 +76,16 @@ def write_metrics_csv(analysis: Analysis, path: Path) -> None:
 
 
 def write_findings_csv(analysis: Analysis, path: Path) -> None:
-    cols = ["rule", "severity", "tracker", "first_step", "last_step", "onset_step", "message",
-            "remedy", "evidence"]
+    cols = ["rule", "severity", "tracker", "first_step", "last_step", "onset_step", "episodes",
+            "message", "remedy", "evidence"]
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(cols)
         for f in analysis.findings:
             d = f.to_dict()
             d["evidence"] = json.dumps(_jsonable(d["evidence"]), sort_keys=True)
+            # every episode's range (one row per finding, never per step or per episode)
+            d["episodes"] = ";".join(f"{a}-{b}" for a, b, _ in f.episode_ranges())
             w.writerow([d[c] for c in cols])
 
 
