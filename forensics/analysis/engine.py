@@ -280,7 +280,28 @@ class Scan:
             "policy": "keep-first",
         }
         return Analysis(self.reports, self.mappings, self.meta, results, findings, health,
-                        steps, self.store, sample_series, self.params, self.context)
+                        steps, self.store, sample_series, self.params, self.context,
+                        self._coverage(results))
+
+    def _coverage(self, results: list[TrackerResult]) -> dict[str, Any]:
+        """How much of the log was checked: columns mapped and not, trackers active and why not."""
+        mapped = sorted({dst for m in self.mappings.values() for dst in m.mapping.values()})
+        unmapped = sorted({k for m in self.mappings.values() for k in [*m.unmapped, *m.shadowed]})
+        trackers: dict[str, dict[str, Any]] = {}
+        for tracker, r in zip(self.trackers, results):
+            entry: dict[str, Any] = {"active": r.active}
+            if not r.active:
+                present = [c for c in tracker.requires if c in mapped]
+                entry["reason"] = (f"not applicable to this run ({self.meta.family or 'unknown'} "
+                                   f"family): {', '.join(present)} logged" if present else
+                                   "none of its metrics is logged (needs one of: "
+                                   + ", ".join(tracker.requires) + ")")
+            trackers[tracker.name] = entry
+        # throughput judges the machine and the windows only summarise: neither checks training
+        judged = [n for n, e in trackers.items() if e["active"] and n not in ("throughput", "windows")]
+        return {"checked": bool(judged), "trackers_judging": judged,
+                "columns": {"mapped": len(mapped), "unmapped": len(unmapped),
+                            "mapped_names": mapped, "unmapped_keys": unmapped}, "trackers": trackers}
 
     def _name_source_keys(self, findings: list[Finding]) -> None:
         """Evidence names the *source* keys (``objective/kl``), not only canonical columns.

@@ -47,6 +47,8 @@ class Analysis:
     params: dict[str, dict[str, Any]]
     #: every run-metadata field with a value, and where it came from (see analysis.context)
     context: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: how much of the log was checked (see Scan._coverage); ``checked`` False: nothing was
+    coverage: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = self._core_dict()
@@ -62,6 +64,7 @@ class Analysis:
             "tool": {"name": "forensics", "version": __version__},
             "run": self.meta.to_dict(),
             "run_context": self.context,
+            "coverage": self.coverage,
             "inputs": [r.to_dict() for r in self.inputs],
             "column_mapping": {k: v.to_dict() for k, v in self.mappings.items()},
             "steps": self.steps,

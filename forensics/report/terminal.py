@@ -30,6 +30,7 @@ def render_summary(analysis: Analysis, top: int = 8) -> str:
             lines.append(f"  note: {note}")
     st = analysis.steps
     lines.append(f"steps {st['first']}..{st['last']} ({st['rows']} rows analysed)")
+    lines.extend(coverage_lines(analysis.coverage, analysis.meta.algorithm))
     h = analysis.health
     lines.append("")
     lines.append(f"health  overall {_score(h['overall'])}   stability {_score(h['stability'])}"
@@ -53,6 +54,25 @@ def render_summary(analysis: Analysis, top: int = 8) -> str:
         lines.append("")
         lines.extend(f"note: {n}" for n in notes)
     return "\n".join(lines)
+
+
+def coverage_lines(cov: dict[str, Any], algorithm: str | None = None) -> list[str]:
+    """What was checked, in two lines; a plain warning when nothing was."""
+    if not cov:
+        return []
+    cols = cov["columns"]
+    if not cov["checked"]:
+        keys = ", ".join(cols["unmapped_keys"][:8]) + (" ..." if cols["unmapped"] > 8 else "")
+        return ["", "NOTHING CHECKED: none of the logged columns is a training metric forensics "
+                    f"knows ({cols['unmapped']} unrecognised: {keys}).",
+                "  This is not a healthy verdict. Name your keys with forensics' canonical names "
+                "(forensics rules --metrics) or convert the log; `forensics gate` fails this run."]
+    active = cov.get("trackers_judging", [])
+    idle = [n for n, e in cov["trackers"].items() if not e["active"]]
+    return [f"checked: {len(active)} trackers ({', '.join(active)}) on {cols['mapped']} mapped "
+            f"column(s); {cols['unmapped']} column(s) not recognised"
+            + (f"; algorithm {algorithm}" if algorithm else "")
+            + (f"; not run: {', '.join(idle)}" if idle else "")]
 
 
 def _num(v: Any, fmt: str = ".4g") -> str:

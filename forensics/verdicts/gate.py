@@ -5,6 +5,7 @@ Policy file (TOML; every key optional)::
     fail_on = "critical"            # lowest severity that fails: "info", "warning", "critical"
                                     # or "none" (only fail_rules and min_health fail)
     fail_rules = ["grad.nonfinite"] # rules that fail at any severity (globs allowed: "grad.*")
+    allow_unchecked = false         # pass a log in which no training metric was recognised
 
     [min_health]                    # scores in [0, 1]; a missing score (None) is not checked
     overall = 0.7
@@ -27,7 +28,9 @@ Policy file (TOML; every key optional)::
 Evaluation: each finding gets its overridden severity (or is dropped when ignored); a finding
 fails the gate when its severity is at least ``fail_on`` or its rule is in ``fail_rules``, unless
 an ``allow`` entry matches its rule and (when given) contains its step range. Each health score
-below its minimum fails the gate. Unknown keys, severities or rule ids are a
+below its minimum fails the gate. A log in which no training metric was recognised (the
+analysis' ``coverage.checked`` is false) fails the gate unless ``allow_unchecked`` is true: "no
+findings" on a log nothing could read is not a verdict of health. Unknown keys, severities or rule ids are a
 :class:`~forensics.errors.ConfigError` (exit 2): a typo must not silently pass a gate.
 
 Outputs: text, JSON, JUnit XML (one test case per rule of the catalogue, a failure for each
@@ -51,7 +54,7 @@ from ..errors import ConfigError, InputError
 __all__ = ["GateResult", "Policy", "evaluate", "load_policy", "render_github", "render_json",
            "render_junit", "render_text", "rule_catalogue"]
 
-_TOP_KEYS = {"fail_on", "fail_rules", "min_health", "overrides", "allow"}
+_TOP_KEYS = {"fail_on", "fail_rules", "min_health", "overrides", "allow", "allow_unchecked"}
 _HEALTH_KEYS = {"overall", "stability", "convergence", "areas"}
 
 
@@ -79,6 +82,8 @@ class Policy:
     min_areas: dict[str, float] = field(default_factory=dict)
     overrides: dict[str, str] = field(default_factory=dict)
     allow: tuple[Allow, ...] = ()
+    #: pass a run in which no training metric was recognised (nothing checked)
+    allow_unchecked: bool = False
     source: str = ""
 
     def severity_of(self, rule: str, severity: str) -> str | None:
@@ -152,6 +157,9 @@ def parse_policy(data: dict[str, Any], source: str = "", known_rules: set[str] |
         except (ValueError, AttributeError):
             raise ConfigError(f"overrides.{pattern}: use info, warning, critical or ignore, "
                               f"got {value!r}") from None
+    allow_unchecked = data.get("allow_unchecked", False)
+    if not isinstance(allow_unchecked, bool):
+        raise ConfigError(f"allow_unchecked must be true or false, not {allow_unchecked!r}")
     allow_raw = data.get("allow", [])
     if not isinstance(allow_raw, list):
         raise ConfigError("allow must be an array of tables ([[allow]])")
@@ -168,7 +176,8 @@ def parse_policy(data: dict[str, Any], source: str = "", known_rules: set[str] |
             steps = (steps[0], steps[1])
         allow.append(Allow(_check_pattern(a["rule"], known, f"allow[{i}]"), steps,
                            str(a.get("reason", ""))))
-    return Policy(fail_on, fail_rules, min_health, min_areas, overrides, tuple(allow), source)
+    return Policy(fail_on, fail_rules, min_health, min_areas, overrides, tuple(allow), allow_unchecked,
+                  source)
 
 
 def load_policy(path: Path | str) -> Policy:
@@ -242,6 +251,11 @@ def evaluate(analysis: dict[str, Any], policy: Policy) -> GateResult:
         value = areas.get(name)
         checks.append({"name": f"health.areas.{name}", "value": value, "minimum": minimum,
                        "passed": value is None or value >= minimum})
+    coverage = analysis.get("coverage")
+    if isinstance(coverage, dict) and coverage.get("checked") is False:
+        # no recognised training metric: "no findings" is not a verdict of health
+        checks.append({"name": "coverage.checked", "value": 0.0, "minimum": 1.0,
+                       "passed": policy.allow_unchecked})
     catalogue = rule_catalogue()
     known = {r for r, _, _ in catalogue}
     for f in analysis["findings"]:
@@ -264,7 +278,11 @@ def render_text(result: GateResult) -> str:
         lines.append(f"  FAIL  [{f['severity']}] {f['rule']} ({_steps(f)}): {f['message']}")
     for c in result.health_checks:
         if not c["passed"]:
-            lines.append(f"  FAIL  {c['name']} = {c['value']:.3f} < minimum {c['minimum']:.3f}")
+            if c["name"] == "coverage.checked":
+                lines.append("  FAIL  nothing checked: no training metric in the log was recognised "
+                             "(allow_unchecked = true in the policy passes such a run)")
+            else:
+                lines.append(f"  FAIL  {c['name']} = {c['value']:.3f} < minimum {c['minimum']:.3f}")
     for f in result.allowed:
         why = f" ({f['allow_reason']})" if f.get("allow_reason") else ""
         lines.append(f"  allowed [{f['severity']}] {f['rule']} ({_steps(f)}){why}")
