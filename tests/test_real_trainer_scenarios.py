@@ -178,3 +178,19 @@ def test_repeated_spikes_are_one_finding_and_severity_follows_magnitude(tmp_path
     from forensics.report import write_reports
     write_reports(a, csv)
     assert "41-41;71-71" in (csv / "findings.csv").read_text()
+
+
+def test_deepspeed_chat_critic_loss_growing_with_the_reward_scale_is_healthy(tmp_path: Path) -> None:
+    # the reward model's scores grow as the policy learns; the critic's squared error grows with
+    # them. Losses are printed from fp16, so many consecutive values repeat (zero step noise).
+    rng = np.random.default_rng(11)
+    rows = []
+    for s in range(400):
+        reward = 0.2 + 2.8 * s / 399 + rng.normal(0, 0.1)
+        cri = float(np.float16(0.05 * (0.2 + 2.8 * s / 399) ** 2 * np.exp(rng.normal(0, 0.05))))
+        act = float(np.float16(rng.normal(0.1, 0.02)))
+        rows.append({"step": s, "act_loss": act, "cri_loss": cri, "reward": round(reward, 5)})
+    from .trainer_logs import deepspeed_chat
+    a = scan_path(deepspeed_chat(tmp_path / "ds.log", rows))
+    assert a.meta.algorithm == "ppo"
+    assert "loss.divergence" not in rules(a), [(f.rule, f.message) for f in a.findings]

@@ -71,3 +71,20 @@ def verl_console(path: Path, rows: list[dict[str, Any]], config: dict[str, Any])
         lines.append("(TaskRunner pid=1) " + " - ".join(parts))
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def deepspeed_chat(path: Path, rows: list[dict[str, float]]) -> Path:
+    """A DeepSpeed-Chat step-3 console log (2023 format), one block per step."""
+    lines = ["[2023-05-01 10:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed info: version=0.9.2"]
+    for r in rows:
+        s = int(r["step"])
+        lines += [f"[2023-05-01 10:01:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] step={s}, skipped=0, "
+                  "lr=[5.79e-07, 5.79e-07], mom=[(0.9, 0.95)]",
+                  f"epoch: 0|step: {s}|ppo_ep: 1|act_loss: {r['act_loss']}|cri_loss: {r['cri_loss']}|"
+                  "unsuper_loss: 0.0",
+                  f"average reward score: {r['reward']}",
+                  "-" * 85,
+                  "|E2E latency=3.8s |Gather latency=0.00s (0.00%) |Generate time=2.50s (65.92%) "
+                  "|Training time=1.07s (28.19%) |Others=0.22 (5.89%)|CurSamplesPerSec=17.6 |AvgSamplesPerSec=15.46"]
+    path.write_text("\n".join(lines) + "\n")
+    return path

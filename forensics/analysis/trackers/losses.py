@@ -80,6 +80,9 @@ class LossesParams:
                                         "window earlier when larger (a level near zero).")
     divergence_critical_ratio: float = param(5.0, "Rise of (this - 1) x the run's scale makes it "
                                              "critical.")
+    noise_floor: float = param(0.01, "Smallest per-step noise of a loss level (on the log scale: "
+                               "1%; linear: this share of the level), so rounded, repeating "
+                               "values do not make a noise of zero.")
     divergence_k: int = param(15, "Divergence persistence: rows out of divergence_m.")
     divergence_m: int = param(20, "Divergence persistence window (rows).")
 
@@ -176,9 +179,9 @@ class _LossSeries:
             "loss.divergence": Episodes(p.divergence_k, p.divergence_m, gap=p.window, mode="max"),
         }
 
-    def update(self, batch: Batch) -> dict[str, np.ndarray]:
+    def update(self, batch: Batch, scale: np.ndarray | None = None) -> dict[str, np.ndarray]:
         with np.errstate(invalid="ignore", divide="ignore"):
-            return self._update(batch)
+            return self._update(batch, scale)
 
     def _decide(self, rows: np.ndarray, x: np.ndarray) -> None:
         """Log or linear scale, from the first ``min_history`` finite values (then fixed)."""
@@ -213,10 +216,12 @@ class _LossSeries:
         early = rows < self.decided_row
         return np.where(early, np.nan, med), np.where(early, np.nan, sigma)
 
-    def _update(self, batch: Batch) -> dict[str, np.ndarray]:
+    def _update(self, batch: Batch, scale: np.ndarray | None) -> dict[str, np.ndarray]:
         p = self.p
         rows, steps = batch.rows, batch.steps
         x = batch.col(self.name)
+        if scale is not None:  # judged relative to the squared reward scale (see Losses)
+            x = x / np.square(scale)
         nonfinite = batch.nonfinite(self.name)
         self.rows += int(batch.logged(self.name).sum())
         self.nonfinite += int(nonfinite.sum())
@@ -274,8 +279,12 @@ class _LossSeries:
         level = level_f[n0:]
         level_ago = shift(level_f, p.window)[n0:]
         noise_f = swing_f / DIFF_TO_SIGMA  # robust per-step noise over half a window
-        noise = np.fmax(np.where(np.isfinite(shift(noise_f, p.window)), shift(noise_f, p.window),
-                                 noise_f), 1e-12)[n0:]
+        noise = np.where(np.isfinite(shift(noise_f, p.window)), shift(noise_f, p.window), noise_f)[n0:]
+        # a floor on the noise: a log that rounds its values (fp16 losses, 4-digit consoles)
+        # repeats them, and a zero step noise would turn any rise into millions of sigmas
+        level_now = level_f[n0:]
+        noise = np.fmax(noise, p.noise_floor if self.log else
+                        np.fmax(p.noise_floor * np.abs(level_now), 1e-12))
         lv = np.where(np.isfinite(level) & ready, level, np.inf)
         lowest = np.minimum.accumulate(np.concatenate([[self.lowest], lv]))[1:]
         self.lowest = float(lowest[-1])
@@ -310,29 +319,49 @@ class Losses(Tracker):
         super().__init__(params, meta)
         self.p: LossesParams = self.params
         self.series: dict[str, _LossSeries] = {}
+        self.reward_ctx = Context(self.p.window)
+        self.reward_peak = 0.0
+        self.scaled = False
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
         for name in LOSS_SERIES:
             if name not in self.series and batch.has(name):
-                algo = (self.meta.algorithm or "").lower()
-                progress = not (algo in GROUP_RELATIVE and name in ("loss", "policy_loss"))
+                group = self.meta.family == "group" or (self.meta.algorithm or "") in GROUP_RELATIVE
+                progress = not (group and name in ("loss", "policy_loss"))
                 self.series[name] = _LossSeries(name, self.p, progress)
                 self.source_keys.setdefault(name, name)
+                if name == "value_loss" and batch.has("reward_mean"):
+                    self.scaled = True
         if not self.series:
             return None
         self.active = True
         self.rows += len(batch)
+        scale = self._reward_scale(batch) if self.scaled else None
         out: dict[str, np.ndarray] = {}
-        for s in self.series.values():
-            out.update(s.update(batch))
+        for name, s in self.series.items():
+            out.update(s.update(batch, scale if name == "value_loss" else None))
         return out
+
+    def _reward_scale(self, batch: Batch) -> np.ndarray:
+        """The reward's scale at each row: the median |reward_mean| over the trailing window,
+        floored at a tenth of its largest earlier value (a reward crossing zero is not a zero
+        scale). A critic's squared error grows with the square of the returns it predicts, so
+        the value loss is judged relative to it: a value loss that grows with the reward scale
+        is a healthy critic, not a divergence."""
+        full, n0 = self.reward_ctx.extend(r=np.abs(batch.col("reward_mean")))
+        med = window_median(full["r"], self.p.window, 5)[n0:]
+        peak = np.fmax.accumulate(np.concatenate([[self.reward_peak], np.nan_to_num(med)]))
+        self.reward_peak = float(peak[-1])
+        return np.fmax(med, np.fmax(0.1 * peak[1:], 1e-6))
 
     def finish(self) -> TrackerResult:
         summary: dict[str, Any] = {"rows": self.rows, "series": {}}
         for name, s in self.series.items():
             summary["series"][name] = {"rows": s.rows, "nonfinite": s.nonfinite,
                                        "early_swing": s.base_swing,
-                                       "scale": None if s.log is None else ("log" if s.log else "linear")}
+                                       "scale": None if s.log is None else ("log" if s.log else "linear"),
+                                       **({"relative_to": "reward_scale^2"}
+                                          if name == "value_loss" and self.scaled else {})}
             for rule, eps in s.ep.items():
                 for ep in eps.finish():
                     self._emit(rule, name, ep)
