@@ -109,6 +109,8 @@ class RunMeta:
                                         "param_count is below 1e6 (a toy policy).")
     peak_flops: float | None = param(None, "Peak FLOP/s of the hardware (for MFU).")
     config: dict[str, Any] = field(default_factory=dict, metadata={"doc": "Trainer config."})
+    assumed: list[str] = field(default_factory=list, metadata={
+        "doc": "Fields filled with the trainer framework's default, not read from the run."})
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "run metadata") -> RunMeta:
@@ -168,7 +170,7 @@ class RunMeta:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, {})}
+        return {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, {}, [])}
 
 
 @dataclass

@@ -42,6 +42,9 @@ _SIGNATURES = (
     _Signature("orpo", "preference", ("log_odds_ratio", "log_odds_chosen", "odds_ratio_loss")),
     _Signature("kto", "preference", ("rewards/chosen_sum", "rewards/rejected_sum", "count/chosen",
                                      "logps/chosen_sum")),
+    _Signature("kto", "preference", ("rewards/margins", "rewards/chosen"), all_of=("kl",),
+               none_of=("rewards/accuracies", "objective/kl"),
+               note="TRL KTO: a batch KL estimate, no pairwise accuracy"),
     _Signature("online_dpo", "preference", ("objective/scores_margin",)),
     _Signature("online_dpo", "preference", ("rewards/margins",), all_of=("objective/kl",)),
     _Signature("dpo", "preference", ("rewards/margins", "rewards/accuracies", "rewards/chosen",
@@ -84,6 +87,8 @@ class RunContext:
 
     values: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
+    #: fields whose value is the framework's default (the log does not record it)
+    defaults: set[str] = field(default_factory=set)
 
     def set(self, name: str, value: Any, source: str) -> None:
         if name not in self.values and value is not None:
@@ -97,7 +102,7 @@ class RunContext:
         if meta.algorithm is not None and meta.family is None:
             meta.family = algorithm_family(meta.algorithm)
             explicit = {**explicit, "family": explicit.get("algorithm", "run metadata")}
-        names = {f.name for f in fields(RunMeta)} - {"config", "kl_target_unit"}
+        names = {f.name for f in fields(RunMeta)} - {"config", "kl_target_unit", "assumed"}
         for name in sorted(names):
             current = getattr(meta, name)
             if current is not None:
@@ -105,6 +110,8 @@ class RunContext:
             elif name in self.values:
                 setattr(meta, name, self.values[name])
                 provenance[name] = {"value": self.values[name], "from": self.sources[name]}
+                if name in self.defaults:
+                    meta.assumed = sorted({*meta.assumed, name})
         return meta, provenance
 
 
@@ -123,7 +130,8 @@ def key_set_algorithm(keys: Iterable[str]) -> tuple[str | None, str | None, str]
     present = set(keys)
     for sig in _SIGNATURES:
         hits = sorted(k for k in sig.any_of if k in present)
-        if not hits or not all(k in present for k in sig.all_of):
+        if (not hits or not all(k in present for k in sig.all_of)
+                or any(k in present for k in sig.none_of)):
             continue
         evidence = ", ".join(hits + [k for k in sig.all_of])
         what = sig.algorithm or f"a {sig.family} method"
@@ -197,7 +205,12 @@ def _from_key_set(ctx: RunContext, keys: set[str], fmt: str) -> None:
     algo, family, evidence = key_set_algorithm(keys)
     ctx.set("algorithm", algo, evidence)
     ctx.set("family", family, evidence)
-    if fmt == "hf-trainer-state" or fmt == "hf-console":
+    if fmt in ("hf-trainer-state", "hf-console"):
+        # the Hugging Face Trainer (and TRL's configs, which inherit its arguments) clips
+        # gradients at 1.0 unless told otherwise; the log does not record the setting
+        ctx.set("max_grad_norm", 1.0, "assumed: transformers' TrainingArguments default "
+                                      "(max_grad_norm=1.0; not recorded in the log)")
+        ctx.defaults.add("max_grad_norm")
         # TRL: GRPO and RLOO log `kl` only when beta != 0 (the KL term sits in the loss); PPO
         # puts the KL penalty in the reward (objective/kl, objective/non_score_reward)
         if algo in ("grpo", "rloo") or family == "group":

@@ -162,8 +162,11 @@ class Scan:
         if raw is not None and len(raw):
             keys = [k for k in raw.numeric if not (k in raw.missing and raw.missing[k][0])]
             keys += [k for k, v in raw.text.items() if v[0] is not None]
-        ctx = infer_context(keys, report.format if report else "",
-                            report.run_config if report else None,
+        fmt = report.format if report else ""
+        if report is not None and report.converted_from:  # a converted log reads as its source
+            fmt = report.converted_from.get("format") or fmt
+            keys = [*keys, *report.converted_from.get("keys", [])]
+        ctx = infer_context(keys, fmt, report.run_config if report else None,
                             report.run_config_origin if report else "")
         self.meta, self.context = ctx.apply(self.meta, self.explicit)
         self.trackers = [TRACKERS[name](self.all_params[name], self.meta) for name in self.tracker_names]

@@ -55,6 +55,9 @@ class GradNormsParams:
                             "rows, from the first step) makes clipping saturation critical: the "
                             "update is a tenth of what the gradient asks for, every step.")
     clip_far_k: int = param(3, "Rows out of 5 the grad norm must be clip_far x max_grad_norm.")
+    spike_warning_ratio: float = param(10.0, "Spike peak / trailing median below which a "
+                                       "gradient spike is information (healthy runs show 3-5x "
+                                       "spikes; the clip bounds their update).")
     spike_critical_ratio: float = param(30.0, "Spike peak / trailing median that makes grad.spike "
                                         "critical.")
 
@@ -79,7 +82,8 @@ RULES = (
        "trailing window, current point excluded).",
        "Skip or inspect the batch at onset; lower the learning rate 20% or beta2 to 0.95 if "
        "spikes repeat; tighten gradient clipping 20%.",
-       ("spike_z", "spike_min_ratio", "spike_critical_ratio", "window"), "SIGNATURES #20",
+       ("spike_z", "spike_min_ratio", "spike_warning_ratio", "spike_critical_ratio", "window"),
+       "SIGNATURES #20",
        stability=True),
     _R("grad.vanish", Severity.WARNING, "Vanishing gradients",
        "The gradient norm fell to a tiny fraction of its early level and stayed there: the "
@@ -216,9 +220,25 @@ class GradNorms(Tracker):
             share = ((counts[idx] - counts[np.maximum(idx - p.clip_window, 0)])
                      / np.minimum(idx + (self.rows - len(batch) - c0), p.clip_window))[c0:]
             self.ep["grad.clip_saturation"].update(rows, steps, sat, share)
-            self.ep["grad.clip_far"].update(rows, steps, np.isfinite(g) & (g >= p.clip_far * clip),
-                                            g / clip, {"grad_norm": g})
+            if "max_grad_norm" not in self.meta.assumed:
+                # against a default the run may not use (DPO's pre-clip norms sit at 10-100 with
+                # the Trainer's 1.0), a far-above-the-clip norm proves nothing
+                self.ep["grad.clip_far"].update(rows, steps, np.isfinite(g) & (g >= p.clip_far * clip),
+                                                g / clip, {"grad_norm": g})
         return {"grad_norm_robust_z": z, "grad_policy_value_log10": lr}
+
+    def _spike_severity(self, ep) -> Severity:  # type: ignore[no-untyped-def]
+        """Severity by magnitude; a spike the clip cut back to near the usual update size is
+        information (the optimizer took an ordinary step)."""
+        p = self.p
+        clip = self.meta.max_grad_norm
+        peak, median = ep.extras.get("grad_norm", float("nan")), ep.extras.get("median", float("nan"))
+        if clip and peak == peak and median == median and median > 0:
+            if min(peak, clip) / min(median, clip) < 2.0:
+                return Severity.INFO
+        if ep.peak >= p.spike_critical_ratio:
+            return Severity.CRITICAL
+        return Severity.WARNING if ep.peak >= p.spike_warning_ratio else Severity.INFO
 
     def finish(self) -> TrackerResult:
         p = self.p
@@ -258,7 +278,7 @@ class GradNorms(Tracker):
                       {"peak_ratio": ep.peak, "peak": ep.extras.get("grad_norm"),
                        "robust_z": ep.extras.get("z"), "threshold_z": p.spike_z,
                        "threshold_ratio": p.spike_min_ratio, "metrics": ["grad_norm"]},
-                      Severity.CRITICAL if ep.peak >= p.spike_critical_ratio else None)
+                      self._spike_severity(ep))
         for ep in self.ep["grad.vanish"].finish():
             self.emit("grad.vanish", ep,
                       f"gradient norm fell to {ep.peak:.3g} (early baseline "
@@ -276,12 +296,18 @@ class GradNorms(Tracker):
                        "threshold_decades": p.imbalance_decades,
                        "threshold_shift_decades": p.imbalance_shift,
                        "metrics": ["grad_norm", "grad_norm_value"]})
+        assumed = "max_grad_norm" in self.meta.assumed
         for ep in self.ep["grad.clip_saturation"].finish():
             self.emit("grad.clip_saturation", ep,
                       f"{ep.peak:.0%} of recent steps were clipped at max_grad_norm="
-                      f"{self.meta.max_grad_norm}, steps {ep.first_step}-{ep.last_step}",
+                      f"{self.meta.max_grad_norm}" + (" (the trainer's default)" if assumed else "")
+                      + f", steps {ep.first_step}-{ep.last_step}",
                       {"clipped_share": ep.peak, "threshold": p.clip_share,
-                       "max_grad_norm": self.meta.max_grad_norm, "metrics": ["grad_norm"]})
+                       "max_grad_norm": self.meta.max_grad_norm, "clip_assumed": assumed,
+                       "metrics": ["grad_norm"]},
+                      # a clip the run did not choose may be routine for its trainer (RLOO's
+                      # unnormalised advantages): report it, do not warn
+                      Severity.INFO if assumed else None)
         for ep in self.ep["grad.clip_far"].finish():
             self.emit("grad.clip_saturation", ep,
                       f"gradient norm {ep.extras.get('grad_norm', float('nan')):.3g} at step "

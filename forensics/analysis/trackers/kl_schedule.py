@@ -102,7 +102,9 @@ RULES = (
        "SIGNATURES #1 (TRL FAQ: sequence KL 0-10 nats), #4"),
     _R("kl.spike", Severity.WARNING, "KL spike",
        "KL to the reference jumped far above its own recent level (robust z-score of log KL "
-       "against the trailing window). One-step spikes often precede a collapse.",
+       "against the trailing window) to a level that matters (spike_floor_token). One-step "
+       "spikes that return at once and stay below twice the floor are information; spikes that "
+       "persist often precede a collapse.",
        "Inspect the batch at onset; lower the learning rate 20% or tighten the clip range; if "
        "spikes repeat, raise the KL coefficient 20%.",
        ("spike_z", "spike_min_ratio", "spike_critical_ratio", "spike_floor_token",
@@ -552,6 +554,10 @@ class KLSchedule(Tracker):
                 kl if self.series_name == "kl" else kl / p.excessive_sequence * p.excessive_token)
             if ep.peak >= p.spike_critical_ratio and level >= p.excessive_token:
                 sev = Severity.CRITICAL
+            elif ep.n_rows < 2 and not level >= 2 * p.spike_floor_token:
+                # one step to a modest level, back at once: a noisy batch, not a KL event
+                # (SIGNATURES #1: transient spikes were reported harmless; require persistence)
+                sev = Severity.INFO
         elif rule == "kl.runaway":
             ref = "target" if target is not None else f"level {p.window} rows earlier"
             msg = (f"KL reached {ep.peak:.3g}x the {ref} at step {ep.peak_step} and kept rising "

@@ -67,7 +67,8 @@ class PreferenceParams:
                                        "null_margin, is no learning (SIGNATURES #25).")
     null_margin: float = param(0.01, "|margin| below this counts as no preference learnt.")
     null_after_rows: int = param(10, "The no-learning condition is judged from this row on.")
-    null_rows: int = param(10, "Consecutive rows the no-learning condition must hold.")
+    null_rows: int = param(30, "Consecutive rows the no-learning condition must hold (a slow "
+                           "start is not a frozen policy).")
 
 
 _R = RuleSpec

@@ -43,6 +43,9 @@ class ReadReport:
     run_config: dict[str, Any] = field(default_factory=dict)
     #: where in the input ``run_config`` was read
     run_config_origin: str = ""
+    #: for a file ``forensics convert`` wrote: the format and the keys of the log it came from,
+    #: so the run context reads the same as from the original
+    converted_from: dict[str, Any] = field(default_factory=dict)
 
     def skip(self, line: int, reason: str, category: str | None = None) -> None:
         self.skipped[category or reason] += 1
@@ -66,6 +69,8 @@ class ReadReport:
             "notes": list(self.notes),
             **({"run_config": {"origin": self.run_config_origin, "values": self.run_config}}
                if self.run_config else {}),
+            **({"converted_from": {k: v for k, v in self.converted_from.items() if k != "keys"}}
+               if self.converted_from else {}),
         }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +31,7 @@ class ParquetSource:
             pf = pq.ParquetFile(self.path, pre_buffer=False)
         except (OSError, pa.ArrowException) as exc:
             raise InputError(f"not a readable Parquet file: {exc}", path=str(self.path)) from None
+        self._restore_origin(pf)
         row = 1
         try:
             for rb in pf.iter_batches(batch_size=batch_rows):
@@ -42,6 +44,26 @@ class ParquetSource:
         except (OSError, pa.ArrowException) as exc:
             raise InputError(f"Parquet read failed after row {row - 1}: {exc}",
                              path=str(self.path)) from None
+
+
+    def _restore_origin(self, pf: pq.ParquetFile) -> None:
+        """A ``forensics convert`` output names the log it came from: its format, keys and the
+        trainer config it printed go back into the report (see ReadReport.converted_from)."""
+        raw = (pf.schema_arrow.metadata or {}).get(b"forensics")
+        try:
+            meta = json.loads(raw) if raw else {}
+        except ValueError:
+            return
+        if not isinstance(meta, dict) or not isinstance(meta.get("column_mapping"), dict):
+            return
+        mapping = meta["column_mapping"]
+        keys = [*(mapping.get("mapping") or {}), *(mapping.get("unmapped") or [])]
+        self.report.converted_from = {"format": str(meta.get("format", "")), "path": str(meta.get("source", "")),
+                                      "keys": [k for k in keys if isinstance(k, str)]}
+        run_config = (meta.get("read_report") or {}).get("run_config") or {}
+        if isinstance(run_config.get("values"), dict):
+            self.report.run_config = run_config["values"]
+            self.report.run_config_origin = f"converted from {meta.get('source')}: {run_config.get('origin', '')}"
 
 
 class ParquetPartsSource:
