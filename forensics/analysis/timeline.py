@@ -25,8 +25,8 @@ First domino
 ------------
 Among the events that cause something and are caused by nothing, the earliest onset (ties: the
 one with the most direct effects, the more severe, then the rule id). Its ``chain`` follows links
-from it, each time to the most severe effect (ties: the earliest). When nothing links, the first domino is the earliest warning or
-critical finding, with no chain.
+from it, each time to the most severe effect (ties: the earliest). When nothing links, the first
+domino is the earliest warning or critical finding, with no chain.
 
 Rule table (cause -> effect, lag in steps, why):
 
