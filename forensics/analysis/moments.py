@@ -18,7 +18,7 @@ the same sums however the stream was cut into batches.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -124,10 +124,9 @@ class Moments:
         d = self.shift - shift
         if d == 0.0:
             return self
-        return Moments(shift, self.n, self.s1 + self.n * d, self.s2 + 2 * d * self.s1 + self.n * d * d,
-                       self.pn, self.pa + self.pn * d, self.pb + self.pn * d,
-                       self.pp + d * (self.pa + self.pb) + self.pn * d * d,
-                       self.first, self.last, self.mn, self.mx)
+        return replace(self, shift=shift, s1=self.s1 + self.n * d,
+                       s2=self.s2 + 2 * d * self.s1 + self.n * d * d, pa=self.pa + self.pn * d,
+                       pb=self.pb + self.pn * d, pp=self.pp + d * (self.pa + self.pb) + self.pn * d * d)
 
     def merge(self, right: Moments) -> Moments:
         """The moments of this window followed by ``right`` (the pair across the boundary counts)."""
