@@ -36,7 +36,8 @@ issue                         condition
 ``kl_rising``                 log KL moved up and the window's geometric-mean KL is
                               ``kl_rise_factor`` times the previous window's or more
 ``loss_spiking``              the window's largest loss lies ``spike_z`` standard deviations of
-                              the window's other loss values above their mean
+                              the window's other loss values above their mean (windows of
+                              ``spike_min_rows`` values or more)
 ``reward_declining``          the mean reward moved down
 ``loss_high``                 the mean loss moved up to above every one of the last ``memory``
                               windows (*)
@@ -135,6 +136,8 @@ class HealthCheckParams:
     min_windows: int = param(4, "Earlier windows needed before a window's moves are judged.")
     memory: int = param(16, "Earlier windows each window is compared with (a bounded summary: "
                         "constant work per window).")
+    spike_min_rows: int = param(20, "Loss values a window needs before its spike is judged (the "
+                                "losses tracker judges spikes in short windows).")
     spike_z: float = param(8.0, "A loss value this many standard deviations of the window's other "
                            "values above their mean is a spike (SIGNATURES #20: healthy runs stay "
                            "below 4.5 robust sigmas).")
@@ -429,7 +432,7 @@ class HealthCheck:
         issues: list[str] = []
         if dirs["log_kl"] == "up" and (moves["log_kl"] or 0.0) >= math.log(p.kl_rise_factor):
             issues.append("kl_rising")
-        z = lo.max_z()
+        z = lo.max_z() if lo.n >= p.spike_min_rows else None
         if z is not None and z >= p.spike_z:
             issues.append("loss_spiking")
         if dirs["reward"] == "down":

@@ -17,8 +17,9 @@ and lowered in one report, and no recommendation contradicts the remedy of the f
 
 Values come from the log at the time: the value a changed setting had before the change
 (``restore``), or the value logged at the relevant step (the finding's onset) times the factor.
-Where the learning rate follows a schedule, the factor applies to the schedule's peak (the
-highest rate logged up to that step), which is what a config sets. Where the log does not show
+Where the learning rate follows a smooth schedule, the factor applies to the schedule's peak (the
+highest rate logged up to that step), which is what a config sets; where a setting jumped again
+after the finding, to its last logged value (the value in force). Where the log does not show
 the value, the run's own config (run.json) may; otherwise the change is given in words. The
 config patch holds numbers only, under the keys of the trainer that wrote the log
 (:mod:`forensics.analysis.trainer_keys`); a parameter the trainer has no key for, or whose
@@ -53,7 +54,7 @@ from .trainer_keys import PARAMETERS, Trainer, set_key, trainer_for
 if TYPE_CHECKING:
     from .result import Analysis
 
-__all__ = ["ACTIONS", "TEXT_ONLY", "Action", "advice_sections", "windows_with_findings"]
+__all__ = ["ACTIONS", "TEXT_ONLY", "Action", "advice_sections", "applicable_actions", "windows_with_findings"]
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,8 @@ _WINDOW_ACTIONS = {r.issue: tuple(Action(a.parameter, a.direction, a.factor) for
                    for r in RULE_TABLE}
 _WINDOW_RULES = {r.issue: r for r in RULE_TABLE}
 _KL_SURGE = ("kl.spike", "kl.runaway")
+#: Rules that judge the machine, not the training (README: not scored, never "do now").
+_MACHINE = ("throughput.", "resource.")
 _SEV = {"info": 0, "warning": 1, "critical": 2}
 #: Source columns a parameter is logged under (the hyperparams tracker's summary names the one used).
 _LOGGED = {"learning_rate": "learning_rate", "kl_coef": "kl_coef"}
@@ -205,12 +208,27 @@ def _repeats(rule: str, finding: Mapping[str, Any], counts: Mapping[str, int]) -
         (isinstance(ev.get("count"), (int, float)) and ev["count"] > 1)
 
 
-def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],
-                windows: list[dict[str, Any]]) -> list[_Candidate]:
+def applicable_actions(finding: Mapping[str, Any], findings: list[Mapping[str, Any]],
+                       root: bool = False) -> list[Action]:
+    """The actions of a finding's remedy that apply in this run (its conditions hold)."""
     counts: dict[str, int] = {}
     for f in findings:
         counts[f["rule"]] = counts.get(f["rule"], 0) + 1
     surge = any(f["rule"] in _KL_SURGE for f in findings)
+    out = []
+    for act in ACTIONS.get(finding["rule"], ()):
+        if act.direction == "restore" and not root and not (finding.get("evidence") or {}).get("risky"):
+            continue  # a change back toward safety (a cut after a jump) is not undone
+        if act.when == "repeats" and not _repeats(finding["rule"], finding, counts):
+            continue
+        if act.when == "no_kl_surge" and surge:
+            continue
+        out.append(act)
+    return out
+
+
+def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],
+                windows: list[dict[str, Any]]) -> list[_Candidate]:
     events = {e["id"]: e for e in timeline.get("events") or []}
     dom = timeline.get("first_domino") or {}
     chain = [events[i] for i in dom.get("chain", []) if i in events]
@@ -231,11 +249,7 @@ def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],
         ordered.append((f, "immediate" if urgent else "short_term", False))
     out: list[_Candidate] = []
     for f, priority, root in ordered:
-        for act in ACTIONS.get(f["rule"], ()):
-            if act.when == "repeats" and not _repeats(f["rule"], f, counts):
-                continue
-            if act.when == "no_kl_surge" and surge:
-                continue
+        for act in applicable_actions(f, findings, root):
             out.append(_Candidate(act, priority, f["rule"], int(f["onset_step"]), f.get("message", ""),
                                   f, root))
     first_window: dict[str, dict[str, Any]] = {}
@@ -268,6 +282,11 @@ class _Values:
 
     def __init__(self, analysis: Analysis, cands: list[_Candidate], columns: Mapping[str, str]) -> None:
         self.columns = dict(columns)
+        #: steps where each parameter changed in a jump (the hyperparams tracker's findings)
+        self.changes: dict[str, list[int]] = {}
+        for f in analysis.findings:
+            if f.tracker == "hyperparams" and f.evidence.get("parameter"):
+                self.changes.setdefault(str(f.evidence["parameter"]), []).append(f.onset_step)
         wanted: dict[str, set[int]] = {}
         for c in cands:
             col = self.columns.get(c.action.parameter)
@@ -283,8 +302,11 @@ class _Values:
         return self.log.get(col) if col else None
 
     def at(self, parameter: str, step: int) -> tuple[float | None, str]:
-        """The current value at ``step`` and where it came from."""
+        """The current value at ``step`` and where it came from: the last logged value when the
+        setting changed again after ``step`` (the value in force now)."""
         rec = self.logged(parameter)
+        if rec and rec["last"] is not None and any(s > step for s in self.changes.get(parameter, ())):
+            return rec["last"], "last logged value (it changed after the finding's onset)"
         if rec and step in rec["at"]:
             return rec["at"][step], f"logged at step {step}"
         if rec and rec["last"] is not None:
@@ -367,13 +389,15 @@ def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, 
         change = f"{(factor - 1.0) * 100:+.0f}%"
         rec = values.logged(a.parameter)
         if a.parameter == "learning_rate" and rec and c.step in rec["peak"] and current is not None \
-                and rec["peak"][c.step] > current * 1.05:
+                and not values.changes.get(a.parameter) and rec["peak"][c.step] > current * 1.05:
             current, source = rec["peak"][c.step], f"the schedule's peak up to step {c.step}"
             note = "scales the schedule's peak, which the config sets"
         if a.parameter == "kl_coef" and adaptive_kl:
             note = (f"an adaptive controller sets it (it was {_fmt(current)} at step {c.step})"
                     if current is not None else "an adaptive controller sets it")
             words_only = True
+        if current == 0.0:
+            return None  # zero scales to zero: only a restore can move it
         if current is not None:
             new = _round(current * factor)
     if current is not None:
@@ -384,7 +408,7 @@ def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, 
     elif new is not None:
         text += f"set to {_fmt(new)}"
     else:
-        text += f"{direction} {change}" if change not in ("set", "restore") else f"{change}"
+        text += f"{direction} {change.lstrip('+-')}" if change not in ("set", "restore") else change
     if note:
         text += f", {note}"
     return {"parameter": a.parameter, "direction": direction, "change": change, "factor": a.factor,
@@ -421,7 +445,9 @@ def _recommendations(cands: list[_Candidate], findings: list[dict[str, Any]], ti
         if a["first_domino"] and root is not None and len(priorities["immediate"]) == 1:
             priorities["immediate"].append(f"{root['remedy']} [{root['rule']}]")
     if root is not None and root["severity"] != "info" and not any(a["first_domino"] for a in adjustments):
-        priorities["immediate"].insert(0, f"{root['message']}: {root['remedy']} [{root['rule']}, the first domino]")
+        # the machine's findings (throughput, resources) are not changes to the training
+        when = "short_term" if root["rule"].startswith(_MACHINE) else "immediate"
+        priorities[when].insert(0, f"{root['message']}: {root['remedy']} [{root['rule']}, the first domino]")
     issue_windows: dict[str, list[Any]] = {}
     for w in windows:
         for issue in w.get("issues") or []:

@@ -256,6 +256,7 @@ class Hyperparams(Tracker):
         self.emit(s.rule, ep, what,
                   {"parameter": s.parameter, "before": c["before"], "after": c["after"],
                    "factor": factor if math.isfinite(factor) else None,
+                   "risky": (factor > 1.0) == s.risky_up,
                    "previous_step": c["previous_step"], "change_ratio": self.p.change_ratio,
                    "warning_factor": self.p.warning_factor, "critical_factor": self.p.critical_factor,
                    "metrics": [s.parameter]},
