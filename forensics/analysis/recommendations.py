@@ -33,7 +33,7 @@ and findings agree.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -208,7 +208,7 @@ def _repeats(rule: str, finding: Mapping[str, Any], counts: Mapping[str, int]) -
         (isinstance(ev.get("count"), (int, float)) and ev["count"] > 1)
 
 
-def applicable_actions(finding: Mapping[str, Any], findings: list[Mapping[str, Any]],
+def applicable_actions(finding: Mapping[str, Any], findings: Sequence[Mapping[str, Any]],
                        root: bool = False) -> list[Action]:
     """The actions of a finding's remedy that apply in this run (its conditions hold)."""
     counts: dict[str, int] = {}
