@@ -157,7 +157,7 @@ def trainer_for(formats: Iterable[str], algorithm: str | None, source_keys: Iter
                     if name in (run_config or {}):
                         found[parameter] = f"config.{name}"
                         break
-            return Trainer("forensics run.json", "run.json", "run.json", found)
+            return Trainer("canonical streams", "run.json", "run.json", found)
     return None
 
 

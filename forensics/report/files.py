@@ -87,8 +87,9 @@ def write_findings_csv(analysis: Analysis, path: Path) -> None:
             w.writerow([d[c] for c in cols])
 
 
-def write_reports(analysis: Analysis, out_dir: Path) -> dict[str, Path]:
-    """Write the four files into ``out_dir``; return their paths by kind."""
+def write_reports(analysis: Analysis, out_dir: Path, script: str = "inline") -> dict[str, Path]:
+    """Write the files into ``out_dir``; return their paths by kind (``script``: how report.html
+    carries plotly.js, see :func:`forensics.report.html.render_html`)."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -107,7 +108,7 @@ def write_reports(analysis: Analysis, out_dir: Path) -> dict[str, Path]:
         write_metrics_csv(analysis, paths["metrics"])
         write_findings_csv(analysis, paths["findings"])
         paths.update(write_training_files(d, out_dir))
-        paths.update(write_rendered(json.loads(text), out_dir))
+        paths.update(write_rendered(json.loads(text), out_dir, script=script))
     except OSError as exc:
         raise UsageError(f"cannot write reports to {out_dir}: {exc.strerror or exc}") from None
     return paths
@@ -158,15 +159,16 @@ HTML_FILE = "report.html"
 MARKDOWN_FILE = "report.md"
 
 
-def write_rendered(data: dict[str, Any], out_dir: Path, formats: tuple[str, ...] = ("html", "md")
-                   ) -> dict[str, Path]:
-    """Write report.html and/or report.md for an analysis dict (a scan or a saved analysis.json)."""
+def write_rendered(data: dict[str, Any], out_dir: Path, formats: tuple[str, ...] = ("html", "md"),
+                   script: str = "inline") -> dict[str, Path]:
+    """Write report.html and/or report.md for an analysis dict (a scan or a saved analysis.json);
+    ``script="file"`` shares plotly.js as one file per folder instead of inlining it."""
     from .html import write_html
     from .markdown import write_markdown
 
     out: dict[str, Path] = {}
     if "html" in formats:
-        out["html"] = write_html(data, out_dir / HTML_FILE)
+        out["html"] = write_html(data, out_dir / HTML_FILE, script)
     if "md" in formats:
         out["markdown"] = write_markdown(data, out_dir / MARKDOWN_FILE)
     return out

@@ -67,17 +67,28 @@ def verdict(findings: list[Mapping[str, Any]], timeline: Mapping[str, Any] | Non
     return out
 
 
-def evidence_rows(evidence: Mapping[str, Any] | None) -> list[tuple[str, str]]:
-    """A finding's evidence as (name, value) rows in words: numbers to 4 significant digits,
-    lists and objects compacted (the HTML shows it as a small table, not raw JSON).
+def _rank(key: str) -> int:
+    """Observed values first, the thresholds they crossed next, bookkeeping last."""
+    if key in ("before", "after", "factor", "previous_step") or key.startswith(("peak", "value", "min", "max")):
+        return 0
+    if key in ("source_keys", "risky", "parameter", "metrics"):
+        return 3
+    if "threshold" in key or key.endswith(("_factor", "_ratio", "_z")):
+        return 2
+    return 1
 
-    >>> evidence_rows({"before": 0.001, "after": 0.03, "source_keys": {"learning_rate": "lr"}})
-    [('before', '0.001'), ('after', '0.03'), ('source keys', 'learning_rate: lr')]
+
+def evidence_rows(evidence: Mapping[str, Any] | None, limit: int | None = None) -> list[tuple[str, str]]:
+    """A finding's evidence as (name, value) rows in words, observed values first: numbers to 4
+    significant digits, lists and objects compacted (the HTML shows it as a small table, not raw
+    JSON). ``limit`` keeps the first rows.
+
+    >>> evidence_rows({"warning_factor": 3, "before": 0.001, "after": 0.03, "source_keys": {"learning_rate": "lr"}})
+    [('before', '0.001'), ('after', '0.03'), ('warning factor', '3'), ('source keys', 'learning_rate: lr')]
     """
-    rows: list[tuple[str, str]] = []
-    for k, v in (evidence or {}).items():
-        rows.append((str(k).replace("_", " "), _value(v)))
-    return rows
+    keys = sorted((evidence or {}), key=lambda k: (_rank(str(k)), list(evidence or {}).index(k)))
+    rows = [(str(k).replace("_", " "), _value((evidence or {})[k])) for k in keys]
+    return rows[:limit] if limit is not None else rows
 
 
 def _value(v: Any) -> str:
