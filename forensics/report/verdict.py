@@ -36,7 +36,7 @@ def verdict(findings: list[Mapping[str, Any]], timeline: Mapping[str, Any] | Non
     if not crit and not warn:
         info = len(findings)
         out["headline"] = "Healthy: no warning or critical finding." + (
-            f" {info} info finding{'s' if info != 1 else ''} give context." if info else "")
+            f" {info} info finding{'s give' if info != 1 else ' gives'} context." if info else "")
         return out
     tl = timeline or {}
     dom = tl.get("first_domino") or {}
