@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import pairwise
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -299,13 +300,13 @@ def test_shading_merges_and_labels_do_not_overlap(demo: dict) -> None:
         rects = [s for s in f["layout"]["shapes"] if s["type"] == "rect" and s["xref"] == "x"]
         for color in {r["fillcolor"] for r in rects}:
             same = sorted((r["x0"], r["x1"]) for r in rects if r["fillcolor"] == color)
-            assert all(a[1] < b[0] for a, b in zip(same, same[1:])), f["id"]  # never stacked
+            assert all(a[1] < b[0] for a, b in pairwise(same)), f["id"]  # never stacked
         rows: dict[float, list] = {}
         for n in f["layout"]["annotations"]:
             rows.setdefault(n["y"], []).append((n["x"], len(n["text"])))
         for labels in rows.values():
             labels.sort()
-            for (x0, n0), (x1, _) in zip(labels, labels[1:]):
+            for (x0, n0), (x1, _) in pairwise(labels):
                 assert x1 - x0 >= (n0 + 2) * span / 90.0, f["id"]  # the next label starts after this one
 
 
@@ -329,7 +330,7 @@ def test_plotly_shared_once_per_folder(demo: dict, tmp_path: Path) -> None:
     page = a.read_text()
     parser = Tags()
     parser.feed(page)
-    assert [attrs.get("src") for tag, attrs in parser.tags if tag == "script"][0] == PLOTLY_FILE
+    assert next(attrs.get("src") for tag, attrs in parser.tags if tag == "script") == PLOTLY_FILE
     assert a.stat().st_size < 400_000 < lib.stat().st_size
     inline = Tags()
     inline.feed(render_html(demo))

@@ -181,7 +181,7 @@ def build_figures(d: dict[str, Any]) -> list[dict[str, Any]]:
         layout = _layout("")
         extra_shapes: list[dict[str, Any]] = []
         if fid == "kl":
-            per_seq = run.get("kl_target_unit") == "sequence" and "kl_seq" in series or "kl" not in series
+            per_seq = (run.get("kl_target_unit") == "sequence" and "kl_seq" in series) or "kl" not in series
             kl_name = "kl_seq" if per_seq else "kl"
             unit = "nats/sequence" if per_seq else "nats/token"
             traces = [_line(series, kl_name, "KL per sequence" if per_seq else "KL per token"),
