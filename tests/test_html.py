@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-from itertools import pairwise
 from html.parser import HTMLParser
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
