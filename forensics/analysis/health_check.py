@@ -105,6 +105,7 @@ import numpy as np
 
 from ..config import algorithm_family, param
 from .moments import Moments
+from .trainer_keys import set_key
 
 __all__ = [
     "CONFIG_KEYS",
@@ -625,14 +626,6 @@ def _scaled(current: Any, factor: float) -> float | None:
     return float(f"{current * factor:.6g}")
 
 
-def _set_nested(patch: dict[str, Any], dotted: str, value: Any) -> None:
-    parts = dotted.split(".")
-    node = patch
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-    node[parts[-1]] = value
-
-
 def config_patch(adjustments: list[dict[str, Any]]) -> tuple[dict[str, Any], list[str]]:
     """The config keys with their new values (numbers only), and the adjustments that have no key
     or no known current value, in words.
@@ -648,8 +641,6 @@ def config_patch(adjustments: list[dict[str, Any]]) -> tuple[dict[str, Any], lis
         key, value = a.get("config_key"), a.get("new")
         if key is None or value is None:
             text.append(f"{a['parameter']} {a['change']}")
-        elif a.get("nested_key"):
-            _set_nested(patch, key, value)
         else:
-            patch[key] = value
+            set_key(patch, key, value, bool(a.get("nested_key")))
     return patch, text
