@@ -197,3 +197,26 @@ def test_healthy_runs_need_no_change(every_analysis: dict[str, dict[str, Any]]) 
     for path, d in every_analysis.items():
         if "healthy" in path:
             assert d["recommendations"]["priorities"]["immediate"] == [], path
+
+
+def test_messages_say_one_step_as_a_step_and_no_range_twice(every_analysis: dict[str, dict[str, Any]]) -> None:
+    from forensics.analysis.spans import step_span, with_span
+
+    seen = 0
+    for path, d in every_analysis.items():
+        for f in d["findings"]:
+            msg = f["message"]
+            assert not re.search(r"\bsteps (\d+)-\1\b", msg), (path, msg)  # never "100-100"
+            text = step_span(f["first_step"], f["last_step"])
+            assert msg.count(text) <= 1, (path, msg)
+            line = with_span(msg, f["first_step"], f["last_step"])
+            assert line.count(text) == 1, (path, line)  # what the terminal prints: the range once
+            seen += f["first_step"] == f["last_step"] and text in msg
+    assert seen  # single-step findings were there to check
+    from forensics.report.terminal import render_summary
+
+    out = render_summary(scan_path(FIXTURES / "runs" / "ppo_lr_high"))
+    assert "steps 100-100" not in out and "step 100" in out
+    for line in out.splitlines():
+        ranges = re.findall(r"\bsteps? \d+(?:-\d+)?\b", line)
+        assert len(ranges) == len(set(ranges)), line

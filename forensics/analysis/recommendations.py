@@ -48,7 +48,7 @@ from .health_check import (
     _window_text,
     monitoring,
 )
-from .spans import span
+from .spans import step_span
 from .trainer_keys import PARAMETERS, Trainer, set_key, trainer_for
 
 if TYPE_CHECKING:
@@ -366,9 +366,9 @@ def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, 
         if isinstance(factor, (int, float)) and factor > 0:
             size = factor if factor >= 1 else 1.0 / factor
             what = ("x" if factor >= 1 else "/") + (f"{size:,.0f}" if size >= 10 else f"{size:.2g}")
-            note = f"the value before the {what} {'jump' if factor >= 1 else 'cut'} at {span(c.step, c.step)}"
+            note = f"the value before the {what} {'jump' if factor >= 1 else 'cut'} at {step_span(c.step, c.step)}"
         else:
-            note = f"the value before the change at {span(c.step, c.step)}"
+            note = f"the value before the change at {step_span(c.step, c.step)}"
     elif a.direction == "restore_first":
         rec = values.logged(a.parameter)
         if not rec or rec["first"] is None or current is None:

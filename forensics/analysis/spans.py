@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["span", "with_span"]
+__all__ = ["append_span", "step_span", "with_span"]
 
 
-def span(first: int, last: int) -> str:
+def step_span(first: int, last: int) -> str:
     """The range in words.
 
-    >>> span(100, 100), span(101, 149)
+    >>> step_span(100, 100), step_span(101, 149)
     ('step 100', 'steps 101-149')
     """
     first, last = int(first), int(last)
@@ -32,6 +32,16 @@ def with_span(message: str, first: int, last: int) -> str:
     >>> with_span("learning rate x30 at step 1000", 100, 100)
     'step 100: learning rate x30 at step 1000'
     """
-    text = span(first, last)
+    text = step_span(first, last)
     said = re.search(r"(?<![\w-])" + re.escape(text) + r"(?![\w-])", message)
     return message if said else f"{text}: {message}"
+
+
+def append_span(head: str, first: int, last: int) -> str:
+    """``head, <range>``, unless ``head`` already states the range (a one-step episode at the step
+    its peak was named: "KL spiked to 0.8 at step 116", not "... at step 116, step 116").
+
+    >>> append_span("KL spiked at step 116", 116, 116), append_span("KL spiked at step 112", 101, 149)
+    ('KL spiked at step 116', 'KL spiked at step 112, steps 101-149')
+    """
+    return head if with_span(head, first, last) == head else f"{head}, {step_span(first, last)}"

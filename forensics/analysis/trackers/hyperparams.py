@@ -33,7 +33,7 @@ from ...config import param
 from ...io.canonical import Batch
 from ..episodes import Episode
 from ..findings import RuleSpec, Severity
-from ..spans import span
+from ..spans import step_span
 from .base import Tracker, TrackerResult
 
 __all__ = ["BATCH_KEYS", "CLIP_KEYS", "SETTINGS", "Hyperparams", "Setting"]
@@ -245,13 +245,13 @@ class Hyperparams(Tracker):
         ep = Episode(onset_step=c["step"], first_step=c["step"], last_step=c["step"],
                      last_row=c["row"], n_rows=1)
         if math.isinf(factor):
-            what = f"{s.label} switched on at {span(c['step'], c['step'])}: 0 -> {c['after']:.3g}"
+            what = f"{s.label} switched on at {step_span(c['step'], c['step'])}: 0 -> {c['after']:.3g}"
         elif factor == 0.0:
-            what = f"{s.label} switched off at {span(c['step'], c['step'])}: {c['before']:.3g} -> 0"
+            what = f"{s.label} switched off at {step_span(c['step'], c['step'])}: {c['before']:.3g} -> 0"
         else:
             size = factor if factor >= 1.0 else 1.0 / factor
             times = ("x" if factor >= 1.0 else "/") + (f"{size:,.0f}" if size >= 10 else f"{size:.2g}")
-            what = (f"{s.label} {times} at {span(c['step'], c['step'])}: "
+            what = (f"{s.label} {times} at {step_span(c['step'], c['step'])}: "
                     f"{c['before']:.3g} -> {c['after']:.3g}")
         self.emit(s.rule, ep, what,
                   {"parameter": s.parameter, "before": c["before"], "after": c["after"],

@@ -21,6 +21,7 @@ from ...config import param
 from ...io.canonical import Batch
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
+from ..spans import step_span
 from ..stats import BlockStats, pearson, spearman
 from .base import Tracker, TrackerResult
 from .grouping import StepGrouper
@@ -282,7 +283,7 @@ class LengthBias(Tracker):
             self.emit("length.reward_correlation", ep,
                       f"Spearman(length, reward) reached {ep.peak:.2f} over {p.pool_steps}-step "
                       f"pools (length explains {ep.extras.get('r2', float('nan')):.0%} of reward "
-                      f"variance), steps {ep.first_step}-{ep.last_step}",
+                      f"variance), {step_span(ep.first_step, ep.last_step)}",
                       {"spearman": ep.peak, "r2": ep.extras.get("r2"),
                        "mean_length": ep.extras.get("length"),
                        "baseline_spearman": float(np.median(self.s_base_rho))
@@ -292,8 +293,8 @@ class LengthBias(Tracker):
             for ep in self.ep[rule].finish():
                 what = "while reward stalled" if rule == "length.growth" else "with reward"
                 self.emit(rule, ep,
-                          f"mean length grew to {ep.peak:.2f}x its baseline {what}, steps "
-                          f"{ep.first_step}-{ep.last_step}",
+                          f"mean length grew to {ep.peak:.2f}x its baseline {what}, "
+                          f"{step_span(ep.first_step, ep.last_step)}",
                           {"length_over_baseline": ep.peak, "length": ep.extras.get("length"),
                            "baseline_length": self.base_len, "threshold": p.growth_factor,
                            "reward_gain_iqr": ep.extras.get("reward_gain"),
@@ -301,8 +302,7 @@ class LengthBias(Tracker):
         for rule in ("length.truncation", "length.truncation_samples"):
             for ep in self.ep[rule].finish():
                 self.emit("length.truncation", ep,
-                          f"truncation rate reached {ep.peak:.0%}, steps {ep.first_step}-"
-                          f"{ep.last_step}",
+                          f"truncation rate reached {ep.peak:.0%}, {step_span(ep.first_step, ep.last_step)}",
                           {"truncation_rate": ep.peak, "baseline": self.base_trunc,
                            "threshold": p.truncation_rate, "max_length": self.meta.max_length,
                            "metrics": ["truncation_rate"]})
