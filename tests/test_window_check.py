@@ -14,7 +14,7 @@ from scipy.signal import lfilter
 from forensics.analysis.engine import Scan, scan_path
 from forensics.analysis.health_check import HealthCheck, HealthCheckParams, config_patch, window_stats
 from forensics.analysis.moments import Moments, accumulate, segment_moments
-from forensics.config import Config, RunMeta
+from forensics.config import Config
 from forensics.io.readers import ReadReport
 from forensics.io.readers.base import RawBatch
 
@@ -243,8 +243,3 @@ def test_online_health_check_and_its_config_patch() -> None:
     # an issue that moves a parameter the other way is held back
     both = {a["parameter"]: a for a in HealthCheck().adjustments_for(["loss_spiking", "variance_high"])}
     assert both["max_grad_norm"]["also_raised_by"] == ["variance_high"]
-
-
-def test_run_config_values_feed_the_online_check() -> None:
-    a = scan(run_rows(300), trackers=("windows",), meta=RunMeta(config={"lr": 2e-6}))
-    assert sections(a)["windows"]  # the table is there; the scan's recommendations rank findings first
