@@ -147,10 +147,13 @@ def run_scan(path: Path, samples: Path | None, meta: Path | None, config_path: P
 @click.option("--top", type=click.IntRange(min=0), default=8, show_default=True,
               help="Findings shown in the terminal summary.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the paths written.")
+@click.option("--plotly-js", "plotly_js", type=click.Choice(["inline", "file"]), default="inline",
+              show_default=True, help="inline: report.html is one self-contained file (~5 MB); "
+              "file: plotly.min.js is written once per folder and report.html refers to it.")
 def scan(path: Path, out_dir: Path, samples: Path | None, meta: Path | None,
          config_path: Path | None, fmt: str | None, kl_target: float | None,
          kl_unit: str | None, strict: bool, batch_rows: int | None, top: int,
-         quiet: bool) -> None:
+         quiet: bool, plotly_js: str) -> None:
     """Scan a step log (file or run folder) and write reports.
 
     PATH is a steps.jsonl / steps.parquet file, any supported trainer log, or a run folder with
@@ -160,7 +163,7 @@ def scan(path: Path, out_dir: Path, samples: Path | None, meta: Path | None,
 
     analysis = run_scan(path, samples, meta, config_path, fmt, kl_target, kl_unit, strict,
                         batch_rows)
-    paths = write_reports(analysis, out_dir)
+    paths = write_reports(analysis, out_dir, script=plotly_js)
     if not quiet:
         click.echo(render_summary(analysis, top=top))
         click.echo("")
@@ -255,7 +258,10 @@ def _analysis_dict(path: Path, samples: Path | None, meta: Path | None, config_p
               help="Folder for report.html / report.md (default: beside ANALYSIS.json).")
 @click.option("--format", "out_fmt", type=click.Choice(["html", "md", "both"]), default="both",
               show_default=True, help="What to render.")
-def report(analysis_path: Path, out_dir: Path | None, out_fmt: str) -> None:
+@click.option("--plotly-js", "plotly_js", type=click.Choice(["inline", "file"]), default="inline",
+              show_default=True, help="inline: report.html is one self-contained file (~5 MB); "
+              "file: plotly.min.js is written once per folder and report.html refers to it.")
+def report(analysis_path: Path, out_dir: Path | None, out_fmt: str, plotly_js: str) -> None:
     """Render report.html and report.md from a saved analysis.json (the logs are not re-read).
 
     ANALYSIS.json is the file `forensics scan` wrote, or the folder holding it.
@@ -277,7 +283,7 @@ def report(analysis_path: Path, out_dir: Path | None, out_fmt: str) -> None:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         formats = ("html", "md") if out_fmt == "both" else (out_fmt,)
-        paths = write_rendered(data, out_dir, formats)
+        paths = write_rendered(data, out_dir, formats, script=plotly_js)
     except OSError as exc:
         raise UsageError(f"cannot write reports to {out_dir}: {exc.strerror or exc}") from None
     click.echo("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from html.parser import HTMLParser
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +16,10 @@ from forensics.analysis.engine import scan_path
 from forensics.analysis.series import MAX_POINTS, envelope, plots_from_frame
 from forensics.cli import main
 from forensics.report.files import to_json
-from forensics.report.html import render_html
+from forensics.report.html import build_figures, render_html
 from forensics.report.markdown import render_markdown
 
-from .conftest import RLDK, healthy_rows, write_jsonl
+from .conftest import FIXTURES, RLDK, healthy_rows, write_jsonl
 from .test_timeline import cascade_rows
 
 XSS_SCRIPT = "<script>alert(1)</script>"
@@ -254,3 +255,92 @@ def test_report_without_plots_section_uses_metrics_csv(tmp_path: Path) -> None:
     pol = tmp_path / "p.toml"
     pol.write_text('fail_on = "critical"\n')
     assert CliRunner().invoke(main, ["gate", str(renamed), "--policy", str(pol)]).exit_code == 0
+
+
+# -- the first screen, the plots, the script option ----------------------------------------------
+@pytest.fixture(scope="module")
+def demo() -> dict:
+    return json.loads(to_json(scan_path(FIXTURES / "runs" / "ppo_lr_high").to_dict()))
+
+
+def test_first_screen_says_what_broke_and_what_to_do(demo: dict) -> None:
+    page = render_html(demo, plotly_js=STUB_JS)
+    head = page[:page.index('id="findings"')]  # the header and the verdict come before everything else
+    assert "<strong>PPO</strong>" in head and "canonical streams (run.json)" in head
+    assert "Broken: it starts with learning rate x30 at step 100: 0.001 -&gt; 0.03" in head
+    assert '<div class="evidence-words">learning rate x30 at step 100: 0.001 -&gt; 0.03</div>' in head
+    assert "<th>before</th><td>0.001</td>" in head and "<th>after</th><td>0.03</td>" in head
+    assert "What to do now" in head and "learning rate: 0.03 -&gt; 0.001 (restore)" in head
+    assert "&#34;lr&#34;: 0.001" in head  # the config patch, in run.json's own key
+    # evidence is a small table everywhere, never raw JSON
+    blocks = re.findall(r"<summary>why and evidence</summary>(.*?)</details>", page, re.S)
+    assert blocks and all("<pre>" not in b and '<table class="ev">' in b for b in blocks)
+
+
+def test_plots_log_axes_own_reward_axis_true_captions(demo: dict) -> None:
+    figs = {f["id"]: f for f in build_figures(demo)}
+    log = figs["fig-loss_log"]
+    assert log["layout"]["yaxis"]["type"] == "log" and [t["name"] for t in log["data"]] == ["value loss"]
+    assert "value loss" not in [t["name"] for t in figs["fig-loss"]["data"]]
+    reward = figs["fig-reward"]
+    pen = next(t for t in reward["data"] if t["name"] == "reward − β·KL")
+    assert pen["yaxis"] == "y2" and all(t["yaxis"] == "y" for t in reward["data"] if t is not pen)
+    kl = figs["fig-kl"]
+    assert kl["layout"]["yaxis"]["title"]["text"] == "nats/sequence" and "per-token" not in kl["caption"]
+    grad = figs["fig-grad"]
+    lr = next(t for t in grad["data"] if t["name"] == "learning rate")
+    assert lr["line"]["dash"] == "dot" and "learning rate" in grad["caption"]
+    clip = [s for s in grad["layout"]["shapes"] if s["type"] == "line"]
+    assert clip and clip[0]["line"]["dash"] == "dash" and "clip threshold max_grad_norm = 2" in grad["caption"]
+
+
+def test_shading_merges_and_labels_do_not_overlap(demo: dict) -> None:
+    span = demo["steps"]["last"] - demo["steps"]["first"]
+    for f in build_figures(demo):
+        rects = [s for s in f["layout"]["shapes"] if s["type"] == "rect" and s["xref"] == "x"]
+        for color in {r["fillcolor"] for r in rects}:
+            same = sorted((r["x0"], r["x1"]) for r in rects if r["fillcolor"] == color)
+            assert all(a[1] < b[0] for a, b in pairwise(same)), f["id"]  # never stacked
+        rows: dict[float, list] = {}
+        for n in f["layout"]["annotations"]:
+            rows.setdefault(n["y"], []).append((n["x"], len(n["text"])))
+        for labels in rows.values():
+            labels.sort()
+            for (x0, n0), (x1, _) in pairwise(labels):
+                assert x1 - x0 >= (n0 + 2) * span / 90.0, f["id"]  # the next label starts after this one
+
+
+def test_findings_link_to_their_plot_range(demo: dict) -> None:
+    page = render_html(demo, plotly_js=STUB_JS)
+    links = re.findall(r'<a class="zoom" href="#([\w-]+)" data-fig="([\w-]+)" data-x0="([-\d.]+)" '
+                       r'data-x1="([-\d.]+)">', page)
+    figs = {f["id"] for f in build_figures(demo)}
+    assert len(links) >= len([f for f in demo["findings"] if f["rule"].startswith(("kl.", "loss.", "lr."))])
+    assert all(a == b and b in figs and float(x0) < float(x1) for a, b, x0, x1 in links)
+
+
+def test_plotly_shared_once_per_folder(demo: dict, tmp_path: Path) -> None:
+    from forensics.report.html import PLOTLY_FILE, write_html
+
+    a = write_html(demo, tmp_path / "a.html", script="file")
+    lib = tmp_path / PLOTLY_FILE
+    first = lib.stat().st_mtime_ns
+    write_html(demo, tmp_path / "b.html", script="file")
+    assert lib.stat().st_mtime_ns == first  # written once, shared
+    page = a.read_text()
+    parser = Tags()
+    parser.feed(page)
+    assert next(attrs.get("src") for tag, attrs in parser.tags if tag == "script") == PLOTLY_FILE
+    assert a.stat().st_size < 400_000 < lib.stat().st_size
+    inline = Tags()
+    inline.feed(render_html(demo))
+    assert all("src" not in attrs for tag, attrs in inline.tags if tag == "script")
+    assert len(inline.scripts[0][1]) > 4_000_000  # the library, inlined
+
+
+def test_generation_section_says_what_each_rate_measures(demo: dict) -> None:
+    page = render_html(demo, plotly_js=STUB_JS)
+    gen = page[page.index('id="generation"'):page.index('id="health"')]
+    assert "responses matching the tag format" in gen
+    assert "the run&#39;s own reward reward/format" in gen
+    assert "&#39;summary&#39;" not in gen and "format_rate" not in gen  # no raw nested dict

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from forensics.analysis.engine import scan_path
-from forensics.analysis.timeline import CAUSAL_RULES, build_timeline, lr_changes
+from forensics.analysis.timeline import CAUSAL_RULES, build_timeline
 from forensics.report import files  # noqa: F401 - registers the timeline section
 
 from .conftest import healthy_rows, write_jsonl
@@ -72,15 +70,6 @@ def test_info_only_runs_have_no_domino() -> None:
     assert build_timeline([])["first_domino"] is None
 
 
-def test_lr_changes_ignore_smooth_schedules() -> None:
-    steps = np.arange(1000)
-    cosine = 1e-5 * (0.5 + 0.5 * np.cos(np.pi * steps / 2000))
-    assert lr_changes(steps, cosine) == []
-    jump = np.where(steps < 400, 1e-6, 5e-6)
-    ev = lr_changes(steps, jump)
-    assert len(ev) == 1 and ev[0]["onset_step"] == 400 and ev[0]["rule"] == "lr.change"
-
-
 def test_scan_carries_timeline_with_links(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "steps.jsonl", cascade_rows())
     d = scan_path(path).to_dict()
@@ -93,7 +82,10 @@ def test_scan_carries_timeline_with_links(tmp_path: Path) -> None:
     grad = next(r for r in rules if r.startswith("grad."))
     assert ("lr.change", grad) in pairs
     assert (grad, "kl.spike") in pairs
-    assert tl["first_domino"]["rule"] == "lr.change"
+    dom = tl["first_domino"]
+    assert dom["rule"] == "lr.change" and dom["severity"] == "critical"  # x10: critical
+    assert dom["message"] == "learning rate x10 at step 300: 1e-06 -> 1e-05"
+    assert d["findings"][dom["finding_index"]]["rule"] == "lr.change"
     assert tl["first_domino"]["chain_rules"][:3] == ["lr.change", grad, "kl.spike"]
     if "reward.decline" in rules:  # when the rewards tracker is registered
         assert ("kl.spike", "reward.decline") in pairs
@@ -107,3 +99,21 @@ def test_repeated_causes_link_once_to_the_nearest() -> None:
     findings = [_f("grad.spike", s) for s in (100, 120, 140)] + [_f("kl.spike", 150)]
     tl = build_timeline(findings, step_span=1000)
     assert len(tl["links"]) == 1 and tl["links"][0]["lag"] == 10
+
+
+def test_a_configuration_change_is_a_cause() -> None:
+    """A change of the KL coefficient, clip range or batch size links to what it explains."""
+    tl = build_timeline([_f("kl_coef.change", 100), _f("kl.runaway", 180),
+                         _f("clip.change", 400), _f("grad.spike", 420)], step_span=1000)
+    pairs = {(lk["cause_rule"], lk["effect_rule"]) for lk in tl["links"]}
+    assert pairs == {("kl_coef.change", "kl.runaway"), ("clip.change", "grad.spike")}
+    assert tl["first_domino"]["rule"] == "kl_coef.change"
+
+
+def test_timeline_work_is_bounded_by_the_reach_of_its_rules() -> None:
+    """Effects only look back as far as the longest lag: many findings spread over a long run
+    do not make every pair of events a candidate."""
+    findings = [_f("grad.spike", 1000 * i) for i in range(200)] + [_f("kl.spike", 1000 * i + 10)
+                                                                   for i in range(200)]
+    tl = build_timeline(findings, step_span=200_000)
+    assert len(tl["links"]) == 200 and all(lk["lag"] == 10 for lk in tl["links"])

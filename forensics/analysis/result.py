@@ -17,6 +17,7 @@ from ..config import RunMeta
 from ..io.readers import ReadReport
 from ..schema import ColumnMapping
 from .findings import Finding, Severity
+from .recommendations import advice_sections
 from .series import plots_section
 from .store import MetricsStore
 from .timeline import timeline_section
@@ -55,6 +56,7 @@ class Analysis:
         for r in self.results:
             d.update(r.sections)
         d["timeline"] = timeline_section(self)
+        d.update(advice_sections(self, d["timeline"]))  # windows annotated, recommendations
         d["plots"] = plots_section(self)
         return d
 

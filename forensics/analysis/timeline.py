@@ -16,16 +16,17 @@ itself, and two events of the same rule are never linked. When several events of
 cause ``E``, only the latest (the smallest lag) is linked, so repeated spikes do not multiply the
 links.
 
-Events are the findings plus learning-rate changes read from the ``learning_rate`` column
-(``lr.change``: the rate moves by more than :data:`LR_CHANGE_RATIO` between consecutive logged
-values, which a smooth warmup or decay does not do).
+Events are the findings, configuration changes among them: the ``hyperparams`` tracker reports a
+learning rate, KL coefficient, clip range or batch size that jumps (``lr.change``,
+``kl_coef.change``, ``clip.change``, ``batch_size.change``) with its values before and after, so a
+change can be the first domino.
 
 First domino
 ------------
 Among the events that cause something and are caused by nothing, the earliest onset (ties: the
-more severe, then the rule id). Its ``chain`` follows links from it, each time to the most severe
-effect (ties: the earliest). When nothing links, the first domino is the earliest warning or
-critical finding, with no chain.
+one with the most direct effects, the more severe, then the rule id). Its ``chain`` follows links
+from it, each time to the most severe effect (ties: the earliest). When nothing links, the first
+domino is the earliest warning or critical finding, with no chain.
 
 Rule table (cause -> effect, lag in steps, why):
 
@@ -34,6 +35,8 @@ cause                                   effect                                la
 ======================================  ====================================  ====
 lr.change                               grad.explode, grad.spike, grad.nonf.  50
 lr.change                               kl.spike, kl.runaway, loss.*          100
+clip.change, batch_size.change          grad.*, kl.spike, kl.runaway, loss.*  100
+kl_coef.change                          kl.runaway, kl.drift, kl.off_target   200
 adv.*                                   grad.*                                50
 grad.explode, grad.spike, grad.nonf.    kl.spike, kl.runaway, kl.drift        100
 grad.explode, grad.nonfinite            loss.*, reward.*                      200
@@ -51,19 +54,16 @@ entropy.collapse                        length.*                              30
 from __future__ import annotations
 
 import fnmatch
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 if TYPE_CHECKING:
     from .result import Analysis
 
-__all__ = ["CAUSAL_RULES", "LAG_FRACTION", "LR_CHANGE_RATIO", "CausalRule", "build_timeline",
-           "lr_changes", "timeline_section"]
+__all__ = ["CAUSAL_RULES", "LAG_FRACTION", "CausalRule", "build_timeline", "timeline_from_dict",
+           "timeline_section"]
 
-#: A learning-rate change is a jump by more than this factor between consecutive logged values.
-LR_CHANGE_RATIO = 1.5
 #: The lag allowed for a link is at least this share of the run's step span.
 LAG_FRACTION = 0.05
 
@@ -92,6 +92,10 @@ CAUSAL_RULES: tuple[CausalRule, ...] = (
                "a learning-rate change makes larger updates, which show first in the gradients"),
     CausalRule(("lr.change",), ("kl.spike", "kl.runaway", "loss.*"), 100,
                "a larger learning rate moves the policy faster away from the reference"),
+    CausalRule(("clip.change", "batch_size.change"), ("grad.*", "kl.spike", "kl.runaway", "loss.*"), 100,
+               "a wider clip range or a smaller batch makes larger or noisier updates"),
+    CausalRule(("kl_coef.change",), ("kl.runaway", "kl.drift", "kl.off_target"), 200,
+               "a weaker KL penalty lets the policy drift from the reference"),
     CausalRule(("adv.*",), ("grad.*",), 50,
                "badly scaled advantages scale the policy gradient directly"),
     CausalRule(_GRAD_BAD, ("kl.spike", "kl.runaway", "kl.drift"), 100,
@@ -119,34 +123,13 @@ CAUSAL_RULES: tuple[CausalRule, ...] = (
 )
 
 
-def lr_changes(steps: np.ndarray, lr: np.ndarray, ratio: float = LR_CHANGE_RATIO) -> list[dict[str, Any]]:
-    """``lr.change`` events: the learning rate jumps by more than ``ratio`` between logged values.
-
-    >>> lr_changes(np.arange(6), np.array([1e-5, 1e-5, 1e-5, 1e-4, 1e-4, 1e-4]))[0]["onset_step"]
-    3
-    """
-    ok = np.isfinite(lr) & (lr > 0)
-    s, v = np.asarray(steps)[ok], np.asarray(lr, dtype=np.float64)[ok]
-    if len(v) < 2:
-        return []
-    factor = v[1:] / v[:-1]
-    jumps = np.flatnonzero((factor > ratio) | (factor < 1.0 / ratio)) + 1
-    return [{
-        "rule": "lr.change", "severity": "info", "first_step": int(s[i]), "last_step": int(s[i]),
-        "onset_step": int(s[i]),
-        "message": f"learning rate changed from {v[i - 1]:.3g} to {v[i]:.3g} at step {int(s[i])}",
-    } for i in jumps[:50]]
-
-
-def build_timeline(findings: list[dict[str, Any]], extra_events: list[dict[str, Any]] | None = None,
-                   step_span: int = 0) -> dict[str, Any]:
+def build_timeline(findings: list[dict[str, Any]], step_span: int = 0) -> dict[str, Any]:
     """Order events by onset, link likely causes to effects, name the first domino.
 
-    ``findings`` are finding dicts (``Finding.to_dict``); ``extra_events`` are events that are not
-    findings (``lr.change``); ``step_span`` is the run's last minus first step.
+    ``findings`` are finding dicts (``Finding.to_dict``); ``step_span`` is the run's last minus
+    first step.
     """
     raw = [dict(f, kind="finding", finding_index=i) for i, f in enumerate(findings)]
-    raw += [dict(e, kind="event") for e in (extra_events or [])]
     raw.sort(key=lambda e: (int(e["onset_step"]), -_SEV_RANK.get(e["severity"], 0), e["rule"],
                             int(e["first_step"])))
     events = []
@@ -160,9 +143,12 @@ def build_timeline(findings: list[dict[str, Any]], extra_events: list[dict[str, 
     floor = int(LAG_FRACTION * max(step_span, 0))
     links: list[dict[str, Any]] = []
     effects = [e for e in events if _SEV_RANK.get(e["severity"], 0) >= 1]
+    onsets = [e["onset_step"] for e in events]  # sorted: only events within the longest lag can cause
+    reach = max([floor, *(r.max_lag for r in CAUSAL_RULES)])
     for e in effects:
         nearest: dict[str, dict[str, Any]] = {}  # per cause rule, the latest cause before e
-        for c in events:
+        lo, hi = bisect_left(onsets, e["onset_step"] - reach), bisect_right(onsets, e["onset_step"])
+        for c in events[lo:hi]:
             if c is e or c["rule"] == e["rule"]:
                 continue
             lag = e["onset_step"] - c["onset_step"]
@@ -193,9 +179,7 @@ def _first_domino(events: list[dict[str, Any]], links: list[dict[str, Any]]) -> 
         if not serious:
             return None
         first = serious[0]
-        return {"id": first["id"], "rule": first["rule"], "onset_step": first["onset_step"],
-                "severity": first["severity"], "chain": [first["id"]], "chain_rules": [first["rule"]],
-                "linked": False}
+        return {**_named(first), "chain": [first["id"]], "chain_rules": [first["rule"]], "linked": False}
     # at the same onset, the root that explains most (direct effects) comes first: a learning-rate
     # change at step 100 is the first domino, not a symptom that starts at the same step
     n_effects = {i: sum(1 for lk in links if lk["cause"] == i) for i in causes}
@@ -214,31 +198,29 @@ def _first_domino(events: list[dict[str, Any]], links: list[dict[str, Any]]) -> 
         current = nxt[0]["id"]
         chain.append(current)
         seen.add(current)
-    return {"id": root["id"], "rule": root["rule"], "onset_step": root["onset_step"],
-            "severity": root["severity"], "chain": chain,
-            "chain_rules": [by_id[i]["rule"] for i in chain], "linked": True}
+    return {**_named(root), "chain": chain, "chain_rules": [by_id[i]["rule"] for i in chain],
+            "linked": True}
+
+
+def _named(e: dict[str, Any]) -> dict[str, Any]:
+    """What names the first domino: its event id, rule, onset, severity, message and finding."""
+    out = {k: e[k] for k in ("id", "rule", "onset_step", "severity", "message")}
+    if "finding_index" in e:
+        out["finding_index"] = e["finding_index"]
+    return out
 
 
 def timeline_section(analysis: Analysis) -> dict[str, Any]:
     """The ``timeline`` section of the analysis JSON: the timeline of a finished analysis."""
-    extra: list[dict[str, Any]] = []
-    if "learning_rate" in getattr(analysis.metrics, "names", ()):
-        frame = analysis.metrics.frame(["learning_rate"])  # one column, not the whole table
-        extra = lr_changes(frame["step"], frame["learning_rate"])
     st = analysis.steps
     span = (st["last"] - st["first"]) if st.get("first") is not None else 0
-    return build_timeline([f.to_dict() for f in analysis.findings], extra, span)
+    return build_timeline([f.to_dict() for f in analysis.findings], span)
 
 
 def timeline_from_dict(d: dict[str, Any]) -> dict[str, Any]:
     """The timeline of a saved analysis dict (its own section if it has one)."""
     if isinstance(d.get("timeline"), dict):
         return d["timeline"]
-    extra: list[dict[str, Any]] = []
-    lr = (d.get("plots") or {}).get("series", {}).get("learning_rate")
-    if lr:
-        extra = lr_changes(np.asarray(lr["x"]), np.asarray(lr["y"], dtype=np.float64))
     st = d.get("steps") or {}
     span = (st["last"] - st["first"]) if st.get("first") is not None and st.get("last") is not None else 0
-    return build_timeline(d.get("findings", []), extra, span)
-
+    return build_timeline(d.get("findings", []), span)

@@ -89,8 +89,9 @@ def write_findings_csv(analysis: Analysis, path: Path) -> None:
             w.writerow([d[c] for c in cols])
 
 
-def write_reports(analysis: Analysis, out_dir: Path) -> dict[str, Path]:
-    """Write the four files into ``out_dir``; return their paths by kind."""
+def write_reports(analysis: Analysis, out_dir: Path, script: str = "inline") -> dict[str, Path]:
+    """Write the files into ``out_dir``; return their paths by kind (``script``: how report.html
+    carries plotly.js, see :func:`forensics.report.html.render_html`)."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -108,8 +109,8 @@ def write_reports(analysis: Analysis, out_dir: Path) -> dict[str, Path]:
         paths["summary"].write_text(to_json(summary_dict(d)), encoding="utf-8")
         write_metrics_csv(analysis, paths["metrics"])
         write_findings_csv(analysis, paths["findings"])
-        paths.update(write_training_files(analysis, out_dir))
-        paths.update(write_rendered(json.loads(text), out_dir))
+        paths.update(write_training_files(d, out_dir))
+        paths.update(write_rendered(json.loads(text), out_dir, script=script))
     except OSError as exc:
         raise UsageError(f"cannot write reports to {out_dir}: {exc.strerror or exc}") from None
     return paths
@@ -119,8 +120,8 @@ WINDOWS_FILE = "windows.csv"
 RECOMMENDATIONS_JSON = "recommendations.json"
 RECOMMENDATIONS_YAML = "recommendations.yaml"
 WINDOW_COLUMNS = ("window", "first_step", "last_step", "rows", "reward_mean", "loss_mean", "loss_metric",
-                  "reward_var", "reward_trend", "loss_trend", "reward_direction", "loss_direction",
-                  "status", "issues")
+                  "reward_var", "kl", "reward_trend", "loss_trend", "reward_direction", "loss_direction",
+                  "status", "issues", "findings")
 
 
 def _cell(v: Any) -> Any:
@@ -131,29 +132,28 @@ def _cell(v: Any) -> Any:
     return v
 
 
-def write_training_files(analysis: Analysis, out_dir: Path) -> dict[str, Path]:
-    """windows.csv and recommendations.{json,yaml} when the windows tracker produced them."""
-    from ..analysis.health_check import to_yaml
+def write_training_files(d: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    """windows.csv (when the run has a window table) and recommendations.{json,yaml}, from the
+    analysis dict (``Analysis.to_dict()``). The YAML is PyYAML's ``safe_dump``: numbers stay
+    numbers (``8.0e-07`` reads back as a float)."""
+    import yaml
 
-    sections: dict[str, Any] = {}
-    for r in analysis.results:
-        sections.update(r.sections)
     out: dict[str, Path] = {}
-    if sections.get("windows"):
+    if d.get("windows"):
         out["windows"] = out_dir / WINDOWS_FILE
         with open(out["windows"], "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
             w.writerow(WINDOW_COLUMNS)
-            for row in sections["windows"]:
+            for row in d["windows"]:
                 w.writerow([_cell(row.get(c)) for c in WINDOW_COLUMNS])
-    if sections.get("recommendations"):
-        rec = _jsonable(sections["recommendations"])
+    if d.get("recommendations"):
+        rec = _jsonable(d["recommendations"])
         out["recommendations"] = out_dir / RECOMMENDATIONS_JSON
         out["recommendations"].write_text(to_json(rec), encoding="utf-8")
         out["recommendations_yaml"] = out_dir / RECOMMENDATIONS_YAML
         out["recommendations_yaml"].write_text(
-            "# forensics: recommended adjustments (see recommendations.json for the same data)\n"
-            + to_yaml(rec), encoding="utf-8")
+            "# forensics: recommended changes (recommendations.json holds the same data)\n"
+            + yaml.safe_dump(rec, sort_keys=False, allow_unicode=True, width=100), encoding="utf-8")
     return out
 
 
@@ -161,15 +161,16 @@ HTML_FILE = "report.html"
 MARKDOWN_FILE = "report.md"
 
 
-def write_rendered(data: dict[str, Any], out_dir: Path, formats: tuple[str, ...] = ("html", "md")
-                   ) -> dict[str, Path]:
-    """Write report.html and/or report.md for an analysis dict (a scan or a saved analysis.json)."""
+def write_rendered(data: dict[str, Any], out_dir: Path, formats: tuple[str, ...] = ("html", "md"),
+                   script: str = "inline") -> dict[str, Path]:
+    """Write report.html and/or report.md for an analysis dict (a scan or a saved analysis.json);
+    ``script="file"`` shares plotly.js as one file per folder instead of inlining it."""
     from .html import write_html
     from .markdown import write_markdown
 
     out: dict[str, Path] = {}
     if "html" in formats:
-        out["html"] = write_html(data, out_dir / HTML_FILE)
+        out["html"] = write_html(data, out_dir / HTML_FILE, script)
     if "md" in formats:
         out["markdown"] = write_markdown(data, out_dir / MARKDOWN_FILE)
     return out

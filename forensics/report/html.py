@@ -1,9 +1,19 @@
-"""The HTML post-mortem: one self-contained file rendered from an analysis dict.
+"""The HTML post-mortem rendered from an analysis dict.
 
-The page needs no network: plotly.js is inlined once, the figures are JSON in a
-``<script type="application/json">`` block (with ``<``, ``>`` and ``&`` escaped as ``\\u003c``...,
-so no log text can close the block or start markup), and a small fixed script draws them. All
-text from the logs goes through jinja2's autoescaping; no inline event handlers, no URLs.
+The first screen says what matters: the verdict (healthy, or what broke), the first domino with
+its evidence in words and as a small table, and what to do now, under a header that names the
+run, its algorithm and the trainer that wrote the log. Findings, the timeline, plots, windows,
+recommendations, generation and inputs follow.
+
+The page needs no network. plotly.js is inlined once (``script="inline"``, the default: one
+self-contained file of about 4.7 MB of library plus at most about 1.5 MB of plot data, whatever
+the run's length, since every series is downsampled to ``MAX_POINTS`` points), or written once
+per folder as ``plotly.min.js`` beside the page and referenced by that relative name
+(``script="file"``: the page is then the plot data and text only, and every report in the folder
+shares the library). The figures are JSON in a ``<script type="application/json">`` block (with
+``<``, ``>`` and ``&`` escaped as ``\\u003c``..., so no log text can close the block or start
+markup), and a small fixed script draws them and wires the "show on the plot" links. All text
+from the logs goes through jinja2's autoescaping; no inline event handlers, no URLs.
 
 It renders from the analysis dict alone (``Analysis.to_dict()`` or a saved ``analysis.json``):
 the ``plots`` section carries the downsampled series, so the logs are not read again.
@@ -20,36 +30,39 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from ..analysis.timeline import timeline_from_dict
+from .verdict import evidence_rows, verdict
 
-__all__ = ["build_figures", "render_html", "write_html"]
+__all__ = ["PLOTLY_FILE", "build_figures", "render_html", "write_html"]
 
 TEMPLATES = Path(__file__).parent / "templates"
+#: The shared library file ``script="file"`` writes beside the page.
+PLOTLY_FILE = "plotly.min.js"
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
-SHADE = {"critical": "rgba(214,39,40,0.20)", "warning": "rgba(255,127,14,0.20)",
-         "info": "rgba(31,119,180,0.10)"}
+SHADE = {"critical": "rgba(214,39,40,0.16)", "warning": "rgba(255,127,14,0.16)",
+         "info": "rgba(31,119,180,0.07)"}
 SEV_COLOR = {"critical": "#d62728", "warning": "#ff7f0e", "info": "#1f77b4"}
 
 #: Most rows drawn in the timeline chart (the table below it lists every link).
 MAX_TIMELINE_ROWS = 40
+#: A positive series whose largest value is this many times its smallest is drawn on a log axis.
+LOG_SPAN = 100.0
 
-#: Figures: id, title, rule families shaded on it, what it shows.
+#: Figures: id, title, rule families shaded on it (and linked from findings), what it shows.
 _FIGS = [
-    ("kl", "KL to the reference, with the KL coefficient", ("kl.", "kl_ctl."),
-     "Mean per-token KL (left axis) and the KL coefficient β (right axis); the green band is the "
-     "target band when a KL target is known."),
-    ("grad", "Gradient norms (log scale)", ("grad.",),
-     "Global gradient norms before clipping; the dashed line is the clip threshold when known."),
+    ("kl", "KL to the reference, with the KL coefficient", ("kl.", "kl_ctl.", "kl_coef."), ""),
+    ("grad", "Gradient norms and the learning rate", ("grad.", "lr.", "update."), ""),
     ("adv", "Advantages", ("adv.",), "Batch mean and spread of the advantages."),
     ("length", "Response length and truncation", ("length.",),
      "Mean response length (left axis) and the share of truncated responses (right axis)."),
     ("length_reward", "Response length against reward", (),
      "One point per step (thinned evenly on long runs), coloured by step: a rising diagonal "
      "means the reward pays for length."),
-    ("reward", "Reward and reward components", ("reward.",), "Mean task reward and its components."),
-    ("loss", "Losses", ("loss.",), "Training losses."),
-    ("entropy", "Policy entropy", ("entropy.",), "Mean per-token entropy of the policy."),
-    ("throughput", "Throughput", ("throughput.", "perf.", "speed."),
+    ("reward", "Reward and reward components", ("reward.", "generation."), ""),
+    ("loss", "Losses", ("loss.",), ""),
+    ("loss_log", "Losses spanning decades (log scale)", ("loss.",), ""),
+    ("entropy", "Policy entropy", ("entropy.",), "Mean per-token entropy of the policy (nats/token)."),
+    ("throughput", "Throughput", ("throughput.", "resource."),
      "Tokens per second (left axis) and seconds per step (right axis)."),
 ]
 
@@ -72,23 +85,48 @@ def _line(series: dict[str, Any], name: str, label: str | None = None, axis: str
     return tr
 
 
+def _merge(ranges: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Overlapping ranges as one (stacked shading would darken into an unreadable block)."""
+    out: list[tuple[float, float]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
 def _shapes(findings: list[dict[str, Any]], families: tuple[str, ...], span: int) -> tuple[list, list]:
-    """Finding ranges as shaded rectangles (at least 0.4 % of the run wide, so short ones show)."""
+    """Finding ranges as shaded rectangles, merged per severity so episodes that overlap shade once
+    (at least 0.4 % of the run wide, so short ones show), and labels that do not overlap: each goes
+    on the first of three rows where it clears the label before it, or is left to the hover."""
     shapes, notes = [], []
     chosen = [f for f in findings if f["rule"].startswith(families)] if families else []
     pad = max(0.5, 0.002 * span)
-    for f in chosen:
-        sev = f.get("severity", "info")
-        shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": f["first_step"] - pad,
-                       "x1": f["last_step"] + pad, "y0": 0, "y1": 1, "fillcolor": SHADE.get(sev),
-                       "line": {"width": 0}, "layer": "below"})
-    if 0 < len(chosen) <= 6:
-        for f in chosen:
-            notes.append({"x": f["first_step"], "y": 1.0, "xref": "x", "yref": "paper",
-                          "yanchor": "bottom", "xanchor": "left", "showarrow": False,
-                          "text": _esc(f["rule"]), "font": {"size": 10, "color": SEV_COLOR.get(
-                              f.get("severity", "info"))}})
+    for sev in ("info", "warning", "critical"):  # the most severe drawn last, on top
+        ranges = [(f["first_step"] - pad, f["last_step"] + pad) for f in chosen if f.get("severity") == sev]
+        for x0, x1 in _merge(ranges):
+            shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": x0, "x1": x1, "y0": 0,
+                           "y1": 1, "fillcolor": SHADE[sev], "line": {"width": 0}, "layer": "below"})
+    serious = sorted({(f["onset_step"], f["rule"], f.get("severity", "info")) for f in chosen
+                      if f.get("severity") != "info"})
+    ends = [-math.inf] * 3  # where each label row is free again, in steps
+    width = max(span, 1) / 90.0  # about one character of a plot ~560 px wide, in steps
+    for onset, rule, sev in serious:
+        row = next((i for i, end in enumerate(ends) if onset >= end), None)
+        if row is None:
+            continue
+        ends[row] = onset + (len(rule) + 2) * width
+        notes.append({"x": onset, "y": 1.0 + 0.07 * row, "xref": "x", "yref": "paper",
+                      "yanchor": "bottom", "xanchor": "left", "showarrow": False, "text": _esc(rule),
+                      "font": {"size": 10, "color": SEV_COLOR.get(sev)}})
     return shapes, notes
+
+
+def _decades(series: dict[str, Any], name: str) -> bool:
+    """Whether a series is positive and spans ``LOG_SPAN`` or more (a log axis shows it whole)."""
+    ys = [y for y in (series.get(name) or {}).get("y", []) if y is not None]
+    return bool(ys) and min(ys) > 0 and max(ys) / min(ys) >= LOG_SPAN
 
 
 def _log_ticks(values: list[float], steps: tuple[float, ...] = ()) -> dict[str, Any]:
@@ -135,18 +173,29 @@ def build_figures(d: dict[str, Any]) -> list[dict[str, Any]]:
     params = (d.get("params") or {}).get("kl_schedule", {})
     st = d.get("steps") or {}
     span = int(st["last"] - st["first"]) if st.get("first") is not None and st.get("last") is not None else 0
+    losses = [n for n in ("loss", "policy_loss", "value_loss", "entropy_loss") if n in series]
+    log_losses = [n for n in losses if _decades(series, n)]
     figs = []
     for fid, title, families, caption in _FIGS:
         traces: list[dict[str, Any] | None] = []
         layout = _layout("")
         extra_shapes: list[dict[str, Any]] = []
         if fid == "kl":
-            kl_name = "kl_seq" if run.get("kl_target_unit") == "sequence" and "kl_seq" in series else "kl"
-            traces = [_line(series, kl_name, "KL" if kl_name == "kl" else "KL (per sequence)"),
+            per_seq = (run.get("kl_target_unit") == "sequence" and "kl_seq" in series) or "kl" not in series
+            kl_name = "kl_seq" if per_seq else "kl"
+            unit = "nats/sequence" if per_seq else "nats/token"
+            traces = [_line(series, kl_name, "KL per sequence" if per_seq else "KL per token"),
                       _line(series, "kl_coef", "KL coefficient β", "y2", "dot")]
-            layout["yaxis"]["title"]["text"] = "nats/token" if kl_name == "kl" else "nats/sequence"
+            layout["yaxis"]["title"]["text"] = unit
+            caption = ("KL summed over the response tokens, averaged over responses" if per_seq else
+                       "Mean per-token KL") + f" ({unit}, left axis)"
+            if _decades(series, kl_name):
+                layout["yaxis"].update(type="log", **_log_ticks(series[kl_name]["y"], (2.0, 5.0)))
+                caption += ", log scale"
             if "kl_coef" in series:
                 layout["yaxis2"] = _y2("β", rangemode="tozero")
+                caption += "; the KL coefficient β (dotted, right axis)"
+            caption += "."
             target = run.get("kl_target")
             if target and kl_name in series:
                 lo, hi = target * params.get("band_low", 0.5), target * params.get("band_high", 1.5)
@@ -155,21 +204,25 @@ def build_figures(d: dict[str, Any]) -> list[dict[str, Any]]:
                      "fillcolor": "rgba(44,160,44,0.12)", "line": {"width": 0}, "layer": "below"},
                     {"type": "line", "xref": "paper", "yref": "y", "x0": 0, "x1": 1, "y0": target,
                      "y1": target, "line": {"color": "#2ca02c", "dash": "dash", "width": 1}}]
-                caption += f" Target {target:g}, band [{lo:.3g}, {hi:.3g}]."
+                caption += f" Green: the target {target:g} {unit} and its band [{lo:.3g}, {hi:.3g}]."
         elif fid == "grad":
             traces = [_line(series, "grad_norm", "policy"), _line(series, "grad_norm_value", "value"),
-                      _line(series, "grad_norm_clipped", "policy, clipped", dash="dot"),
-                      _line(series, "learning_rate", "learning rate", "y2", "dash")]
+                      _line(series, "grad_norm_clipped", "policy, clipped", dash="dashdot"),
+                      _line(series, "learning_rate", "learning rate", "y2", "dot", width=2)]
             layout["yaxis"].update(type="log", title={"text": "L2 norm"}, **_log_ticks(
                 [y for n in ("grad_norm", "grad_norm_value", "grad_norm_clipped") if n in series
                  for y in series[n]["y"]], (2.0, 5.0)))
+            caption = "Global gradient norms before clipping (left axis, log scale)"
             if "learning_rate" in series:
                 layout["yaxis2"] = _y2("learning rate", type="log", **_log_ticks(series["learning_rate"]["y"]))
+                caption += "; the learning rate (thick dotted line, right axis, log scale)"
             clip = run.get("max_grad_norm")
             if clip and any(n in series for n in ("grad_norm", "grad_norm_value")):
                 extra_shapes.append({"type": "line", "xref": "paper", "yref": "y", "x0": 0, "x1": 1,
                                      "y0": clip, "y1": clip,
                                      "line": {"color": "#555", "dash": "dash", "width": 1}})
+                caption += f"; the thin dashed line is the clip threshold max_grad_norm = {clip:g}"
+            caption += "."
         elif fid == "adv":
             traces = [_line(series, n, n.replace("advantage_", "")) for n in
                       ("advantage_mean", "advantage_std", "advantage_min", "advantage_max")]
@@ -191,13 +244,26 @@ def build_figures(d: dict[str, Any]) -> list[dict[str, Any]]:
                 layout = _layout("reward", hovermode="closest", showlegend=False)
                 layout["xaxis"]["title"] = {"text": "mean response length (tokens)"}
         elif fid == "reward":
-            traces = [_line(series, "reward_mean", "reward", width=2),
-                      _line(series, "reward_penalized", "reward − β·KL", dash="dot")]
-            traces += [_line(series, n, n.split("/", 1)[1]) for n in sorted(series)
-                       if n.startswith("reward/")]
+            traces = [_line(series, "reward_mean", "reward", width=2)]
+            traces += [_line(series, n, n.split("/", 1)[1]) for n in sorted(series) if n.startswith("reward/")]
+            traces.append(_line(series, "reward_penalized", "reward − β·KL", "y2", "dot"))
+            caption = "Mean task reward (the score before any KL penalty) and its components (left axis)"
+            if "reward_penalized" in series:
+                layout["yaxis2"] = _y2("reward − β·KL")
+                caption += "; the KL-penalised reward on its own scale (dotted, right axis)"
+            caption += "."
         elif fid == "loss":
-            traces = [_line(series, n, n.replace("_", " ")) for n in
-                      ("loss", "policy_loss", "value_loss", "entropy_loss")]
+            linear = [n for n in losses if n not in log_losses]
+            traces = [_line(series, n, n.replace("_", " ")) for n in linear]
+            caption = "Training losses, linear scale" + (
+                f"; {', '.join(n.replace('_', ' ') for n in log_losses)} span decades: see the next plot."
+                if log_losses else ".")
+        elif fid == "loss_log":
+            traces = [_line(series, n, n.replace("_", " ")) for n in log_losses]
+            if log_losses:
+                layout["yaxis"].update(type="log", **_log_ticks(
+                    [y for n in log_losses for y in series[n]["y"]], (2.0, 5.0)))
+            caption = "Losses whose largest value is 100x their smallest or more, on a log scale."
         elif fid == "entropy":
             traces = [_line(series, "entropy", "entropy")]
             layout["yaxis"]["title"]["text"] = "nats/token"
@@ -214,9 +280,19 @@ def build_figures(d: dict[str, Any]) -> list[dict[str, Any]]:
         shapes, notes = _shapes(findings, families, span)
         layout["shapes"] = extra_shapes + shapes
         layout["annotations"] = notes
+        if notes:
+            layout["margin"]["t"] = 34 + 14 * (1 + max(round((n["y"] - 1.0) / 0.07) for n in notes))
         figs.append({"id": f"fig-{fid}", "title": title, "caption": caption, "data": data,
-                     "layout": layout})
+                     "layout": layout, "families": list(families)})
     return figs
+
+
+def figure_for(rule: str, figures: list[dict[str, Any]]) -> str | None:
+    """The id of the figure a finding's rule is shaded on (its "show on the plot" link)."""
+    for f in figures:
+        if any(rule.startswith(fam) for fam in f.get("families", ())):
+            return str(f["id"])
+    return None
 
 
 def _timeline_figure(tl: dict[str, Any], steps: dict[str, Any]) -> dict[str, Any] | None:
@@ -317,8 +393,54 @@ def _plotly_js() -> str:
     return get_plotlyjs()
 
 
-def render_html(d: dict[str, Any], plotly_js: str | None = None) -> str:
-    """The whole page for an analysis dict. ``plotly_js`` replaces the inlined library (tests)."""
+def _trainer_text(d: dict[str, Any]) -> str:
+    """Which trainer wrote the log, in words: the recommendations' trainer, or the formats read."""
+    rec = d.get("recommendations") if isinstance(d.get("recommendations"), dict) else {}
+    trainer = (rec or {}).get("trainer") or {}
+    formats = sorted({i.get("format") for i in d.get("inputs") or [] if i.get("format")})
+    if trainer:
+        return f"{trainer.get('name')} ({trainer.get('config')})"
+    return ", ".join(formats) if formats else "unknown"
+
+
+def _generation(gen: dict[str, Any], series: dict[str, Any]) -> dict[str, Any]:
+    """The generation section in words: what each rate measures, beside the run's own rewards of
+    the same name (a tag format rate of 0% beside a format reward of 0.99 measure different things)."""
+    s = gen.get("summary") or {}
+    rows = []
+
+    def add(label: str, value: Any, fmt: str = "") -> None:
+        if value is not None:
+            rows.append((label, format(value, fmt) if fmt and isinstance(value, (int, float)) else value))
+
+    add("responses", s.get("responses"))
+    add("steps with responses", s.get("steps"))
+    add("responses matching the tag format (format_pattern below)", s.get("format_rate"), ".1%")
+    add("mean length (tokens)", s.get("mean_length_tokens"), ".4g")
+    add("mean length (characters)", s.get("mean_chars"), ".4g")
+    add("mean reasoning (<think>) characters", s.get("mean_think_chars"), ".4g")
+    add("mean answer (<answer>) characters", s.get("mean_answer_chars"), ".4g")
+    add("reasoning indicators per response", s.get("reasoning_indicators_per_response"), ".3g")
+    add(f"repeated word {gen.get('ngram', 3)}-grams", s.get("repetition"), ".1%")
+    rewards = []
+    for name in sorted(series):
+        if name.startswith("reward/") and series[name].get("y"):
+            ys = [y for y in series[name]["y"] if y is not None]
+            if ys:
+                rewards.append((f"the run's own reward {name} (mean of the plotted points)",
+                                format(sum(ys) / len(ys), ".4g")))
+    examples = []
+    for w in gen.get("windows") or []:
+        for kind in ("best", "worst"):
+            ex = w.get(kind)
+            if isinstance(ex, dict):
+                examples.append(dict(ex, kind=kind, window=f"{w.get('first_step')}–{w.get('last_step')}"))
+    return {"rows": rows, "rewards": rewards, "pattern": gen.get("format_pattern"), "examples": examples[:12]}
+
+
+def render_html(d: dict[str, Any], plotly_js: str | None = None, script: str = "inline") -> str:
+    """The whole page for an analysis dict. ``plotly_js`` replaces the inlined library (tests);
+    ``script="file"`` references ``plotly.min.js`` beside the page instead of inlining it."""
     findings = sorted(d.get("findings") or [],
                       key=lambda f: (SEVERITY_ORDER.get(f["severity"], 3), f["onset_step"], f["rule"]))
     tl = timeline_from_dict(d)
@@ -327,28 +449,38 @@ def render_html(d: dict[str, Any], plotly_js: str | None = None) -> str:
              for lk in tl.get("links", [])]
     domino = tl.get("first_domino")
     chain = [by_id[i] for i in (domino or {}).get("chain", []) if i in by_id]
+    rec = d.get("recommendations") if isinstance(d.get("recommendations"), dict) else None
+    v = verdict(d.get("findings") or [], tl, rec)
     figures = build_figures(d)
     tfig = _timeline_figure(tl, d.get("steps") or {})
     all_figs = figures + ([tfig] if tfig else [])
     data_json = _json_script({"figures": [{"id": f["id"], "data": f["data"], "layout": f["layout"]}
                                           for f in all_figs]})
+    st = d.get("steps") or {}
+    pad = max(1.0, 0.02 * ((st.get("last") or 0) - (st.get("first") or 0)))
+    links_to = {id(f): figure_for(f["rule"], figures) for f in findings}
     plots = d.get("plots") or {}
-    downsampled = [n for n, s in (plots.get("series") or {}).items() if s.get("downsampled")]
+    downsampled = [n for n, sr in (plots.get("series") or {}).items() if sr.get("downsampled")]
     inputs = d.get("inputs") or []
     run = d.get("run") or {}
     title = run.get("name") or (_run_title(inputs[0]["path"]) if inputs else "run")
     notes = [(name, n) for name, t in sorted((d.get("trackers") or {}).items()) for n in t.get("notes", [])]
     gen = d.get("generation") if isinstance(d.get("generation"), dict) else None
-    examples = (gen or {}).get("examples") or {}
-    gen_fields = {k: v for k, v in (gen or {}).items() if k != "examples"}
+    root = v.get("domino_finding")
     ctx = {
         "title": title,
         "run": run,
+        "algorithm": (run.get("algorithm") or "").upper() or "algorithm not stated",
+        "trainer": _trainer_text(d),
         "inputs": inputs,
-        "steps": d.get("steps") or {},
+        "steps": st,
         "duration": (plots.get("duration") or {}),
         "health": d.get("health") or {},
-        "findings": findings,
+        "verdict": v,
+        "root_evidence": evidence_rows((root or {}).get("evidence"), limit=5),
+        "root_link": figure_for(root["rule"], figures) if root else None,
+        "findings": [dict(f, evidence_rows=evidence_rows(f.get("evidence")), figure=links_to[id(f)],
+                          x0=f["first_step"] - pad, x1=f["last_step"] + pad) for f in findings],
         "counts": d.get("findings_by_severity") or {},
         "timeline": tl,
         "links": links,
@@ -360,18 +492,24 @@ def render_html(d: dict[str, Any], plotly_js: str | None = None) -> str:
         "downsampled": downsampled,
         "max_points": plots.get("max_points"),
         "windows": d.get("windows") if isinstance(d.get("windows"), list) else [],
-        "recommendations": d.get("recommendations") if isinstance(d.get("recommendations"), dict) else None,
-        "generation": gen_fields,
-        "has_generation": gen is not None,
-        "examples": {k: v for k, v in examples.items() if isinstance(v, list)},
+        "recommendations": rec,
+        "generation": _generation(gen, plots.get("series") or {}) if gen else None,
         "notes": notes,
         "data_json": data_json,
-        "plotly_js": _plotly_js() if plotly_js is None else plotly_js,
+        "script": script,
+        "plotly_file": PLOTLY_FILE,
+        "plotly_js": "" if script == "file" else (_plotly_js() if plotly_js is None else plotly_js),
         "tool": d.get("tool") or {},
     }
     return _environment().get_template("report.html.j2").render(**ctx)
 
 
-def write_html(d: dict[str, Any], path: Path) -> Path:
-    path.write_text(render_html(d), encoding="utf-8")
+def write_html(d: dict[str, Any], path: Path, script: str = "inline") -> Path:
+    """Write the page; with ``script="file"``, also ``plotly.min.js`` beside it unless the folder
+    already holds one (the library is shared by every report in the folder)."""
+    path.write_text(render_html(d, script=script), encoding="utf-8")
+    if script == "file":
+        lib = path.parent / PLOTLY_FILE
+        if not lib.exists():
+            lib.write_text(_plotly_js(), encoding="utf-8")
     return path

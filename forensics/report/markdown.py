@@ -6,11 +6,13 @@ and the characters that break a table cell or start formatting).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from ..analysis.timeline import timeline_from_dict
-from .html import _run_title
+from .html import _run_title, _trainer_text
+from .verdict import verdict
 
 __all__ = ["render_markdown", "write_markdown"]
 
@@ -47,7 +49,8 @@ def render_markdown(d: dict[str, Any], top: int = 15) -> str:
     st = d.get("steps") or {}
     h = d.get("health") or {}
     counts = d.get("findings_by_severity") or {}
-    out = [f"## forensics: {_md(name)}", ""]
+    algorithm = (run.get("algorithm") or "").upper() or "algorithm not stated"
+    out = [f"## forensics: {_md(name)} ({_md(algorithm)}, {_md(_trainer_text(d))})", ""]
     rows_read = sum(i.get("rows_read", 0) for i in inputs)
     skipped = sum(i.get("rows_skipped", 0) for i in inputs)
     out.append(f"Steps {st.get('first')}–{st.get('last')} · {st.get('rows', 0):,} rows analysed · "
@@ -60,18 +63,25 @@ def render_markdown(d: dict[str, Any], top: int = 15) -> str:
     for area, v in (h.get("areas") or {}).items():
         out.append(f"| {_md(area)} (area) | {_score(v)} |")
     tl = timeline_from_dict(d)
+    rec = d.get("recommendations") if isinstance(d.get("recommendations"), dict) else None
+    v = verdict(d.get("findings") or [], tl, rec)
+    out[2:2] = [f"**{_md(v['headline'])}**", ""]
     dom = tl.get("first_domino")
     if dom:
         out += [""]
+        what = f" ({_md(v['domino_finding']['message'])})" if v.get("domino_finding") else ""
         if dom.get("linked") and len(dom.get("chain_rules", [])) > 1:
             events = {e["id"]: e for e in tl.get("events", [])}
             chain = " → ".join(f"{_code(events[i]['rule'])} @{events[i]['onset_step']}"
                                for i in dom["chain"] if i in events)
-            out.append(f"**First domino:** {_code(dom['rule'])} at step {dom['onset_step']}. "
+            out.append(f"**First domino:** {_code(dom['rule'])} at step {dom['onset_step']}{what}. "
                        f"Likely chain: {chain}")
         else:
-            out.append(f"**First domino:** {_code(dom['rule'])} at step {dom['onset_step']} "
+            out.append(f"**First domino:** {_code(dom['rule'])} at step {dom['onset_step']}{what} "
                        "(earliest warning or critical finding; no linked chain)")
+    if v["do_now"]:
+        out += ["", "**Do now:**"]
+        out += [f"- {_md(item)}" for item in v["do_now"][:8]]
     findings = sorted(d.get("findings") or [],
                       key=lambda f: (_ORDER.get(f["severity"], 3), f["onset_step"], f["rule"]))
     out.append("")
@@ -80,8 +90,9 @@ def render_markdown(d: dict[str, Any], top: int = 15) -> str:
     if serious:
         out += ["| | Rule | Steps | What happened | What to do |", "|---|---|---|---|---|"]
         for f in serious[:top]:
+            steps = str(f["first_step"]) if f["first_step"] == f["last_step"] else f"{f['first_step']}–{f['last_step']}"
             out.append(f"| {_ICON.get(f['severity'], '')} {f['severity']} | {_code(f['rule'])} | "
-                       f"{f['first_step']}–{f['last_step']} | {_md(f['message'])} | {_md(f.get('remedy', ''))} |")
+                       f"{steps} | {_md(f['message'])} | {_md(f.get('remedy', ''))} |")
         if len(serious) > top:
             out.append(f"\n… and {len(serious) - top} more (see the HTML report or findings.csv).")
     else:
@@ -92,15 +103,9 @@ def render_markdown(d: dict[str, Any], top: int = 15) -> str:
             by_rule[f["rule"]] = by_rule.get(f["rule"], 0) + 1
         out += ["", f"{_ICON['info']} {len(info)} info finding(s), context rather than problems: "
                 + ", ".join(f"{_code(r)} ×{n}" for r, n in sorted(by_rule.items()))]
-    rec = d.get("recommendations")
-    if isinstance(rec, dict):
-        now = (rec.get("priorities") or {}).get("immediate") or []
-        if now:
-            out += ["", "**Do now:**"]
-            for item in now[:8]:
-                text = item if isinstance(item, str) else (item.get("action") or item.get("text")
-                                                           or item.get("message") or item)
-                out.append(f"- {_md(text)}")
+    if rec and rec.get("config_patch"):
+        trainer = rec.get("trainer") or {}
+        out += ["", f"Config patch ({_md(trainer.get('config', 'keys'))}): {_code(json.dumps(rec['config_patch']))}"]
     windows = d.get("windows")
     if isinstance(windows, list) and windows:
         bad = [w for w in windows if str(w.get("status", "")).lower() not in ("ok", "healthy", "")]

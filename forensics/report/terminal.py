@@ -5,7 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.findings import Severity
+from ..analysis.recommendations import advice_sections
 from ..analysis.result import Analysis
+from ..analysis.spans import with_span
+from ..analysis.timeline import timeline_section
+from .verdict import verdict
 
 __all__ = ["render_summary"]
 
@@ -37,18 +41,25 @@ def render_summary(analysis: Analysis, top: int = 8) -> str:
                  f"   convergence {_score(h['convergence'])}")
     for area, v in h["areas"].items():
         lines.append(f"        {area:<12} {_score(v)}")
+    timeline = timeline_section(analysis)
+    advice = advice_sections(analysis, timeline)
+    v = verdict([f.to_dict() for f in analysis.findings], timeline, advice.get("recommendations"))
+    lines += ["", f"verdict: {v['headline']}"]
+    if v.get("domino"):
+        lines.append(f"first domino: {v['domino']}")
+    for item in v.get("do_now") or []:
+        lines.append(f"  do now: {item}")
     counts = {s: sum(1 for f in analysis.findings if f.severity is s) for s in Severity}
     lines.append("")
     lines.append(f"findings: {counts[Severity.CRITICAL]} critical, {counts[Severity.WARNING]} "
                  f"warning, {counts[Severity.INFO]} info")
     for f in analysis.findings[:top]:
-        lines.append(f"  [{f.severity.value:<8}] {f.rule:<26} steps {f.first_step}-{f.last_step}:"
-                     f" {f.message}")
+        lines.append(f"  [{f.severity.value:<8}] {f.rule:<26} {with_span(f.message, f.first_step, f.last_step)}")
         if f.severity is not Severity.INFO:
             lines.append(f"  {'':<10} -> {f.remedy}")
     if len(analysis.findings) > top:
         lines.append(f"  ... {len(analysis.findings) - top} more in findings.csv")
-    lines.extend(_training_health(analysis))
+    lines.extend(_training_health(analysis, advice))
     notes = [n for r in analysis.results for n in r.notes]
     if notes:
         lines.append("")
@@ -79,8 +90,8 @@ def _num(v: Any, fmt: str = ".4g") -> str:
     return "-" if v is None or (isinstance(v, float) and v != v) else format(v, fmt)
 
 
-def _training_health(analysis: Analysis, max_windows: int = 10) -> list[str]:
-    """Reward components, window table, recommended adjustments, throughput, generation."""
+def _training_health(analysis: Analysis, advice: dict[str, Any], max_windows: int = 12) -> list[str]:
+    """Reward components, windows that are not ok, recommended changes, throughput, generation."""
     lines: list[str] = []
     results = {r.name: r for r in analysis.results}
     sections: dict[str, Any] = {}
@@ -92,26 +103,38 @@ def _training_health(analysis: Analysis, max_windows: int = 10) -> list[str]:
         for name, st in rw.summary["components"].items():
             lines.append(f"  {name:<24} mean {_num(st.get('mean'))}  {_num(st.get('first'))} -> "
                          f"{_num(st.get('last'))} ({st.get('direction') or '-'})")
-    windows = sections.get("windows") or []
+    windows = advice.get("windows") or []
     if windows:
-        mode = results["windows"].summary.get("mode") if "windows" in results else None
-        unit = "epoch" if mode == "epoch" else f"{results['windows'].summary.get('window_steps')} steps"
-        lines += ["", f"windows (per {unit}):",
-                  f"  {'window':>6} {'steps':>13} {'reward':>10} {'loss':>10} {'reward var':>10} "
-                  f"{'r trend':>8} {'l trend':>8} {'status':>6}  issues"]
-        if len(windows) > max_windows:
-            lines.append(f"  ... {len(windows) - max_windows} earlier windows in windows.csv")
-        for w in windows[-max_windows:]:
-            lines.append(f"  {w['window']:>6} {str(w['first_step']) + '-' + str(w['last_step']):>13} "
-                         f"{_num(w['reward_mean']):>10} {_num(w['loss_mean']):>10} "
-                         f"{_num(w['reward_var']):>10} {w['reward_direction'] or '-':>8} "
-                         f"{w['loss_direction'] or '-':>8} {w['status']:>6}  {', '.join(w['issues'])}")
-    rec = sections.get("recommendations") or {}
-    if rec.get("adjustments"):
-        lines += ["", "recommended adjustments (recommendations.yaml):"]
+        summary = results["windows"].summary if "windows" in results else {}
+        unit = "epoch" if summary.get("mode") == "epoch" else f"{summary.get('window_rows')} rows"
+        flagged = [w for w in windows if w["status"] != "ok"]
+        counts = ", ".join(f"{sum(1 for w in windows if w['status'] == s)} {s}"
+                           for s in ("alert", "warn", "watch", "ok"))
+        lines += ["", f"windows: {len(windows)} of {unit} ({counts}); all in windows.csv"]
+        if flagged:
+            lines.append(f"  {'window':>6} {'steps':>15} {'reward':>10} {'loss':>10} {'reward':>6} "
+                         f"{'status':>6}  issues and findings")
+            for w in flagged[:max_windows]:
+                what = ", ".join([*w["issues"], *w.get("findings", [])])
+                lines.append(f"  {w['window']:>6} {str(w['first_step']) + '-' + str(w['last_step']):>15} "
+                             f"{_num(w['reward_mean']):>10} {_num(w['loss_mean']):>10} "
+                             f"{w['reward_direction'] or '-':>6} {w['status']:>6}  {what}")
+            if len(flagged) > max_windows:
+                lines.append(f"  ... {len(flagged) - max_windows} more windows not ok in windows.csv")
+    rec = advice.get("recommendations") or {}
+    if any(rec.get("priorities", {}).values()):
+        trainer = rec.get("trainer") or {}
+        where = f" in {trainer['config']} keys" if trainer else ""
+        lines += ["", f"recommended changes{where} (recommendations.yaml):"]
         for pri in ("immediate", "short_term", "medium_term"):
             for item in rec["priorities"].get(pri, []):
                 lines.append(f"  [{pri.replace('_', ' ')}] {item}")
+        if rec.get("config_patch"):
+            import json
+
+            lines.append(f"  config patch: {json.dumps(rec['config_patch'])}")
+        if rec.get("command_line"):
+            lines.append(f"  command line: {' '.join(rec['command_line'])}")
     tp = results.get("throughput")
     if tp is not None and tp.active:
         s = tp.summary

@@ -12,6 +12,7 @@ from .base import Tracker, TrackerResult
 from .entropy import Entropy
 from .generation import Generation
 from .grad_norms import GradNorms
+from .hyperparams import Hyperparams
 from .kl_schedule import KLSchedule
 from .length_bias import LengthBias
 from .losses import Losses
@@ -31,6 +32,7 @@ TRACKERS: dict[str, type[Tracker]] = {
     cls.name: cls for cls in (KLSchedule, TrustRegion, GradNorms, Advantages, LengthBias, Rewards, Signal,
                                Preference, Losses, Entropy, Throughput, Generation, Windows)
 }
+TRACKERS = {Hyperparams.name: Hyperparams, **TRACKERS}  # configuration changes: causes come first
 
 
 def all_rules() -> list[tuple[str, RuleSpec]]:

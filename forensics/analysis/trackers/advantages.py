@@ -19,6 +19,7 @@ from ...config import param
 from ...io.canonical import Batch
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
+from ..spans import step_span
 from ..stats import skew_kurtosis
 from .base import Tracker, TrackerResult
 from .grouping import StepGrouper
@@ -203,14 +204,14 @@ class Advantages(Tracker):
         for ep in self.ep["adv.bias"].finish():
             self.emit("adv.bias", ep,
                       f"advantage mean {ep.extras.get('mean', float('nan')):.3g} is "
-                      f"{abs(ep.peak):.2g} std from zero, steps {ep.first_step}-{ep.last_step}",
+                      f"{abs(ep.peak):.2g} std from zero, {step_span(ep.first_step, ep.last_step)}",
                       {"bias_ratio": ep.peak, "mean": ep.extras.get("mean"),
                        "std": ep.extras.get("std"), "threshold": p.bias_ratio,
                        "metrics": ["advantage_mean"]})
         for ep in self.ep["adv.not_normalized"].finish():
             self.emit("adv.not_normalized", ep,
                       f"advantages no longer whitened (mean {ep.extras.get('mean', float('nan')):.3g}, "
-                      f"std {ep.extras.get('std', float('nan')):.3g}), steps {ep.first_step}-{ep.last_step}",
+                      f"std {ep.extras.get('std', float('nan')):.3g}), {step_span(ep.first_step, ep.last_step)}",
                       {"mean": ep.extras.get("mean"), "std": ep.extras.get("std"),
                        "tolerance_mean": p.whitened_mean, "tolerance_std": p.whitened_std,
                        "declared": self.meta.advantage_normalization,
@@ -218,19 +219,19 @@ class Advantages(Tracker):
         for ep in self.ep["adv.scale_drift"].finish():
             self.emit("adv.scale_drift", ep,
                       f"advantage std moved to {ep.extras.get('std', float('nan')):.3g} "
-                      f"({10 ** ep.peak:.3g}x the baseline {self.base_std:.3g}), steps "
-                      f"{ep.first_step}-{ep.last_step}",
+                      f"({10 ** ep.peak:.3g}x the baseline {self.base_std:.3g}), "
+                      f"{step_span(ep.first_step, ep.last_step)}",
                       {"std": ep.extras.get("std"), "baseline_std": self.base_std,
                        "factor": 10 ** ep.peak, "threshold": p.scale_factor,
                        "metrics": ["advantage_std"]})
         for ep in self.ep["adv.blowup"].finish():
             self.emit("adv.blowup", ep,
-                      f"|advantage| reached {ep.peak:.3g}, steps {ep.first_step}-{ep.last_step}",
+                      f"|advantage| reached {ep.peak:.3g}, {step_span(ep.first_step, ep.last_step)}",
                       {"max_abs": ep.peak, "threshold": p.max_abs, "metrics": ["advantage_max"]})
         for ep in self.ep["adv.heavy_tail"].finish():
             self.emit("adv.heavy_tail", ep,
                       f"advantage kurtosis {ep.peak:.3g} / skew {ep.extras.get('skew', float('nan')):.3g}, "
-                      f"steps {ep.first_step}-{ep.last_step}",
+                      f"{step_span(ep.first_step, ep.last_step)}",
                       {"kurtosis": ep.peak, "skew": ep.extras.get("skew"),
                        "threshold_kurtosis": p.kurtosis, "threshold_skew": p.skew})
         summary = {"rows": self.rows, "baseline_mean": self.base_mean,

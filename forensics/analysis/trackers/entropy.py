@@ -27,6 +27,7 @@ from ...config import param
 from ...io.canonical import Batch
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
+from ..spans import step_span
 from ..stats import Context, shift
 from .base import Tracker, TrackerResult
 from .rewards import block_median, diff_sigma
@@ -172,7 +173,7 @@ class Entropy(Tracker):
         for rule, eps in self.ep.items():
             for ep in eps.finish():
                 ent = ep.extras.get("entropy", float("nan"))
-                span = f"steps {ep.first_step}-{ep.last_step}"
+                span = step_span(ep.first_step, ep.last_step)
                 ev: dict[str, Any] = {"ratio_to_initial": ep.peak, "entropy": ent, "initial": self.h0,
                                       "metrics": ["entropy"]}
                 if rule == "entropy.blowup":

@@ -32,6 +32,7 @@ from ...io.canonical import Batch
 from ...schema import REWARD_COMPONENT_PREFIX
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
+from ..spans import step_span
 from ..stats import Context
 from .base import Tracker, TrackerResult
 from .grouping import StepGrouper
@@ -301,13 +302,13 @@ class Generation(Tracker):
         for ep in self.ep["generation.format_regression"].finish():
             self.emit("generation.format_regression", ep,
                       f"format compliance fell to {ep.extras.get('rate', float('nan')):.0%} from a best "
-                      f"of {ep.extras.get('best', float('nan')):.0%}, steps {ep.first_step}-{ep.last_step}",
+                      f"of {ep.extras.get('best', float('nan')):.0%}, {step_span(ep.first_step, ep.last_step)}",
                       {"drop": ep.peak, "rate": ep.extras.get("rate"), "best_rate": ep.extras.get("best"),
                        "threshold": p.format_drop, "metrics": ["completion"]})
         for ep in self.ep["generation.repetition"].finish():
             self.emit("generation.repetition", ep,
-                      f"{ep.peak:.0%} of word {p.ngram}-grams repeat within responses, steps "
-                      f"{ep.first_step}-{ep.last_step}",
+                      f"{ep.peak:.0%} of word {p.ngram}-grams repeat within responses, "
+                      f"{step_span(ep.first_step, ep.last_step)}",
                       {"repeated_share": ep.peak, "threshold": p.repetition_share,
                        "metrics": ["completion"]})
         return self.result(summary, [], None, sections)

@@ -19,6 +19,7 @@ from ...config import param
 from ...io.canonical import Batch
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
+from ..spans import append_span, step_span
 from ..stats import BlockStats, Context, persist
 from .base import Tracker, TrackerResult
 
@@ -259,12 +260,13 @@ class GradNorms(Tracker):
         spans = [(e.first_step, e.last_step) for e in explode_eps]
         for ep in self.ep["grad.nonfinite"].finish():
             self.emit("grad.nonfinite", ep,
-                      f"{ep.n_rows} non-finite gradient norms, steps {ep.first_step}-{ep.last_step}",
+                      f"{ep.n_rows} non-finite gradient norms, {step_span(ep.first_step, ep.last_step)}",
                       {"rows": ep.n_rows, "metrics": ["grad_norm"]})
         for ep in explode_eps:
             self.emit("grad.explode", ep,
-                      f"gradient norm exploded to {ep.peak:.3g} ({ep.extras.get('ratio', float('nan')):.3g}x "
-                      f"the trailing median) at step {ep.peak_step}, steps {ep.first_step}-{ep.last_step}",
+                      append_span(f"gradient norm exploded to {ep.peak:.3g} "
+                                  f"({ep.extras.get('ratio', float('nan')):.3g}x the trailing median) "
+                                  f"at step {ep.peak_step}", ep.first_step, ep.last_step),
                       {"peak": ep.peak, "peak_ratio": ep.extras.get("ratio"),
                        "trailing_median": ep.extras.get("median"),
                        "threshold_ratio": p.explode_ratio, "threshold_abs": p.explode_abs,
@@ -282,7 +284,7 @@ class GradNorms(Tracker):
         for ep in self.ep["grad.vanish"].finish():
             self.emit("grad.vanish", ep,
                       f"gradient norm fell to {ep.peak:.3g} (early baseline "
-                      f"{ep.extras.get('baseline', float('nan')):.3g}), steps {ep.first_step}-{ep.last_step}",
+                      f"{ep.extras.get('baseline', float('nan')):.3g}), {step_span(ep.first_step, ep.last_step)}",
                       {"min": ep.peak, "baseline": ep.extras.get("baseline"),
                        "threshold_ratio": p.vanish_ratio, "threshold_abs": p.vanish_abs,
                        "metrics": ["grad_norm"]})
@@ -290,7 +292,7 @@ class GradNorms(Tracker):
             self.emit("grad.imbalance", ep,
                       f"policy/value gradient norms differ by 10^{abs(ep.peak):.2g} "
                       f"(policy {ep.extras.get('policy', float('nan')):.3g}, value "
-                      f"{ep.extras.get('value', float('nan')):.3g}), steps {ep.first_step}-{ep.last_step}",
+                      f"{ep.extras.get('value', float('nan')):.3g}), {step_span(ep.first_step, ep.last_step)}",
                       {"log10_ratio": ep.peak, "first_log10_ratio": self.log_ratio_first,
                        "baseline_log10_ratio": self.base_ratio,
                        "threshold_decades": p.imbalance_decades,
@@ -301,7 +303,7 @@ class GradNorms(Tracker):
             self.emit("grad.clip_saturation", ep,
                       f"{ep.peak:.0%} of recent steps were clipped at max_grad_norm="
                       f"{self.meta.max_grad_norm}" + (" (the trainer's default)" if assumed else "")
-                      + f", steps {ep.first_step}-{ep.last_step}",
+                      + f", {step_span(ep.first_step, ep.last_step)}",
                       {"clipped_share": ep.peak, "threshold": p.clip_share,
                        "max_grad_norm": self.meta.max_grad_norm, "clip_assumed": assumed,
                        "metrics": ["grad_norm"]},

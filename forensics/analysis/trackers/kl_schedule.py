@@ -29,6 +29,7 @@ from ...config import param
 from ...io.canonical import Batch
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
+from ..spans import append_span, step_span
 from ..stats import BlockStats, Context, History, _block_median_mad
 from .base import Tracker, TrackerResult
 
@@ -94,9 +95,8 @@ RULES = (
        "run's own baseline, so a run broken from its first update is caught; not applied to toy "
        "policies (param_count below 1e6) and reported as information when the run has no KL "
        "penalty by design.",
-       "Lower the learning rate (a run at this level from its first steps needs it 10x lower); "
-       "check that the KL penalty is on (beta > 0) and applied; roll back to the last checkpoint "
-       "before the onset.",
+       "Lower the learning rate 10x (a KL this far out is not a 20% problem); check that the KL "
+       "penalty is on (beta > 0) and applied; roll back to the last checkpoint before the onset.",
        ("excessive_token", "excessive_critical_token", "excessive_sequence",
         "excessive_critical_sequence", "excessive_rows"),
        "SIGNATURES #1 (TRL FAQ: sequence KL 0-10 nats), #4"),
@@ -544,8 +544,8 @@ class KLSchedule(Tracker):
             kl = ep.extras.get("kl", float("nan"))
             med = ep.extras.get("median", float("nan"))
             per_token = ep.extras.get("per_token", float("nan"))
-            msg = (f"KL spiked to {kl:.3g} {unit} at step {ep.peak_step} ({ep.peak:.3g}x the "
-                   f"trailing median {med:.3g}), steps {ep.first_step}-{ep.last_step}")
+            msg = append_span(f"KL spiked to {kl:.3g} {unit} at step {ep.peak_step} ({ep.peak:.3g}x the "
+                              f"trailing median {med:.3g})", ep.first_step, ep.last_step)
             ev.update(peak_kl=kl, trailing_median=med, peak_ratio=ep.peak,
                       robust_z=ep.extras.get("z"), threshold_z=p.spike_z,
                       threshold_ratio=p.spike_min_ratio, peak_per_token=per_token)
@@ -561,37 +561,38 @@ class KLSchedule(Tracker):
         elif rule == "kl.runaway":
             ref = "target" if target is not None else f"level {p.window} rows earlier"
             msg = (f"KL reached {ep.peak:.3g}x the {ref} at step {ep.peak_step} and kept rising "
-                   f"(steps {ep.first_step}-{ep.last_step})")
+                   f"({step_span(ep.first_step, ep.last_step)})")
             ev.update(peak_ratio=ep.peak, peak_kl=ep.extras.get("kl"), reference=ref,
                       threshold=p.band_high if target is not None else p.drift_factor)
             if target is not None and ep.peak >= p.runaway_critical:
                 sev = Severity.CRITICAL
         elif rule == "kl.negative":
-            msg = f"KL stayed negative (down to {ep.peak:.3g} {unit}), steps {ep.first_step}-{ep.last_step}"
+            msg = f"KL stayed negative (down to {ep.peak:.3g} {unit}), {step_span(ep.first_step, ep.last_step)}"
             ev.update(min_kl=ep.peak)
         elif rule == "kl.off_target":
             msg = (f"KL outside the target band for {ep.n_rows} rows (up to {ep.peak:.3g}x the "
-                   f"target), steps {ep.first_step}-{ep.last_step}")
+                   f"target), {step_span(ep.first_step, ep.last_step)}")
             ev.update(peak_ratio=ep.peak, band=[p.band_low, p.band_high], target=target)
         elif rule == "kl.volatile":
-            msg = f"KL robust spread exceeded its median (CV {ep.peak:.3g}), steps {ep.first_step}-{ep.last_step}"
+            msg = f"KL robust spread exceeded its median (CV {ep.peak:.3g}), {step_span(ep.first_step, ep.last_step)}"
             ev.update(robust_cv=ep.peak)
         elif rule == "kl_ctl.wrong_direction":
-            msg = (f"KL coefficient moved against the KL error on {ep.n_rows} updates, steps "
-                   f"{ep.first_step}-{ep.last_step} (e.g. KL {ep.extras.get('kl', float('nan')):.3g} "
+            msg = (f"KL coefficient moved against the KL error on {ep.n_rows} updates, "
+                   f"{step_span(ep.first_step, ep.last_step)} (e.g. KL {ep.extras.get('kl', float('nan')):.3g} "
                    f"vs target {target}, log-change of beta {ep.extras.get('dlog_beta', float('nan')):.3g})")
             ev.update(kl=ep.extras.get("kl"), beta=ep.extras.get("beta"), target=target,
                       clipped_error=ep.peak)
         elif rule == "kl_ctl.stuck":
-            msg = f"adaptive KL coefficient did not move while KL was out of band, steps {ep.first_step}-{ep.last_step}"
+            msg = (f"adaptive KL coefficient did not move while KL was out of band, "
+                   f"{step_span(ep.first_step, ep.last_step)}")
             ev.update(kl_over_target=ep.peak)
         elif rule == "kl_ctl.saturated":
             msg = (f"KL stayed >=20% from the target for {ep.n_rows} updates (up to {ep.peak:.3g}x), "
-                   f"steps {ep.first_step}-{ep.last_step}")
+                   f"{step_span(ep.first_step, ep.last_step)}")
             ev.update(kl_over_target=ep.peak, threshold_rows=p.saturation_rows)
         elif rule == "kl_ctl.law_mismatch":
             msg = (f"beta updates deviate from the adaptive law by up to {ep.peak:.3g} (log) on "
-                   f"{ep.n_rows} updates, steps {ep.first_step}-{ep.last_step}")
+                   f"{ep.n_rows} updates, {step_span(ep.first_step, ep.last_step)}")
             ev.update(max_residual=ep.peak, tolerance=p.law_tolerance,
                       observed=ep.extras.get("observed"), predicted=ep.extras.get("predicted"),
                       horizon=self.meta.kl_horizon, batch_size=self.meta.kl_batch_size)
@@ -599,14 +600,14 @@ class KLSchedule(Tracker):
             msg = f"KL crossed the target band to the other side at step {ep.onset_step} ({ep.peak:.3g}x target)"
             ev.update(kl_over_target=ep.peak)
         elif rule == "kl_ctl.oscillation":
-            msg = (f"KL crossed the band {int(ep.peak)} times within {p.window} rows, steps "
-                   f"{ep.first_step}-{ep.last_step}")
+            msg = (f"KL crossed the band {int(ep.peak)} times within {p.window} rows, "
+                   f"{step_span(ep.first_step, ep.last_step)}")
             ev.update(crossings=ep.peak, threshold=p.oscillation_crossings)
         elif rule == "update.stalled":
             ref = ep.extras.get("reference", float("nan"))
             msg = (f"approx_kl fell to {ep.peak:.3g} ({ref / ep.peak if ep.peak else float('inf'):.3g}x "
-                   f"below its earlier level {ref:.3g}): the policy stopped moving, steps "
-                   f"{ep.first_step}-{ep.last_step}")
+                   f"below its earlier level {ref:.3g}): the policy stopped moving, "
+                   f"{step_span(ep.first_step, ep.last_step)}")
             ev.update(min_approx_kl=ep.peak, earlier_level=ref, threshold_ratio=p.stall_ratio,
                       metrics=["approx_kl"])
         else:  # kl_ctl.runaway

@@ -21,6 +21,7 @@ from ...config import param
 from ...io.canonical import Batch
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
+from ..spans import step_span
 from ..stats import BlockStats, Context, pearson, spearman, window_median
 from .base import Tracker, TrackerResult
 from .grouping import StepGrouper
@@ -89,7 +90,7 @@ RULES = (
        "policy emits (nearly) empty answers, usually after a too large update broke it, or it "
        "found that stopping early avoids a penalty. Rewards and gradients computed on such "
        "responses carry no signal.",
-       "Roll back to the checkpoint before the onset and lower the learning rate; check for a "
+       "Roll back to the checkpoint before the onset and lower the learning rate 50%; check for a "
        "reward or penalty that a short answer escapes (format penalties, length penalties, KL "
        "summed over tokens).",
        ("collapse_factor", "collapse_critical"), "veRL GRPO failure cases; SIGNATURES #4"),
@@ -314,7 +315,7 @@ class LengthBias(Tracker):
             self.emit("length.reward_correlation", ep,
                       f"Spearman(length, reward) reached {ep.peak:.2f} over {p.pool_steps}-step "
                       f"pools (length explains {ep.extras.get('r2', float('nan')):.0%} of reward "
-                      f"variance), steps {ep.first_step}-{ep.last_step}",
+                      f"variance), {step_span(ep.first_step, ep.last_step)}",
                       {"spearman": ep.peak, "r2": ep.extras.get("r2"),
                        "mean_length": ep.extras.get("length"),
                        "baseline_spearman": float(np.median(self.s_base_rho))
@@ -324,8 +325,8 @@ class LengthBias(Tracker):
             for ep in self.ep[rule].finish():
                 what = "while reward stalled" if rule == "length.growth" else "with reward"
                 self.emit(rule, ep,
-                          f"mean length grew to {ep.peak:.2f}x its baseline {what}, steps "
-                          f"{ep.first_step}-{ep.last_step}",
+                          f"mean length grew to {ep.peak:.2f}x its baseline {what}, "
+                          f"{step_span(ep.first_step, ep.last_step)}",
                           {"length_over_baseline": ep.peak, "length": ep.extras.get("length"),
                            "baseline_length": self.base_len, "threshold": p.growth_factor,
                            "reward_gain_iqr": ep.extras.get("reward_gain"),
@@ -336,7 +337,7 @@ class LengthBias(Tracker):
                 self.emit("length.truncation", ep,
                           f"truncation rate reached {ep.peak:.0%}"
                           + (" (nearly every response cut)" if critical else "")
-                          + f", steps {ep.first_step}-{ep.last_step}",
+                          + f", {step_span(ep.first_step, ep.last_step)}",
                           {"truncation_rate": ep.peak, "baseline": self.base_trunc,
                            "threshold": p.truncation_all if critical else p.truncation_rate,
                            "max_length": self.meta.max_length, "metrics": ["truncation_rate"]},

@@ -39,6 +39,7 @@ from ...config import param
 from ...io.canonical import Batch
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
+from ..spans import append_span, step_span
 from ..stats import BlockScale, Context, History, shift, window_median
 from .advantages import GROUP_RELATIVE
 from .base import Tracker, TrackerResult
@@ -371,13 +372,13 @@ class Losses(Tracker):
         p = self.p
         ev: dict[str, Any] = {"metrics": [name], "series": name, "rows": ep.n_rows}
         sev = None
-        span = f"steps {ep.first_step}-{ep.last_step}"
+        span = step_span(ep.first_step, ep.last_step)
         if rule == "loss.nonfinite":
             msg = f"{name} was NaN or Inf on {ep.n_rows} rows, {span}"
         elif rule == "loss.spike":
             value, med = ep.extras.get("value", float("nan")), ep.extras.get("median", float("nan"))
-            msg = (f"{name} spiked to {value:.4g} at step {ep.peak_step} (robust z {ep.peak:.1f} vs "
-                   f"the trailing median {med:.4g}), {span}")
+            msg = append_span(f"{name} spiked to {value:.4g} at step {ep.peak_step} (robust z "
+                              f"{ep.peak:.1f} vs the trailing median {med:.4g})", ep.first_step, ep.last_step)
             ev.update(value=value, trailing_median=med, robust_z=ep.peak,
                       robust_scale=ep.extras.get("scale"), threshold_z=p.spike_z,
                       threshold_ratio=p.spike_min_ratio)

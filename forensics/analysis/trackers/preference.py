@@ -78,7 +78,7 @@ RULES = (
        "separates the training pairs with certainty, which for DPO's sigmoid loss means the "
        "implicit rewards ran far from the reference (the KL regularisation weakens as preferences "
        "approach certainty) and generations drift; usually memorisation of the training pairs.",
-       "Raise beta (e.g. x2-5); lower the learning rate; train fewer epochs (stop at the best eval "
+       "Raise beta (x2); lower the learning rate 20%; train fewer epochs (stop at the best eval "
        "loss); use loss_type='ipo' or label_smoothing 0.1; check the pairs are not trivially "
        "separable (chosen always longer, duplicated prompts).",
        ("overfit_loss", "overfit_accuracy", "overfit_critical_loss", "overfit_rows", "smooth"),
@@ -87,7 +87,7 @@ RULES = (
        "The margin between the implicit rewards of chosen and rejected responses keeps growing far "
        "beyond what a calibrated preference needs: the policy's log-ratios to the reference run "
        "away.",
-       "Raise beta; lower the learning rate; train fewer epochs; add an NLL term on the chosen "
+       "Raise beta (x2); lower the learning rate 20%; train fewer epochs; add an NLL term on the chosen "
        "responses (rpo_alpha) to anchor the likelihoods.",
        ("margin_max", "margin_critical", "margin_rows"), "SIGNATURES #24; trl#1236"),
     _R("pref.likelihood_displacement", Severity.WARNING, "Chosen responses lose likelihood",
@@ -96,7 +96,7 @@ RULES = (
        "to responses in neither set, which can undo what the chosen responses taught (refusals, "
        "formats). Reported as information while the fall is small.",
        "Add an NLL/SFT term on the chosen responses (rpo_alpha 0.5-1, or CPO/ORPO's SFT term); "
-       "raise beta; lower the learning rate; filter pairs whose chosen and rejected responses are "
+       "raise beta (x2); lower the learning rate 20%; filter pairs whose chosen and rejected responses are "
        "near-identical (CHES).",
        ("displacement_share", "displacement_info_share", "displacement_rows", "baseline_rows"),
        "SIGNATURES #23; Razin et al. 2024"),

@@ -41,6 +41,7 @@ from ...io.canonical import Batch
 from ...schema import REWARD_COMPONENT_PREFIX
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
+from ..spans import append_span, step_span
 from ..stats import Context, History, PrefixSums, shift, trend_spearman, window_median
 from .base import Tracker, TrackerResult
 from .grouping import StepGrouper
@@ -400,8 +401,8 @@ class Rewards(Tracker):
                     lvl = ep.extras.get("level", float("nan"))
                     self.emit("reward.trend", ep,
                               f"{comp} went {direction} by {abs(ep.peak):.0%} of its level "
-                              f"({prev:.4g} -> {lvl:.4g}) over {p.trend_window} rows, steps "
-                              f"{ep.first_step}-{ep.last_step}",
+                              f"({prev:.4g} -> {lvl:.4g}) over {p.trend_window} rows, "
+                              f"{step_span(ep.first_step, ep.last_step)}",
                               {"component": name, "direction": direction, "change_share": ep.peak,
                                "previous_level": prev, "level": lvl, "threshold": p.trend_share,
                                "metrics": [name]})
@@ -411,16 +412,16 @@ class Rewards(Tracker):
             self.emit("reward.stagnation", ep,
                       f"mean reward over the last {span / 2:.0f} rows ({recent:.4g}) was not clearly above "
                       f"the {span / 2:.0f} rows before ({before:.4g}; {ep.peak:.2g} standard errors), "
-                      f"steps {ep.first_step}-{ep.last_step}",
+                      f"{step_span(ep.first_step, ep.last_step)}",
                       {"rise_standard_errors": ep.peak, "recent_mean": recent, "earlier_mean": before,
                        "noise_sigma": ep.extras.get("sigma"), "threshold_standard_errors": p.stagnation_sigmas,
                        "window": span, "metrics": ["reward_mean"]})
         for ep in self.ep["reward.decline"].finish():
             sig = ep.extras.get("sigma", float("nan"))
             self.emit("reward.decline", ep,
-                      f"reward level fell {ep.peak:.4g} below its best "
-                      f"{ep.extras.get('best', float('nan')):.4g} ({ep.peak / sig:.1f} noise sigmas) "
-                      f"at step {ep.peak_step}, steps {ep.first_step}-{ep.last_step}",
+                      append_span(f"reward level fell {ep.peak:.4g} below its best "
+                                  f"{ep.extras.get('best', float('nan')):.4g} ({ep.peak / sig:.1f} noise "
+                                  f"sigmas) at step {ep.peak_step}", ep.first_step, ep.last_step),
                       {"drop": ep.peak, "best_level": ep.extras.get("best"),
                        "level": ep.extras.get("level"), "noise_sigma": sig,
                        "threshold_sigmas": p.decline_sigmas, "threshold_share": p.decline_share,

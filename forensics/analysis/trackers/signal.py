@@ -63,8 +63,8 @@ RULES = (
        "The reward fell to a value every response shares (mean = min = max, or a zero std) and "
        "stayed there: the policy produces degenerate answers that all score the same, and the "
        "zero spread leaves nothing to learn from.",
-       "Roll back to the checkpoint before the onset and lower the learning rate; look at the "
-       "samples at the onset (empty, truncated or repeated answers).",
+       "Roll back to the checkpoint before the onset and lower the learning rate 50%; look at "
+       "the samples at the onset (empty, truncated or repeated answers).",
        ("floor_rows", "floor_critical_rows"), "SIGNATURES #4, #12"),
 )
 

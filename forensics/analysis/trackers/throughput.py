@@ -32,6 +32,7 @@ from ...config import param
 from ...io.canonical import Batch
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
+from ..spans import step_span
 from ..stats import Context, History, aligned_blocks, block_quantiles, shift, window_median
 from .base import Tracker, TrackerResult
 from .rewards import block_median
@@ -365,7 +366,7 @@ class Throughput(Tracker):
         p = self.p
         for name, eps in self.ep.items():
             for ep in eps.finish():
-                span = f"steps {ep.first_step}-{ep.last_step}"
+                span = step_span(ep.first_step, ep.last_step)
                 if name == "step_time":
                     self.emit("throughput.degradation", ep,
                               f"median step time over the last {p.recent_rows} rows reached "

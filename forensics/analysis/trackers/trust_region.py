@@ -50,7 +50,7 @@ RULES = (
         "hit the clip is at a level no healthy run reaches. The learning rate is far too high, or "
         "there are too many epochs or minibatches per batch; KL to the reference and the reward "
         "usually break next.",
-        "Lower the learning rate (by 10x when approx_kl is above 1 from the first updates); use "
+        "Lower the learning rate 50% (10x when approx_kl is above 1 from the first updates); use "
         "fewer PPO epochs per batch; enable early stopping on approx_kl (target_kl 0.01-0.05).",
         ("approx_kl", "approx_kl_critical", "clip_frac", "clip_frac_critical", "persist_k",
          "persist_m"),

@@ -1,0 +1,527 @@
+"""Recommendations: what to change, in the trainer's own keys, derived from the causal chain.
+
+The findings say what went wrong; the timeline says which went wrong first (the *first domino*)
+and what followed from it. Recommendations follow the same order:
+
+1. the first domino and the chain that follows it (the root's remedy first: a learning rate
+   multiplied by 30 is restored before anything else is tuned),
+2. the other warning and critical findings, most severe first,
+3. the issues of the window table (:mod:`forensics.analysis.health_check`), last: a window
+   issue that no finding supports is never more urgent than ``short_term``.
+
+Each source proposes actions (:data:`ACTIONS`: a rule's remedy as parameter changes; a test checks
+every action against the words of its rule's remedy). The first source to touch a parameter sets
+its direction and value; a later source moving it the same way adds its reason (``because``); one
+moving it the other way is held back (``held_back``, with its reason). So no parameter is raised
+and lowered in one report, and no recommendation contradicts the remedy of the finding it cites.
+
+Values come from the log at the time: the value a changed setting had before the change
+(``restore``), or the value logged at the relevant step (the finding's onset) times the factor.
+Where the learning rate follows a smooth schedule, the factor applies to the schedule's peak (the
+highest rate logged up to that step), which is what a config sets; where a setting jumped again
+after the finding, to its last logged value (the value in force). Where the log does not show
+the value, the run's own config (run.json) may; otherwise the change is given in words. The
+config patch holds numbers only, under the keys of the trainer that wrote the log
+(:mod:`forensics.analysis.trainer_keys`); a parameter the trainer has no key for, or whose
+current value is unknown, is listed in words (``not_in_config``).
+
+The same pass annotates the window table: a window lists the warning and critical findings whose
+episodes overlap it, and its status is at least ``warn`` (``alert`` for a critical), so windows
+and findings agree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .health_check import (
+    ISSUES,
+    PRIORITIES,
+    RULE_TABLE,
+    HealthCheckParams,
+    _ranges,
+    _window_text,
+    monitoring,
+)
+from .spans import step_span
+from .trainer_keys import PARAMETERS, Trainer, set_key, trainer_for
+
+if TYPE_CHECKING:
+    from .result import Analysis
+
+__all__ = ["ACTIONS", "TEXT_ONLY", "Action", "advice_sections", "applicable_actions", "windows_with_findings"]
+
+
+@dataclass(frozen=True)
+class Action:
+    """One parameter change a rule's remedy asks for.
+
+    ``direction``: ``lower`` / ``raise`` by ``factor``, ``set`` to ``value``, ``restore`` (the value
+    before a logged change) or ``restore_first`` (the run's first logged value). ``when``:
+    ``repeats`` (only when the rule fired more than once) or ``no_kl_surge`` (only when no KL spike
+    or runaway was found). ``phrase``: the words of the remedy it stands for (a regex).
+    """
+
+    parameter: str
+    direction: str
+    factor: float | None = None
+    value: float | None = None
+    when: str = ""
+    phrase: str = ""
+
+
+_LOWER_LR = Action("learning_rate", "lower", 0.8,
+                   phrase=r"lower the learning rate 20%|learning rate 20-50% lower")
+_HALVE_LR = Action("learning_rate", "lower", 0.5, phrase=r"lower the learning rate 50%")
+#: a preference loss's beta (TRL maps it to the config's beta)
+_RAISE_BETA = Action("kl_coef", "raise", 2.0, phrase=r"raise beta \(x2\)")
+#: Rule -> the parameter changes its remedy asks for (a remedy's other advice stays in words).
+ACTIONS: dict[str, tuple[Action, ...]] = {
+    "lr.change": (Action("learning_rate", "restore", phrase=r"restore the learning rate"),),
+    "kl_coef.change": (Action("kl_coef", "restore", phrase=r"restore the KL coefficient"),),
+    "clip.change": (Action("clip_range", "restore", phrase=r"restore the clip range"),),
+    "batch_size.change": (Action("batch_size", "restore", phrase=r"restore the batch size"),),
+    "kl.spike": (_LOWER_LR, Action("kl_coef", "raise", 1.2, when="repeats",
+                                   phrase=r"if spikes repeat, raise the KL coefficient 20%")),
+    "kl.runaway": (Action("kl_coef", "raise", 1.2, phrase=r"raise the KL coefficient 20%"), _LOWER_LR),
+    "kl_ctl.oscillation": (Action("kl_horizon", "raise", 2.0,
+                                  phrase=r"lengthen the controller horizon \(e\.g\. double it\)"),),
+    "update.stalled": (Action("learning_rate", "restore_first",
+                              phrase=r"raise it back to the value the run started with"),),
+    "grad.nonfinite": (_LOWER_LR,),
+    "grad.explode": (_LOWER_LR,),
+    "grad.spike": (Action("learning_rate", "lower", 0.8, when="repeats",
+                          phrase=r"lower the learning rate 20% or beta2 to 0.95 if spikes repeat"),
+                   Action("max_grad_norm", "lower", 0.8, phrase=r"tighten gradient clipping 20%")),
+    "grad.clip_saturation": (_LOWER_LR,),
+    "length.growth": (_LOWER_LR,),
+    "length.truncation": (Action("max_length", "raise", 1.5, phrase=r"raise max_length .*50%"),),
+    "reward.decline": (_LOWER_LR, Action("kl_coef", "lower", 0.9, when="no_kl_surge",
+                                         phrase=r"lower the KL coefficient 10% if the penalty dominates")),
+    "loss.nonfinite": (_LOWER_LR,),
+    "loss.spike": (Action("learning_rate", "lower", 0.8, when="repeats",
+                          phrase=r"lower the learning rate 20% and tighten gradient clipping 20% if "
+                                 r"spikes repeat"),
+                   Action("max_grad_norm", "lower", 0.8, when="repeats",
+                          phrase=r"tighten gradient clipping 20% if spikes repeat")),
+    "loss.oscillation": (_LOWER_LR, Action("max_grad_norm", "lower", 0.8,
+                                           phrase=r"tighten gradient clipping 20%")),
+    "loss.divergence": (_LOWER_LR,),
+    "entropy.collapse": (Action("temperature", "raise", 1.1, phrase=r"raise the temperature 10%"),
+                         Action("clip_range_high", "set", value=0.28,
+                                phrase=r"clip-higher \(eps_high 0\.28\)")),
+    "entropy.blowup": (_LOWER_LR,),
+    "generation.repetition": (Action("temperature", "lower", 0.9, phrase=r"lower the temperature 10%"),),
+    "kl.excessive": (Action("learning_rate", "lower", 0.1, phrase=r"lower the learning rate 10x"),),
+    "policy.trust_region": (_HALVE_LR,),
+    "reward.floor": (_HALVE_LR,),
+    "length.collapse": (_HALVE_LR,),
+    "pref.overfit": (_RAISE_BETA, _LOWER_LR),
+    "pref.margin_blowup": (_RAISE_BETA, _LOWER_LR),
+    "pref.likelihood_displacement": (_RAISE_BETA, _LOWER_LR),
+}
+#: Parameter changes a remedy mentions that stay in words, and why.
+TEXT_ONLY: dict[tuple[str, str], str] = {
+    ("grad.vanish", "learning_rate"): "a check of the schedule, not a change to make blindly",
+    ("grad.clip_saturation", "max_grad_norm"): "raise it only if clipping is deliberately tight",
+    ("grad.imbalance", "learning_rate"): "a separate optimizer for the value head, not a rate",
+    ("reward.stagnation", "reward_weight"): "a converged run needs no change: stop early instead",
+    ("reward.stagnation", "temperature"): "a converged run needs no change: stop early instead",
+    ("loss.oscillation", "batch_size"): "the remedy gives no size",
+    ("entropy.blowup", "temperature"): "an alternative to the learning rate, which is changed",
+    ("entropy.low", "temperature"): "info: only if the reward plateaus",
+    ("generation.format_regression", "reward_weight"): "trainers weigh rewards differently",
+    ("kl.volatile", "learning_rate"): "info: context, not a problem",
+    ("kl_ctl.oscillation", "learning_rate"): "an alternative to the horizon, which is changed",
+    ("kl.spike", "clip_range"): "an alternative to the learning rate, which is changed",
+    ("pref.not_learning", "learning_rate"): "the right range depends on full fine-tuning or LoRA",
+}
+
+#: Window issue -> the actions of its rule-table row (online use has the same table).
+_WINDOW_ACTIONS = {r.issue: tuple(Action(a.parameter, a.direction, a.factor) for a in r.adjustments)
+                   for r in RULE_TABLE}
+_WINDOW_RULES = {r.issue: r for r in RULE_TABLE}
+_KL_SURGE = ("kl.spike", "kl.runaway")
+#: Rules that judge the machine, not the training (README: not scored, never "do now").
+_MACHINE = ("throughput.", "resource.")
+_SEV = {"info": 0, "warning": 1, "critical": 2}
+#: Source columns a parameter is logged under (the hyperparams tracker's summary names the one used).
+_LOGGED = {"learning_rate": "learning_rate", "kl_coef": "kl_coef"}
+
+
+# -- reading the log ------------------------------------------------------------------------------
+def _read_values(analysis: Analysis, wanted: dict[str, set[int]]) -> dict[str, dict[str, Any]]:
+    """For each column: the last finite value at or before each wanted step (``at``), the highest
+    value up to it (``peak``), the first and last finite values. One pass over the per-step
+    store, a part at a time."""
+    out: dict[str, dict[str, Any]] = {}
+    names = [c for c in wanted if c in getattr(analysis.metrics, "names", {})]
+    if not names:
+        return out
+    steps = {c: np.array(sorted(wanted[c]), dtype=np.int64) for c in names}
+    for c in names:
+        out[c] = {"at": {}, "peak": {}, "first": None, "last": None}
+    for part in analysis.metrics.parts(names):
+        ps = part["step"]
+        for c in names:
+            v = np.asarray(part[c], dtype=np.float64)
+            ok = np.isfinite(v)
+            if not ok.any():
+                continue
+            s, v = ps[ok], v[ok]
+            rec = out[c]
+            if rec["first"] is None:
+                rec["first"] = float(v[0])
+            rec["last"] = float(v[-1])
+            idx = np.searchsorted(s, steps[c], side="right") - 1
+            peaks = np.maximum.accumulate(v)
+            for step, i in zip(steps[c].tolist(), idx.tolist()):
+                if i >= 0:
+                    rec["at"][step] = float(v[i])
+                    rec["peak"][step] = max(rec["peak"].get(step, -math.inf), float(peaks[i]))
+    return out
+
+
+# -- candidates -----------------------------------------------------------------------------------
+@dataclass
+class _Candidate:
+    action: Action
+    priority: str
+    source: str  # a rule id or a window issue
+    step: int  # the relevant step: where the value is read
+    reason: str
+    finding: dict[str, Any] | None = None
+    chain_root: bool = False
+
+
+def _descendants(root: str | None, links: list[dict[str, Any]]) -> set[str]:
+    """The events reachable from ``root`` along the cause -> effect links."""
+    out: set[str] = set()
+    todo = [root] if root else []
+    while todo:
+        cur = todo.pop()
+        for lk in links:
+            if lk["cause"] == cur and lk["effect"] not in out:
+                out.add(lk["effect"])
+                todo.append(lk["effect"])
+    return out
+
+
+def _repeats(rule: str, finding: Mapping[str, Any], counts: Mapping[str, int]) -> bool:
+    ev = finding.get("evidence") or {}
+    episodes = ev.get("episodes")
+    return counts.get(rule, 0) > 1 or (isinstance(episodes, list) and len(episodes) > 1) or \
+        (isinstance(ev.get("count"), (int, float)) and ev["count"] > 1)
+
+
+def applicable_actions(finding: Mapping[str, Any], findings: Sequence[Mapping[str, Any]],
+                       root: bool = False) -> list[Action]:
+    """The actions of a finding's remedy that apply in this run (its conditions hold)."""
+    counts: dict[str, int] = {}
+    for f in findings:
+        counts[f["rule"]] = counts.get(f["rule"], 0) + 1
+    surge = any(f["rule"] in _KL_SURGE for f in findings)
+    out = []
+    for act in ACTIONS.get(finding["rule"], ()):
+        if act.direction == "restore" and not root and not (finding.get("evidence") or {}).get("risky"):
+            continue  # a change back toward safety (a cut after a jump) is not undone
+        if act.when == "repeats" and not _repeats(finding["rule"], finding, counts):
+            continue
+        if act.when == "no_kl_surge" and surge:
+            continue
+        out.append(act)
+    return out
+
+
+def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],
+                windows: list[dict[str, Any]]) -> list[_Candidate]:
+    events = {e["id"]: e for e in timeline.get("events") or []}
+    dom = timeline.get("first_domino") or {}
+    chain = [events[i] for i in dom.get("chain", []) if i in events]
+    effects = _descendants(dom.get("id"), timeline.get("links") or []) if dom.get("linked") else set()
+    effect_findings = {events[i].get("finding_index") for i in effects if i in events}
+    ordered: list[tuple[dict[str, Any], str, bool]] = []
+    seen: set[int] = set()
+    for pos, e in enumerate(chain):
+        idx = e.get("finding_index")
+        if idx is None or idx >= len(findings):
+            continue
+        seen.add(idx)
+        ordered.append((findings[idx], "immediate" if pos == 0 else "short_term", pos == 0))
+    rest = sorted(((i, f) for i, f in enumerate(findings) if i not in seen and f["severity"] != "info"),
+                  key=lambda t: (-_SEV.get(t[1]["severity"], 0), t[1]["onset_step"], t[1]["rule"]))
+    for i, f in rest:  # a critical finding the first domino does not explain is urgent too
+        urgent = f["severity"] == "critical" and i not in effect_findings
+        ordered.append((f, "immediate" if urgent else "short_term", False))
+    out: list[_Candidate] = []
+    for f, priority, root in ordered:
+        for act in applicable_actions(f, findings, root):
+            out.append(_Candidate(act, priority, f["rule"], int(f["onset_step"]), f.get("message", ""),
+                                  f, root))
+    first_window: dict[str, dict[str, Any]] = {}
+    where: dict[str, list[Any]] = {}
+    for w in windows:
+        for issue in w.get("issues") or []:
+            first_window.setdefault(issue, w)
+            where.setdefault(issue, []).append(w["window"])
+    for issue in sorted(first_window, key=lambda i: (PRIORITIES.index(_WINDOW_RULES[i].priority),
+                                                   ISSUES.index(i))):
+        rule = _WINDOW_RULES[issue]
+        priority = "short_term" if rule.priority == "immediate" else rule.priority
+        for act in _WINDOW_ACTIONS[issue]:
+            out.append(_Candidate(act, priority, issue, int(first_window[issue]["last_step"]),
+                                  f"{rule.description} ({_window_text(where[issue])})"))
+    return out
+
+
+# -- resolving candidates into adjustments --------------------------------------------------------
+def _fmt(v: float) -> str:
+    return f"{v:.3g}"
+
+
+def _round(v: float) -> float:
+    return float(f"{v:.6g}")
+
+
+class _Values:
+    """What the log and the run's config say a parameter's value is."""
+
+    def __init__(self, analysis: Analysis, cands: list[_Candidate], columns: Mapping[str, str]) -> None:
+        self.columns = dict(columns)
+        #: steps where each parameter changed in a jump (the hyperparams tracker's findings)
+        self.changes: dict[str, list[int]] = {}
+        for f in analysis.findings:
+            if f.tracker == "hyperparams" and f.evidence.get("parameter"):
+                self.changes.setdefault(str(f.evidence["parameter"]), []).append(f.onset_step)
+        wanted: dict[str, set[int]] = {}
+        for c in cands:
+            col = self.columns.get(c.action.parameter)
+            if col:
+                wanted.setdefault(col, set()).add(c.step)
+        self.log = _read_values(analysis, wanted)
+        meta = analysis.meta
+        self.meta = {"kl_coef": meta.kl_coef_init, "max_grad_norm": meta.max_grad_norm,
+                     "max_length": meta.max_length, "kl_horizon": meta.kl_horizon}
+
+    def logged(self, parameter: str) -> dict[str, Any] | None:
+        col = self.columns.get(parameter)
+        return self.log.get(col) if col else None
+
+    def at(self, parameter: str, step: int) -> tuple[float | None, str]:
+        """The current value at ``step`` and where it came from: the last logged value when the
+        setting changed again after ``step`` (the value in force now)."""
+        rec = self.logged(parameter)
+        if rec and rec["last"] is not None and any(s > step for s in self.changes.get(parameter, ())):
+            return rec["last"], "last logged value (it changed after the finding's onset)"
+        if rec and step in rec["at"]:
+            return rec["at"][step], f"logged at step {step}"
+        if rec and rec["last"] is not None:
+            return rec["last"], "last logged value"
+        value = self.meta.get(parameter)
+        if value is not None:
+            return float(value), "run metadata"
+        return None, ""
+
+
+def _resolve(cands: list[_Candidate], values: _Values, trainer: Trainer | None,
+             adaptive_kl: bool) -> list[dict[str, Any]]:
+    chosen: dict[str, dict[str, Any]] = {}
+    for c in cands:
+        a = c.action
+        adj = _adjustment(c, values, adaptive_kl)
+        if adj is None:
+            continue
+        if a.parameter in chosen:
+            first = chosen[a.parameter]
+            if adj["direction"] == first["direction"] or "set" in (adj["direction"], first["direction"]):
+                if c.source != first["source"] and c.source not in first["because"]:
+                    first["because"].append(c.source)
+            else:
+                first["held_back"].append({"source": c.source, "direction": adj["direction"],
+                                           "why": f"{first['source']} moves it the other way first"})
+            continue
+        key = trainer.key(a.parameter) if trainer else None
+        adj["key"] = key if adj.get("new") is not None and not adj.pop("words_only", False) else None
+        adj["command_line"] = trainer.command_line(a.parameter, adj["new"]) if trainer and adj["key"] else None
+        chosen[a.parameter] = adj
+    return list(chosen.values())
+
+
+def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, Any] | None:
+    """The change one candidate asks for, with current and new values where they are known."""
+    a = c.action
+    label = PARAMETERS.get(a.parameter, a.parameter)
+    current, source = values.at(a.parameter, c.step)
+    new: float | None = None
+    note = ""
+    direction = a.direction
+    words_only = False
+    if a.direction == "restore":
+        ev = (c.finding or {}).get("evidence") or {}
+        target, after = ev.get("before"), ev.get("after")
+        rec = values.logged(a.parameter)
+        now = rec["last"] if rec and rec["last"] is not None else after
+        if target is None or now is None:
+            return None
+        if math.isclose(float(now), float(target), rel_tol=0.01):
+            return None  # the run already went back to it
+        current, source, new = _round(float(now)), "last logged value", _round(float(target))
+        direction = "lower" if new < current else "raise"
+        change = "restore"
+        factor = ev.get("factor")
+        if isinstance(factor, (int, float)) and factor > 0:
+            size = factor if factor >= 1 else 1.0 / factor
+            what = ("x" if factor >= 1 else "/") + (f"{size:,.0f}" if size >= 10 else f"{size:.2g}")
+            note = f"the value before the {what} {'jump' if factor >= 1 else 'cut'} at {step_span(c.step, c.step)}"
+        else:
+            note = f"the value before the change at {step_span(c.step, c.step)}"
+    elif a.direction == "restore_first":
+        rec = values.logged(a.parameter)
+        if not rec or rec["first"] is None or current is None:
+            return None
+        new = _round(rec["first"])
+        if math.isclose(new, current, rel_tol=0.01):
+            return None
+        direction = "lower" if new < current else "raise"
+        change = "restore"
+        note = "the value the run started with"
+    elif a.direction == "set":
+        new = a.value
+        change = "set"
+        if current is not None and new is not None:
+            direction = "lower" if new < current else "raise"
+    else:
+        factor = float(a.factor or 1.0)
+        change = f"{(factor - 1.0) * 100:+.0f}%"
+        rec = values.logged(a.parameter)
+        if a.parameter == "learning_rate" and rec and c.step in rec["peak"] and current is not None \
+                and not values.changes.get(a.parameter) and rec["peak"][c.step] > current * 1.05:
+            current, source = rec["peak"][c.step], f"the schedule's peak up to step {c.step}"
+            note = "scales the schedule's peak, which the config sets"
+        if a.parameter == "kl_coef" and adaptive_kl:
+            note = (f"an adaptive controller sets it (it was {_fmt(current)} at step {c.step})"
+                    if current is not None else "an adaptive controller sets it")
+            words_only = True
+        if current == 0.0:
+            return None  # zero scales to zero: only a restore can move it
+        if current is not None:
+            new = _round(current * factor)
+    if current is not None:
+        current = _round(current)
+    text = f"{label}: "
+    if current is not None and new is not None:
+        text += f"{_fmt(current)} -> {_fmt(new)} ({change})"
+    elif new is not None:
+        text += f"set to {_fmt(new)}"
+    else:
+        text += f"{direction} {change.lstrip('+-')}" if change not in ("set", "restore") else change
+    if note:
+        text += f", {note}"
+    return {"parameter": a.parameter, "direction": direction, "change": change, "factor": a.factor,
+            "current": current, "current_from": source or None, "new": new, "priority": c.priority,
+            "source": c.source, "step": c.step, "reason": c.reason, "first_domino": c.chain_root,
+            "because": [], "held_back": [], "text": text, "words_only": words_only}
+
+
+def _recommendations(cands: list[_Candidate], findings: list[dict[str, Any]], timeline: Mapping[str, Any],
+                     windows: list[dict[str, Any]], trainer: Trainer | None, values: _Values,
+                     adaptive_kl: bool, params: HealthCheckParams | None = None) -> dict[str, Any]:
+    """The ``recommendations`` section (see the module docstring)."""
+    adjustments = _resolve(cands, values, trainer, adaptive_kl)
+    patch: dict[str, Any] = {}
+    command_line: list[str] = []
+    words: list[str] = []
+    for a in adjustments:
+        if a["key"] is not None:
+            set_key(patch, a["key"], a["new"], trainer is not None and trainer.style in ("dotted", "run.json"))
+            if a["command_line"]:
+                command_line.append(a["command_line"])
+        else:
+            why = ("no key in " + trainer.config) if trainer and trainer.key(a["parameter"]) is None else (
+                "the current value is not known" if a["new"] is None else "see the note")
+            words.append(f"{a['text']} ({why})")
+    priorities: dict[str, list[str]] = {p: [] for p in PRIORITIES}
+    dom = timeline.get("first_domino") or {}
+    root = findings[dom["finding_index"]] if dom.get("finding_index") is not None and \
+        dom["finding_index"] < len(findings) else None
+    for a in sorted(adjustments, key=lambda a: not a["first_domino"]):  # the root's changes first
+        also = f"; also {', '.join(a['because'][:4])}" if a["because"] else ""
+        tag = ", the first domino" if a["first_domino"] else ""
+        priorities[a["priority"]].append(f"{a['text']} [{a['source']}{tag}{also}]")
+        if a["first_domino"] and root is not None and len(priorities["immediate"]) == 1:
+            priorities["immediate"].append(f"{root['remedy']} [{root['rule']}]")
+    if root is not None and root["severity"] != "info" and not any(a["first_domino"] for a in adjustments):
+        # the machine's findings (throughput, resources) are not changes to the training
+        when = "short_term" if root["rule"].startswith(_MACHINE) else "immediate"
+        priorities[when].insert(0, f"{root['message']}: {root['remedy']} [{root['rule']}, the first domino]")
+    issue_windows: dict[str, list[Any]] = {}
+    for w in windows:
+        for issue in w.get("issues") or []:
+            issue_windows.setdefault(issue, []).append(w["window"])
+    for issue, ws in issue_windows.items():
+        rule = _WINDOW_RULES[issue]
+        if not rule.adjustments:
+            priorities[rule.priority].append(f"{rule.description} ({_window_text(ws)}): {rule.advice}")
+    last = windows[-1] if windows else {}
+    return {
+        "trainer": ({"name": trainer.name, "config": trainer.config} if trainer else None),
+        "first_domino": ({k: root[k] for k in ("rule", "severity", "onset_step", "message", "remedy")}
+                         if root is not None else None),
+        "adjustments": adjustments,
+        "config_patch": patch,
+        "command_line": command_line,
+        "not_in_config": words,
+        "priorities": priorities,
+        "issues": {k: _ranges(issue_windows[k]) for k in ISSUES if k in issue_windows},
+        "monitoring": monitoring(last, params or HealthCheckParams(), {a["parameter"] for a in adjustments}),
+    }
+
+
+def windows_with_findings(windows: list[dict[str, Any]], findings: Iterable[Mapping[str, Any]]
+                          ) -> list[dict[str, Any]]:
+    """Each window with the warning and critical findings whose episodes overlap it, and a status
+    at least ``warn`` (``alert`` for a critical finding)."""
+    serious = [f for f in findings if f.get("severity") in ("warning", "critical")]
+    order = {"ok": 0, "watch": 1, "warn": 2, "alert": 3}
+    out = []
+    for w in windows:
+        w = dict(w)
+        hits = [f for f in serious if f["first_step"] <= w["last_step"] and f["last_step"] >= w["first_step"]]
+        w["findings"] = list(dict.fromkeys(f["rule"] for f in hits))
+        worst = "alert" if any(f["severity"] == "critical" for f in hits) else ("warn" if hits else "ok")
+        if order[worst] > order.get(w.get("status", "ok"), 0):
+            w["status"] = worst
+        out.append(w)
+    return out
+
+
+def advice_sections(analysis: Analysis, timeline: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``windows`` (annotated with the findings) and ``recommendations`` sections of a scan."""
+    findings = [f.to_dict() for f in analysis.findings]
+    table: list[dict[str, Any]] = []
+    params = None
+    columns = dict(_LOGGED)
+    for r in analysis.results:
+        if r.name == "windows":
+            table = list(r.sections.get("windows") or [])
+        if r.name == "hyperparams":
+            for parameter, info in r.summary.items():
+                if isinstance(info, dict) and info.get("key"):
+                    columns[parameter] = info["key"]
+    if "windows" in analysis.params:
+        known = set(HealthCheckParams.__dataclass_fields__)
+        params = HealthCheckParams(**{k: v for k, v in analysis.params["windows"].items() if k in known})
+    windows = windows_with_findings(table, findings)
+    source_keys = {k for m in analysis.mappings.values() for k in m.mapping}
+    trainer = trainer_for([r.format for r in analysis.inputs], analysis.meta.algorithm, source_keys,
+                          analysis.meta.config)
+    cands = _candidates(findings, timeline, windows)
+    values = _Values(analysis, cands, columns)
+    rec = _recommendations(cands, findings, timeline, windows, trainer, values,
+                           analysis.meta.kl_controller == "adaptive", params)
+    return {"windows": windows, "recommendations": rec} if windows else {"recommendations": rec}

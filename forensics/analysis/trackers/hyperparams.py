@@ -1,0 +1,263 @@
+"""Configuration changes: the learning rate, KL coefficient, clip range and batch size as logged.
+
+A setting that jumps in the middle of a run (a learning rate multiplied by 30 by a schedule or a
+config error, a KL penalty switched off, a wider clip range, a smaller batch) is a *cause*: the
+gradients, KL and reward move after it. This tracker reports each jump with its values before and
+after, so the timeline can name it as the first domino and the recommendations can undo it.
+
+A jump is a move by more than ``change_ratio`` between two consecutive logged values (a switch
+from or to zero counts as an infinite factor) that is not part of a ramp: a warmup or a decay
+moves in steps of similar size, so a move no larger than ``ramp_factor`` times a neighbouring
+move in the same direction is a ramp, not a jump.
+
+Severity follows the factor, in the direction that makes updates larger or noisier (the
+learning rate and the clip range up; the KL coefficient and the batch size down): ``warning``
+from ``warning_factor``, ``critical`` from ``critical_factor`` (a learning rate x30 is
+critical). A move the other way is ``info`` unless it spans ``safe_warning_factor`` (a learning
+rate cut 100x stalls the policy: ``warning``).
+
+Columns: ``learning_rate`` and ``kl_coef`` (canonical), the clip range and the batch size under
+the first key of :data:`CLIP_KEYS` and :data:`BATCH_KEYS` the log carries (trainers rarely log
+them per step; the canonical writer does).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...config import param
+from ...io.canonical import Batch
+from ..episodes import Episode
+from ..findings import RuleSpec, Severity
+from ..spans import step_span
+from .base import Tracker, TrackerResult
+
+__all__ = ["BATCH_KEYS", "CLIP_KEYS", "SETTINGS", "Hyperparams", "Setting"]
+
+#: Keys a per-step clip range is logged under (PPO's epsilon), first found wins.
+CLIP_KEYS = ("clip_range", "cliprange", "clip_eps", "eps_clip", "clip_epsilon")
+#: Keys a per-step batch size is logged under, first found wins.
+BATCH_KEYS = ("batch_size", "train_batch_size", "global_batch_size", "rollout_batch_size")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A followed setting: its parameter name, the keys it is read from, its rule and wording."""
+
+    parameter: str
+    keys: tuple[str, ...]
+    rule: str
+    label: str
+    risky_up: bool  # True where an increase makes updates larger or noisier
+
+
+SETTINGS = (
+    Setting("learning_rate", ("learning_rate",), "lr.change", "learning rate", True),
+    Setting("kl_coef", ("kl_coef",), "kl_coef.change", "KL coefficient", False),
+    Setting("clip_range", CLIP_KEYS, "clip.change", "clip range", True),
+    Setting("batch_size", BATCH_KEYS, "batch_size.change", "batch size", False),
+)
+
+
+@dataclass
+class HyperparamsParams:
+    change_ratio: float = param(1.5, "A move by more than this factor between consecutive logged "
+                                "values is a change (a smooth schedule moves less per step).")
+    ramp_factor: float = param(2.0, "A move no larger than this many times a neighbouring move in "
+                               "the same direction is part of a ramp (warmup, decay), not a change.")
+    warning_factor: float = param(3.0, "A change by this factor in the risky direction (learning "
+                                  "rate or clip range up, KL coefficient or batch size down) is a "
+                                  "warning.")
+    critical_factor: float = param(10.0, "A change by this factor in the risky direction is critical "
+                                   "(a learning rate x30 is).")
+    safe_warning_factor: float = param(100.0, "A change the other way is info, unless it spans this "
+                                       "factor (a learning rate cut 100x stalls the policy).")
+    max_changes: int = param(20, "Most findings per setting; further changes are counted in the "
+                             "summary (a schedule that jumps every few steps).")
+
+
+_R = RuleSpec
+_SEVERITY_DOC = ("warning_factor", "critical_factor", "safe_warning_factor", "change_ratio", "ramp_factor")
+RULES = (
+    _R("lr.change", Severity.INFO, "Learning rate changed",
+       "The logged learning rate jumped between two consecutive steps (not a warmup or decay "
+       "ramp). A larger rate makes larger updates, which show first in the gradients and KL; a "
+       "rate cut by orders of magnitude stops the policy from moving. Severity follows the factor.",
+       "If the change was not intended, restore the learning rate to its value before the change "
+       "and resume from a checkpoint before it; check the scheduler and the config.",
+       _SEVERITY_DOC),
+    _R("kl_coef.change", Severity.INFO, "KL coefficient changed",
+       "The logged KL coefficient jumped (not an adaptive controller's gradual moves). A smaller "
+       "coefficient, or none, lets the policy drift from the reference. Severity follows the factor.",
+       "If the change was not intended, restore the KL coefficient to its value before the change; "
+       "check the controller and the config.",
+       _SEVERITY_DOC),
+    _R("clip.change", Severity.INFO, "Clip range changed",
+       "The logged PPO clip range jumped. A wider range allows larger policy updates per step. "
+       "Severity follows the factor.",
+       "If the change was not intended, restore the clip range to its value before the change.",
+       _SEVERITY_DOC),
+    _R("batch_size.change", Severity.INFO, "Batch size changed",
+       "The logged batch size jumped. A smaller batch gives noisier gradients and KL estimates. "
+       "Severity follows the factor.",
+       "If the change was not intended, restore the batch size to its value before the change.",
+       _SEVERITY_DOC),
+)
+
+
+@dataclass
+class _Follow:
+    """Streaming state of one setting: the last three logged values (the newest move undecided)."""
+
+    key: str | None = None
+    steps: list[int] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    first: float | None = None
+    last: float | None = None
+    logged: int = 0
+
+
+def _factor(before: float, after: float) -> float:
+    """``after / before``; a move from or to zero is an infinite factor (or 1 when both are 0)."""
+    if before == after:
+        return 1.0
+    if before == 0.0 or after == 0.0:
+        return math.inf if after != 0.0 else 0.0
+    return after / before
+
+
+class Hyperparams(Tracker):
+    """Jumps of the learning rate, KL coefficient, clip range and batch size, with their values."""
+
+    name = "hyperparams"
+    area = "config"
+    requires = ("learning_rate", "kl_coef", *CLIP_KEYS, *BATCH_KEYS)
+    rules = RULES
+    Params = HyperparamsParams
+
+    def __init__(self, params: HyperparamsParams | None = None, meta=None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(params, meta)
+        self.p: HyperparamsParams = self.params
+        self.follow = {s.parameter: _Follow() for s in SETTINGS}
+
+    def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
+        if not len(batch):
+            return None
+        self.rows += len(batch)
+        for s in SETTINGS:
+            st = self.follow[s.parameter]
+            if st.key is None:
+                st.key = next((k for k in s.keys if batch.has(k)), None)
+                if st.key is None:
+                    continue
+            v = batch.col(st.key)
+            ok = np.isfinite(v)
+            if not ok.any():
+                continue
+            self.active = True
+            self.source_keys.setdefault(s.parameter, st.key)
+            vals = v[ok].astype(np.float64)
+            if st.first is None:
+                st.first = float(vals[0])
+            st.last = float(vals[-1])
+            st.logged += len(vals)
+            self._decide(s, st, batch.steps[ok].astype(np.int64), vals, batch.rows[ok], final=False)
+        return None
+
+    def _decide(self, s: Setting, st: _Follow, steps: np.ndarray, vals: np.ndarray, rows: np.ndarray,
+                final: bool) -> None:
+        """Judge every move whose next move is known (all of them when ``final``)."""
+        v = np.concatenate([np.asarray(st.values, dtype=np.float64), vals])
+        stp = np.concatenate([np.asarray(st.steps, dtype=np.int64), steps])
+        rw = np.concatenate([np.asarray(st.rows, dtype=np.int64), rows])
+        # moves: d[i] = v[i + 1] - v[i]; the move into v[i] is decided once d[i] (the next) is known
+        start = max(len(st.values) - 1, 1)  # the first undecided position in v
+        stop = len(v) if final else len(v) - 1
+        if stop > start:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                before, after = v[start - 1 : stop - 1], v[start:stop]
+                ratio = np.where((before > 0) & (after > 0), np.abs(np.log(after / before)), np.inf)
+            jump = (ratio > math.log(self.p.change_ratio)) & (before != after)
+            for i in np.flatnonzero(jump) + start:
+                if self._ramp(v, int(i)):
+                    continue
+                if len(st.changes) < self.p.max_changes:
+                    st.changes.append({"step": int(stp[i]), "previous_step": int(stp[i - 1]),
+                                       "row": int(rw[i]), "before": float(v[i - 1]),
+                                       "after": float(v[i])})
+                else:
+                    st.changes.append({"step": int(stp[i]), "dropped": True})
+        keep = max(len(v) - 3, 0)
+        st.values, st.steps, st.rows = v[keep:].tolist(), stp[keep:].tolist(), rw[keep:].tolist()
+
+    def _ramp(self, v: np.ndarray, i: int) -> bool:
+        """Whether the move into ``v[i]`` is as large as a neighbouring move in its direction."""
+        d = v[i] - v[i - 1]
+        for j in (i - 1, i + 1):
+            if 1 <= j < len(v):
+                n = v[j] - v[j - 1]
+                if n != 0.0 and np.sign(n) == np.sign(d) and abs(d) <= self.p.ramp_factor * abs(n):
+                    return True
+        return False
+
+    def severity(self, s: Setting, factor: float) -> Severity:
+        """The documented severity of a change by ``factor`` of setting ``s``."""
+        up = factor > 1.0
+        size = factor if up else (math.inf if factor == 0.0 else 1.0 / factor)
+        size *= 1.0 + 1e-9  # 1e-4 / 1e-6 is 99.99999999999999: a x100 cut is a x100 cut
+        if up and not s.risky_up and math.isinf(size):
+            return Severity.INFO  # switched on (a KL penalty, say): nothing grows riskier
+        if up == s.risky_up:
+            if size >= self.p.critical_factor:
+                return Severity.CRITICAL
+            if size >= self.p.warning_factor:
+                return Severity.WARNING
+            return Severity.INFO
+        return Severity.WARNING if size >= self.p.safe_warning_factor else Severity.INFO
+
+    def finish(self) -> TrackerResult:
+        summary: dict[str, Any] = {}
+        for s in SETTINGS:
+            st = self.follow[s.parameter]
+            if st.key is None or st.first is None:
+                continue
+            # the last logged move has no next move: decide it now
+            none = np.zeros(0, dtype=np.int64)
+            self._decide(s, st, none, none.astype(np.float64), none, final=True)
+            kept = [c for c in st.changes if not c.get("dropped")]
+            summary[s.parameter] = {"key": st.key, "first": st.first, "last": st.last,
+                                    "logged": st.logged, "changes": len(st.changes)}
+            for c in kept:
+                self._emit_change(s, st.key, c)
+        res = self.result(summary, [])
+        res.score = None  # a change is a cause: its effects count in their own areas
+        return res
+
+    def _emit_change(self, s: Setting, key: str, c: dict[str, Any]) -> None:
+        factor = _factor(c["before"], c["after"])
+        sev = self.severity(s, factor)
+        ep = Episode(onset_step=c["step"], first_step=c["step"], last_step=c["step"],
+                     last_row=c["row"], n_rows=1)
+        if math.isinf(factor):
+            what = f"{s.label} switched on at {step_span(c['step'], c['step'])}: 0 -> {c['after']:.3g}"
+        elif factor == 0.0:
+            what = f"{s.label} switched off at {step_span(c['step'], c['step'])}: {c['before']:.3g} -> 0"
+        else:
+            size = factor if factor >= 1.0 else 1.0 / factor
+            times = ("x" if factor >= 1.0 else "/") + (f"{size:,.0f}" if size >= 10 else f"{size:.2g}")
+            what = (f"{s.label} {times} at {step_span(c['step'], c['step'])}: "
+                    f"{c['before']:.3g} -> {c['after']:.3g}")
+        self.emit(s.rule, ep, what,
+                  {"parameter": s.parameter, "before": c["before"], "after": c["after"],
+                   "factor": factor if math.isfinite(factor) else None,
+                   "risky": (factor > 1.0) == s.risky_up,
+                   "previous_step": c["previous_step"], "change_ratio": self.p.change_ratio,
+                   "warning_factor": self.p.warning_factor, "critical_factor": self.p.critical_factor,
+                   "metrics": [s.parameter]},
+                  severity=sev)

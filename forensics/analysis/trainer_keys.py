@@ -1,0 +1,178 @@
+"""The trainers' own configuration keys for the parameters forensics recommends changing.
+
+A recommendation is only useful in the trainer's own words: ``beta`` in a TRL ``GRPOConfig``,
+``kl_coef`` in a TRL ``PPOConfig``, ``actor_rollout_ref.actor.optim.lr`` in veRL,
+``--actor_learning_rate`` for OpenRLHF. The trainer is chosen from the format that was read (and
+the algorithm); a parameter the trainer has no key for is given in words, never under a made-up
+key. Every key below was read from the trainer's source:
+
+* TRL: ``trl/trainer/grpo_config.py`` (``beta``, ``epsilon``, ``epsilon_high``, ``temperature``,
+  ``max_completion_length``), ``rloo_config.py`` (the same names since v0.23; earlier RLOO and
+  PPO: ``kl_coef``, ``cliprange``), ``ppo_config.py`` / ``OnPolicyConfig`` in ``trainer/utils.py``
+  (``kl_coef``, ``cliprange``, ``temperature``, ``response_length``), ``dpo_config.py``
+  (``beta``); ``learning_rate``, ``max_grad_norm``, ``per_device_train_batch_size`` come from
+  transformers' ``TrainingArguments``.
+* veRL: ``verl/trainer/config/ppo_trainer.yaml``: ``actor_rollout_ref.actor.optim.lr``,
+  ``actor_rollout_ref.actor.kl_loss_coef`` (KL as a loss, GRPO) or
+  ``algorithm.kl_ctrl.kl_coef`` (KL in the reward, PPO), ``algorithm.kl_ctrl.horizon``,
+  ``actor_rollout_ref.actor.grad_clip``, ``actor_rollout_ref.rollout.temperature``,
+  ``data.max_response_length``, ``actor_rollout_ref.actor.clip_ratio`` (and ``clip_ratio_high``),
+  ``data.train_batch_size``.
+* OpenRLHF: ``openrlhf/cli/train_ppo_ray.py`` arguments ``--actor_learning_rate``,
+  ``--init_kl_coef``, ``--kl_horizon``, ``--max_norm``, ``--temperature``, ``--generate_max_len``,
+  ``--eps_clip``, ``--train_batch_size``.
+* The canonical streams: ``run.json`` fields (``kl_coef_init``, ``kl_horizon``,
+  ``max_grad_norm``, ``max_length``) and the keys its ``config`` object already holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import algorithm_family
+
+__all__ = ["PARAMETERS", "Trainer", "set_key", "trainer_for"]
+
+#: The parameters recommendations change, with their names in words.
+PARAMETERS = {
+    "learning_rate": "learning rate",
+    "kl_coef": "KL coefficient",
+    "kl_horizon": "KL controller horizon",
+    "max_grad_norm": "gradient clipping threshold",
+    "temperature": "sampling temperature",
+    "max_length": "maximum response length",
+    "clip_range": "clip range",
+    "clip_range_high": "upper clip range (clip-higher)",
+    "batch_size": "batch size",
+}
+
+_TRAINING_ARGUMENTS = {"learning_rate": "learning_rate", "max_grad_norm": "max_grad_norm",
+                       "batch_size": "per_device_train_batch_size"}
+_TRL_GROUP = {**_TRAINING_ARGUMENTS, "kl_coef": "beta", "temperature": "temperature",
+              "max_length": "max_completion_length", "clip_range": "epsilon",
+              "clip_range_high": "epsilon_high"}
+_TRL_ON_POLICY = {**_TRAINING_ARGUMENTS, "kl_coef": "kl_coef", "temperature": "temperature",
+                  "max_length": "response_length", "clip_range": "cliprange"}
+_TRL_DPO = {**_TRAINING_ARGUMENTS, "kl_coef": "beta"}
+_VERL = {"learning_rate": "actor_rollout_ref.actor.optim.lr",
+         "kl_horizon": "algorithm.kl_ctrl.horizon",
+         "max_grad_norm": "actor_rollout_ref.actor.grad_clip",
+         "temperature": "actor_rollout_ref.rollout.temperature",
+         "max_length": "data.max_response_length",
+         "clip_range": "actor_rollout_ref.actor.clip_ratio",
+         "clip_range_high": "actor_rollout_ref.actor.clip_ratio_high",
+         "batch_size": "data.train_batch_size"}
+_OPENRLHF = {"learning_rate": "actor_learning_rate", "kl_coef": "init_kl_coef", "kl_horizon": "kl_horizon",
+             "max_grad_norm": "max_norm", "temperature": "temperature", "max_length": "generate_max_len",
+             "clip_range": "eps_clip", "batch_size": "train_batch_size"}
+_RUN_JSON = {"kl_coef": "kl_coef_init", "kl_horizon": "kl_horizon", "max_grad_norm": "max_grad_norm",
+             "max_length": "max_length"}
+#: Keys of run.json's free ``config`` object that a parameter is recognised under (only keys the
+#: run's config already holds are used).
+_RUN_CONFIG = {"learning_rate": ("learning_rate", "lr"), "temperature": ("temperature",),
+               "clip_range": ("clip_range", "cliprange", "clip_eps", "eps_clip"),
+               "batch_size": ("batch_size",)}
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """A trainer's configuration: its name, the config it reads, parameter -> key, and how a
+    change is written (``style``: ``fields`` for a dataclass's fields, ``dotted`` for Hydra
+    overrides, ``arguments`` for command-line flags, ``run.json`` for the canonical metadata)."""
+
+    name: str
+    config: str
+    style: str
+    keys: Mapping[str, str] = field(default_factory=dict)
+
+    def key(self, parameter: str) -> str | None:
+        return self.keys.get(parameter)
+
+    def command_line(self, parameter: str, value: Any) -> str | None:
+        """The change as the trainer's command line takes it (None for run.json)."""
+        key = self.key(parameter)
+        if key is None:
+            return None
+        if self.style == "arguments":
+            return f"--{key} {value}"
+        if self.style == "dotted":
+            return f"{key}={value}"
+        if self.style == "fields":
+            return f"--{key} {value}"  # HfArgumentParser turns every field into a flag
+        return None
+
+
+def _trl(algorithm: str | None, source_keys: Iterable[str]) -> Trainer:
+    algo = algorithm or ""
+    family = algorithm_family(algo)
+    if algo == "ppo":
+        return Trainer("TRL", "PPOConfig", "fields", _TRL_ON_POLICY)
+    if algo == "rloo":
+        if any(k.startswith("objective/") for k in source_keys):  # RLOO before v0.23 (on-policy API)
+            return Trainer("TRL", "RLOOConfig (before v0.23)", "fields", _TRL_ON_POLICY)
+        return Trainer("TRL", "RLOOConfig", "fields", _TRL_GROUP)
+    if family == "group":
+        return Trainer("TRL", "GRPOConfig", "fields", _TRL_GROUP)
+    if family == "preference":
+        return Trainer("TRL", "DPOConfig" if algo in ("dpo", "ipo", "online_dpo") else f"{algo.upper()}Config",
+                       "fields", _TRL_DPO)
+    return Trainer("TRL", "TrainingArguments (algorithm unknown)", "fields", _TRAINING_ARGUMENTS)
+
+
+def trainer_for(formats: Iterable[str], algorithm: str | None, source_keys: Iterable[str] = (),
+                run_config: Mapping[str, Any] | None = None) -> Trainer | None:
+    """The trainer whose keys a recommendation uses, from the formats read (first step input
+    first), the run's algorithm, the source keys of the log and run.json's ``config``.
+
+    >>> trainer_for(["hf-trainer-state"], "grpo").key("kl_coef")
+    'beta'
+    >>> trainer_for(["hf-trainer-state"], "ppo").key("kl_coef")
+    'kl_coef'
+    >>> trainer_for(["verl-console"], "grpo", ["actor/kl_loss"]).key("kl_coef")
+    'actor_rollout_ref.actor.kl_loss_coef'
+    >>> trainer_for(["jsonl"], "ppo", run_config={"lr": 0.001}).key("learning_rate")
+    'config.lr'
+    >>> trainer_for(["wandb-csv"], "ppo") is None
+    True
+    """
+    keys = set(source_keys)
+    for fmt in formats:
+        if fmt == "hf-trainer-state":
+            return _trl(algorithm, keys)
+        if fmt in ("verl-console", "verl-jsonl"):
+            kl_loss = any(k.startswith("actor/kl_loss") for k in keys) or (
+                algorithm_family(algorithm) == "group" and not any("kl_penalty" in k for k in keys))
+            kl_key = "actor_rollout_ref.actor.kl_loss_coef" if kl_loss else "algorithm.kl_ctrl.kl_coef"
+            return Trainer("veRL", "veRL config (Hydra overrides)", "dotted", {**_VERL, "kl_coef": kl_key})
+        if fmt == "openrlhf-console":
+            return Trainer("OpenRLHF", "OpenRLHF arguments (train_ppo_ray)", "arguments", _OPENRLHF)
+        if fmt in ("llamafactory", "hf-console"):
+            return Trainer("Hugging Face Trainer", "TrainingArguments", "fields", _TRAINING_ARGUMENTS)
+        if fmt in ("jsonl", "parquet", "parquet-parts"):
+            found = dict(_RUN_JSON)
+            for parameter, names in _RUN_CONFIG.items():
+                for name in names:
+                    if name in (run_config or {}):
+                        found[parameter] = f"config.{name}"
+                        break
+            return Trainer("canonical streams", "run.json", "run.json", found)
+    return None
+
+
+def set_key(patch: dict[str, Any], key: str, value: Any, nested: bool) -> None:
+    """Put ``value`` under ``key`` in ``patch`` (a dotted key as nested objects when ``nested``).
+
+    >>> p = {}
+    >>> set_key(p, "actor_rollout_ref.actor.optim.lr", 8e-07, True); p
+    {'actor_rollout_ref': {'actor': {'optim': {'lr': 8e-07}}}}
+    """
+    if not nested:
+        patch[key] = value
+        return
+    parts = key.split(".")
+    node = patch
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value

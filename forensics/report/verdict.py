@@ -1,0 +1,104 @@
+"""The verdict: in one line whether the run is healthy or what broke, where it started, what to do.
+
+Every report opens with it (the terminal summary, the Markdown summary and the HTML's first
+screen), from the same inputs: the findings, the timeline's first domino and the
+recommendations. It reads the analysis dict only, so a saved ``analysis.json`` gives the same
+verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["evidence_rows", "verdict"]
+
+
+def _titles() -> dict[str, str]:
+    from ..analysis.trackers import all_rules
+
+    return {r.id: r.title for _, r in all_rules()}
+
+
+def verdict(findings: list[Mapping[str, Any]], timeline: Mapping[str, Any] | None,
+            recommendations: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``state`` (healthy / warning / critical), ``headline``, the first domino in words
+    (``domino``, with its finding), and ``do_now`` (the immediate recommendations).
+
+    >>> verdict([], {}, None)["headline"]
+    'Healthy: no warning or critical finding.'
+    """
+    crit = sum(1 for f in findings if f.get("severity") == "critical")
+    warn = sum(1 for f in findings if f.get("severity") == "warning")
+    out: dict[str, Any] = {"state": "critical" if crit else ("warning" if warn else "healthy"),
+                           "critical": crit, "warning": warn, "domino": None, "domino_finding": None,
+                           "chain": [], "do_now": []}
+    if not crit and not warn:
+        info = len(findings)
+        out["headline"] = "Healthy: no warning or critical finding." + (
+            f" {info} info finding{'s give' if info != 1 else ' gives'} context." if info else "")
+        return out
+    tl = timeline or {}
+    dom = tl.get("first_domino") or {}
+    idx = dom.get("finding_index")
+    root = findings[idx] if isinstance(idx, int) and 0 <= idx < len(findings) else None
+    titles = _titles()
+    events = {e["id"]: e for e in tl.get("events") or []}
+    after = [events[i]["rule"] for i in dom.get("chain", [])[1:] if i in events]
+    out["chain"] = [titles.get(r, r) for r in after]
+    counts = f"{crit} critical and {warn} warning findings" if crit else f"{warn} warning findings"
+    if root is not None:
+        out["domino"] = f"{root['message']} ({root['rule']}, {root['severity']})"
+        out["domino_finding"] = dict(root)
+        then = ""
+        if out["chain"]:
+            names = [t.lower() for t in out["chain"]]
+            then = "; then " + (", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0])
+        out["headline"] = f"{'Broken' if crit else 'Warning'}: it starts with {root['message']}{then}. ({counts})"
+    else:
+        out["headline"] = f"{'Broken' if crit else 'Warning'}: {counts}."
+    pri = (recommendations or {}).get("priorities") or {}
+    now = list(pri.get("immediate") or [])
+    if not now and root is not None and root.get("remedy"):
+        now = [root["remedy"]]
+    if not now:
+        now = list(pri.get("short_term") or [])[:2]
+    out["do_now"] = now
+    return out
+
+
+def _rank(key: str) -> int:
+    """Observed values first, the thresholds they crossed next, bookkeeping last."""
+    if key in ("before", "after", "factor", "previous_step") or key.startswith(("peak", "value", "min", "max")):
+        return 0
+    if key in ("source_keys", "risky", "parameter", "metrics"):
+        return 3
+    if "threshold" in key or key.endswith(("_factor", "_ratio", "_z")):
+        return 2
+    return 1
+
+
+def evidence_rows(evidence: Mapping[str, Any] | None, limit: int | None = None) -> list[tuple[str, str]]:
+    """A finding's evidence as (name, value) rows in words, observed values first: numbers to 4
+    significant digits, lists and objects compacted (the HTML shows it as a small table, not raw
+    JSON). ``limit`` keeps the first rows.
+
+    >>> evidence_rows({"warning_factor": 3, "before": 0.001, "after": 0.03, "source_keys": {"learning_rate": "lr"}})
+    [('before', '0.001'), ('after', '0.03'), ('warning factor', '3'), ('source keys', 'learning_rate: lr')]
+    """
+    keys = sorted((evidence or {}), key=lambda k: (_rank(str(k)), list(evidence or {}).index(k)))
+    rows = [(str(k).replace("_", " "), _value((evidence or {})[k])) for k in keys]
+    return rows[:limit] if limit is not None else rows
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, Mapping):
+        return ", ".join(f"{k}: {_value(x)}" for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        shown = [_value(x) for x in v[:8]]
+        return ", ".join(shown) + (f", … ({len(v)} in all)" if len(v) > 8 else "")
+    return "–" if v is None else str(v)

@@ -1,0 +1,158 @@
+"""The HTML report in a real browser: headless Chromium (Debian's package, driven by Playwright)
+renders the demo report and two real-log reports at 1400 x 900 and 800 x 900 and checks that
+nothing overflows the page sideways, that the first screen holds the verdict (and, for the demo,
+the first domino's values and what to do), that the plots drew, and that a finding's "show on the
+plot" link zooms its plot.
+
+CI installs Chromium with apt (.ci/run); the test is skipped, saying why, only where no Chromium
+or no Playwright can be found. ``python -m tests.test_browser docs`` writes the screenshots of the
+demo report's first screen committed under docs/.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import FIXTURES, REAL
+
+#: Flags for a headless Chromium on a machine with a closed network (no background connections).
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run"]
+SIZES = ((1400, 900), (800, 900))
+
+
+def chromium_path() -> str | None:
+    """The Chromium binary: $FORENSICS_CHROMIUM, or chromium / chromium-browser on the PATH."""
+    for cand in (os.environ.get("FORENSICS_CHROMIUM"), shutil.which("chromium"),
+                 shutil.which("chromium-browser"), "/usr/bin/chromium"):
+        if cand and Path(cand).exists():
+            return cand
+    return None
+
+
+def launch(playwright: Any, width: int = 1400, height: int = 900) -> Any:
+    """A fresh persistent Chromium context (a new, empty profile) of the given viewport."""
+    return playwright.chromium.launch_persistent_context(
+        tempfile.mkdtemp(prefix="forensics-chromium-"), executable_path=chromium_path(), headless=True,
+        args=FLAGS[1:], viewport={"width": width, "height": height})
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One Chromium for the module (its viewport is set per check)."""
+    exe = chromium_path()
+    if exe is None:
+        pytest.skip("no Chromium found (apt-get install chromium, or set FORENSICS_CHROMIUM)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("the playwright package is not installed (pip install -e '.[dev]')")
+    with sync_playwright() as p:
+        ctx = launch(p)
+        try:
+            yield ctx
+        finally:
+            ctx.close()
+
+
+def _report(tmp: Path, path: Path, name: str) -> Path:
+    from forensics.analysis.engine import scan_path
+    from forensics.report.files import write_reports
+
+    return write_reports(scan_path(path), tmp / name)["html"]
+
+
+REAL_LOGS = [REAL / "verl_v04_console_qwen2_7b_math_megatron.log", REAL / "rldk_grpo_synthetic_seed2.jsonl"]
+
+_LAYOUT = """() => {
+  const w = window.innerWidth;
+  const wide = Array.from(document.querySelectorAll('section, header, nav, table, pre, .fig'))
+    .filter(e => e.getBoundingClientRect().right > w + 1).map(e => e.id || e.tagName);
+  const head = document.querySelector('#verdict .headline');
+  const box = head ? head.getBoundingClientRect() : null;
+  const now = document.querySelector('#verdict .now');
+  return {scroll: document.documentElement.scrollWidth, width: w, wide: wide,
+          headline: head ? head.textContent.trim() : '', headlineBottom: box ? box.bottom : 1e9,
+          nowTop: now ? now.getBoundingClientRect().top : null,
+          firstScreen: document.body.innerText.slice(0, 4000),
+          plots: document.querySelectorAll('.js-plotly-plot').length};
+}"""
+
+
+@pytest.mark.parametrize("name", ["demo", "verl", "rldk"])
+def test_report_fits_the_page_and_opens_with_the_verdict(browser: Any, tmp_path: Path, name: str) -> None:
+    src = {"demo": FIXTURES / "runs" / "ppo_lr_high", "verl": REAL_LOGS[0], "rldk": REAL_LOGS[1]}[name]
+    page_path = _report(tmp_path, src, name)
+    page = browser.new_page()
+    for width, height in SIZES:
+        try:
+            page.set_viewport_size({"width": width, "height": height})
+            page.goto(page_path.as_uri())
+            page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length > 0", timeout=20000)
+            got = page.evaluate(_LAYOUT)
+            assert got["scroll"] <= got["width"], (name, width, got["scroll"], got["wide"])
+            assert got["wide"] == [], (name, width, got["wide"])
+            assert got["headline"] and got["headlineBottom"] <= height, (name, width, got)
+            assert got["plots"] >= 3
+            if name == "demo":
+                assert got["headline"].startswith("Broken: it starts with learning rate x30 at step 100")
+                assert got["nowTop"] is not None and got["nowTop"] < height, (width, got["nowTop"])
+                visible = page.evaluate("""() => {
+                  const out = [];
+                  document.querySelectorAll('#verdict *').forEach(e => {
+                    const r = e.getBoundingClientRect();
+                    if (r.bottom <= window.innerHeight && e.children.length === 0) out.push(e.textContent);
+                  });
+                  return out.join(' ');
+                }""")
+                assert "learning rate x30 at step 100: 0.001 -> 0.03" in visible
+                assert "0.03 -> 0.001" in visible  # what to do: restore the learning rate
+                if width == 1400:
+                    _zoom_link_works(page)
+        finally:
+            if width == SIZES[-1][0]:
+                page.close()
+
+
+def _zoom_link_works(page: Any) -> None:
+    link = page.locator("#findings a.zoom").first
+    fig = link.get_attribute("data-fig")
+    x0, x1 = float(link.get_attribute("data-x0")), float(link.get_attribute("data-x1"))
+    link.click()
+    page.wait_for_timeout(300)
+    rng = page.evaluate(f"document.getElementById('{fig}').layout.xaxis.range")
+    assert rng == pytest.approx([x0, x1])
+
+
+def screenshots(out: Path) -> list[Path]:
+    """The demo report's first screen at 1400 and 800 px, as PNG files in ``out``."""
+    from playwright.sync_api import sync_playwright
+
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        page_path = _report(Path(tmp), FIXTURES / "runs" / "ppo_lr_high", "demo")
+        done = []
+        with sync_playwright() as p:
+            for width, height in SIZES:
+                ctx = launch(p, width, height)
+                page = ctx.new_page()
+                page.goto(page_path.as_uri())
+                page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length > 0")
+                target = out / f"report-first-screen-{width}.png"
+                page.screenshot(path=str(target))
+                ctx.close()
+                done.append(target)
+    return done
+
+
+if __name__ == "__main__":
+    for written in screenshots(Path(sys.argv[1] if len(sys.argv) > 1 else "docs")):
+        print(written)

@@ -1,0 +1,222 @@
+"""Recommendations: derived from the causal chain, never contradictory, valued from the log, and
+written in the keys and types of the trainer that wrote the log."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from forensics.analysis.engine import scan_path
+from forensics.analysis.recommendations import ACTIONS, TEXT_ONLY, applicable_actions
+from forensics.analysis.trackers import all_rules
+from forensics.config import Config, RunMeta
+from forensics.report.files import write_reports
+
+from .conftest import FIXTURES, ROOT, healthy_rows, write_jsonl
+
+SHARED_LOGS = ROOT.parent.parent / "shared" / "real-logs"
+
+
+def _every_log() -> list[Path]:
+    """Every fixture run, every format fixture and every real log (the shared copies too)."""
+    paths = sorted((FIXTURES / "runs").iterdir())
+    paths += sorted(p for p in (FIXTURES / "formats").iterdir() if p.suffix not in (".md", ".py"))
+    paths += sorted(p for p in (FIXTURES / "real-logs").iterdir() if p.suffix != ".md")
+    for base in (SHARED_LOGS, Path("/work/shared/real-logs")):
+        if base.is_dir():
+            paths += sorted(p for p in base.iterdir() if p.suffix not in (".md",))
+            break
+    return paths
+
+
+@pytest.fixture(scope="module")
+def every_analysis() -> dict[str, dict[str, Any]]:
+    return {str(p): scan_path(p).to_dict() for p in _every_log()}
+
+
+def test_demo_first_recommendation_restores_the_learning_rate(tmp_path: Path) -> None:
+    d = scan_path(FIXTURES / "runs" / "ppo_lr_high").to_dict()
+    rec = d["recommendations"]
+    first = rec["adjustments"][0]
+    assert first["parameter"] == "learning_rate" and first["source"] == "lr.change" and first["first_domino"]
+    assert first["new"] == pytest.approx(0.001) and first["current"] == pytest.approx(0.03)
+    assert first["priority"] == "immediate" and "x30 jump at step 100" in first["text"]
+    assert rec["priorities"]["immediate"][0].startswith("learning rate: 0.03 -> 0.001 (restore)")
+    assert "x30" in rec["priorities"]["immediate"][0]
+    assert rec["config_patch"]["config"] == {"lr": 0.001}  # run.json's own key, a number
+    assert rec["first_domino"]["rule"] == "lr.change"
+    # the adaptive controller's beta (about 5 by the end) is not patched with a made-up value
+    assert "kl_coef_init" not in rec["config_patch"] and "beta" not in json.dumps(rec["config_patch"])
+
+
+
+
+def test_no_parameter_raised_and_lowered_and_no_finding_contradicted(
+        every_analysis: dict[str, dict[str, Any]]) -> None:
+    for path, d in every_analysis.items():
+        rec = d["recommendations"]
+        by_param: dict[str, set[str]] = {}
+        for a in rec["adjustments"]:
+            by_param.setdefault(a["parameter"], set()).add(a["direction"])
+        assert all(len(v) == 1 for v in by_param.values()), (path, by_param)
+        held = {(a["parameter"], h["source"]) for a in rec["adjustments"] for h in a["held_back"]}
+        for f in d["findings"]:
+            if f["severity"] == "info":
+                continue
+            acts = applicable_actions(f, d["findings"])
+            for a in rec["adjustments"]:
+                dirs = {x.direction for x in acts if x.parameter == a["parameter"]} - {
+                    "restore", "restore_first", "set"}
+                if dirs and a["direction"] in ("lower", "raise") and a["direction"] not in dirs:
+                    assert (a["parameter"], f["rule"]) in held, (path, f["rule"], a["text"])
+        # the patch holds numbers only, under real keys
+        for value in _leaves(rec["config_patch"]):
+            assert isinstance(value, (int, float)) and not isinstance(value, bool), (path, value)
+
+
+def _leaves(tree: Any) -> list[Any]:
+    if isinstance(tree, dict):
+        return [x for v in tree.values() for x in _leaves(v)]
+    return [tree]
+
+
+_PARAM_WORDS = {"learning_rate": r"learning rate|\bit\b(?= back| if it decayed)", "kl_coef": r"KL coefficient",
+                "temperature": r"temperature", "max_length": r"max_length", "max_grad_norm":
+                r"gradient clipping|max_grad_norm", "batch_size": r"batch size", "reward_weight": r"reward weight",
+                "clip_range": r"clip range"}
+_VERBS = {"lower": r"lower|cut|tighten", "raise": r"raise|restore|increase|lengthen"}
+
+
+def test_every_action_stands_for_words_of_its_remedy() -> None:
+    remedies = {r.id: r.remedy for _, r in all_rules()}
+    for rule, actions in ACTIONS.items():
+        assert rule in remedies, rule
+        for a in actions:
+            assert re.search(a.phrase, remedies[rule], re.IGNORECASE), (rule, a.phrase)
+    # and every directed change a remedy names is an action, or stays in words for a stated reason
+    for rule, remedy in remedies.items():
+        for clause in re.split(r"[;.]", remedy):
+            for parameter, words in _PARAM_WORDS.items():
+                for direction, verbs in _VERBS.items():
+                    if re.search(rf"\b({verbs})\b[^;,.]*?({words})|({words})\s+[\d-]+%\s+({verbs})",
+                                 clause, re.IGNORECASE):
+                        known = {a.parameter for a in ACTIONS.get(rule, ())}
+                        assert parameter in known or (rule, parameter) in TEXT_ONLY, \
+                            (rule, parameter, direction, clause)
+
+
+def _grpo_state(tmp_path: Path, n: int = 200) -> Path:
+    """A TRL GRPO trainer_state.json whose learning rate is far too high: KL runs away, the
+    gradients spike, the entropy collapses while the reward sits at its maximum."""
+    rng = np.random.default_rng(0)
+    hist = []
+    for i in range(n):
+        s = i + 1
+        kl = 0.002 * np.exp(s / 25) * np.exp(rng.normal(0, 0.05))
+        hist.append({"step": s, "epoch": s / n, "learning_rate": 5e-5, "loss": float(0.04 * kl),
+                     "grad_norm": float(0.4 * np.exp(rng.normal(0, 0.1)) * (30 if s in (120, 121) else 1)),
+                     "kl": float(kl), "reward": float(min(1.0, 0.5 + s / 100) - abs(rng.normal(0, 0.01))),
+                     "reward_std": 0.1, "entropy": float(0.9 * np.exp(-s / 60)),
+                     "completions/mean_length": float(300 + rng.normal(0, 5)),
+                     "completions/clipped_ratio": 0.01})
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"global_step": n, "logging_steps": 1, "log_history": hist}))
+    return path
+
+
+GRPO_FIELDS = {"learning_rate", "beta", "max_grad_norm", "temperature", "max_completion_length", "epsilon",
+               "epsilon_high", "per_device_train_batch_size"}
+
+
+def test_trl_grpo_patch_uses_grpo_config_fields_and_numbers(tmp_path: Path) -> None:
+    log = _grpo_state(tmp_path)
+    a = scan_path(log, config=Config(run=RunMeta(algorithm="grpo")))
+    paths = write_reports(a, tmp_path / "out")
+    rec = json.loads(paths["recommendations"].read_text())
+    assert rec["trainer"] == {"name": "TRL", "config": "GRPOConfig"}
+    assert rec["adjustments"], "a run this broken needs changes"
+    assert set(rec["config_patch"]) <= GRPO_FIELDS
+    assert all(isinstance(v, float) for v in rec["config_patch"].values())
+    lr = next(x for x in rec["adjustments"] if x["parameter"] == "learning_rate")
+    assert lr["current"] == pytest.approx(5e-5) and lr["new"] == pytest.approx(4e-5)  # from the log
+    assert rec["config_patch"]["learning_rate"] == pytest.approx(4e-5)
+    assert "--learning_rate 4e-05" in rec["command_line"]
+    # no reward weight or threshold: TRL has no such key, and a reward at its maximum needs none
+    assert not any(x["parameter"].startswith("reward") for x in rec["adjustments"])
+    assert yaml.safe_load(paths["recommendations_yaml"].read_text())["config_patch"] == rec["config_patch"]
+
+
+def test_veRL_OpenRLHF_and_run_json_keys(tmp_path: Path) -> None:
+    verl = scan_path(FIXTURES / "formats" / "verl_file_logger.jsonl").to_dict()["recommendations"]
+    assert verl["trainer"]["name"] == "veRL"
+    assert verl["config_patch"] == {"actor_rollout_ref": {"actor": {"optim": {"lr": 8e-07}}}}
+    assert verl["command_line"] == ["actor_rollout_ref.actor.optim.lr=8e-07"]
+    from forensics.analysis.trainer_keys import trainer_for
+
+    orl = trainer_for(["openrlhf-console"], "ppo")
+    assert orl is not None and orl.command_line("learning_rate", 8e-7) == "--actor_learning_rate 8e-07"
+    assert orl.key("kl_coef") == "init_kl_coef" and orl.key("clip_range_high") is None
+    rows = healthy_rows(300)
+    for r in rows:
+        r["learning_rate"] = 3e-6  # the log says 3e-6; the config default below says 1e-5
+    for r in rows[150:154]:
+        r["grad_norm"] *= 40
+    run = tmp_path / "run"
+    run.mkdir()
+    write_jsonl(run / "steps.jsonl", rows)
+    (run / "run.json").write_text(json.dumps({"algorithm": "ppo", "max_grad_norm": 1.0,
+                                              "config": {"learning_rate": 1e-5}}))
+    rec = scan_path(run).to_dict()["recommendations"]
+    lr = next(x for x in rec["adjustments"] if x["parameter"] == "learning_rate")
+    assert lr["current"] == pytest.approx(3e-6) and lr["new"] == pytest.approx(2.4e-6)
+    assert rec["config_patch"]["config"]["learning_rate"] == pytest.approx(2.4e-6)
+
+
+def test_unknown_trainer_or_value_is_given_in_words() -> None:
+    rec = scan_path(FIXTURES / "real-logs" / "rldk_grpo_synthetic_seed2.jsonl").to_dict()["recommendations"]
+    assert rec["config_patch"] == {}
+    assert rec["not_in_config"] and all("learning rate" in w or "KL" in w for w in rec["not_in_config"])
+
+
+def test_yaml_is_safe_dump_and_reads_back_numbers(tmp_path: Path) -> None:
+    paths = write_reports(scan_path(FIXTURES / "runs" / "ppo_lr_high"), tmp_path)
+    text = paths["recommendations_yaml"].read_text()
+    back = yaml.safe_load(text)
+    assert back == json.loads(paths["recommendations"].read_text())
+    assert back["config_patch"]["config"]["lr"] == 0.001 and isinstance(back["config_patch"]["max_grad_norm"], float)
+    assert yaml.safe_load(yaml.safe_dump({"lr": 8e-07})) == {"lr": 8e-07}
+
+
+def test_healthy_runs_need_no_change(every_analysis: dict[str, dict[str, Any]]) -> None:
+    for path, d in every_analysis.items():
+        if "healthy" in path:
+            assert d["recommendations"]["priorities"]["immediate"] == [], path
+
+
+def test_messages_say_one_step_as_a_step_and_no_range_twice(every_analysis: dict[str, dict[str, Any]]) -> None:
+    from forensics.analysis.spans import step_span, with_span
+
+    seen = 0
+    for path, d in every_analysis.items():
+        for f in d["findings"]:
+            msg = f["message"]
+            assert not re.search(r"\bsteps (\d+)-\1\b", msg), (path, msg)  # never "100-100"
+            text = step_span(f["first_step"], f["last_step"])
+            assert msg.count(text) <= 1, (path, msg)
+            line = with_span(msg, f["first_step"], f["last_step"])
+            assert line.count(text) == 1, (path, line)  # what the terminal prints: the range once
+            seen += f["first_step"] == f["last_step"] and text in msg
+    assert seen  # single-step findings were there to check
+    from forensics.report.terminal import render_summary
+
+    out = render_summary(scan_path(FIXTURES / "runs" / "ppo_lr_high"))
+    assert "steps 100-100" not in out and "step 100" in out
+    for line in out.splitlines():
+        ranges = re.findall(r"\bsteps? \d+(?:-\d+)?\b", line)
+        assert len(ranges) == len(set(ranges)), line
