@@ -144,9 +144,10 @@ def test_trl_grpo_patch_uses_grpo_config_fields_and_numbers(tmp_path: Path) -> N
     assert set(rec["config_patch"]) <= GRPO_FIELDS
     assert all(isinstance(v, float) for v in rec["config_patch"].values())
     lr = next(x for x in rec["adjustments"] if x["parameter"] == "learning_rate")
-    assert lr["current"] == pytest.approx(5e-5) and lr["new"] == pytest.approx(4e-5)  # from the log
-    assert rec["config_patch"]["learning_rate"] == pytest.approx(4e-5)
-    assert "--learning_rate 4e-05" in rec["command_line"]
+    # from the log's own value; KL reaches 6 nats/token (kl.excessive): a 10x cut, not 20%
+    assert lr["current"] == pytest.approx(5e-5) and lr["new"] == pytest.approx(5e-6)
+    assert rec["config_patch"]["learning_rate"] == pytest.approx(5e-6)
+    assert "--learning_rate 5e-06" in rec["command_line"]
     # no reward weight or threshold: TRL has no such key, and a reward at its maximum needs none
     assert not any(x["parameter"].startswith("reward") for x in rec["adjustments"])
     assert yaml.safe_load(paths["recommendations_yaml"].read_text())["config_patch"] == rec["config_patch"]

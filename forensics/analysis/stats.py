@@ -278,7 +278,9 @@ class BlockStats:
     Each complete block is summarised by its median and its MAD. A row's baseline is the median of
     the block medians of the ``window // block`` blocks *before* the block that holds the row (the
     row and its neighbours in its own block are excluded, so a short burst cannot mask itself);
-    its robust sigma is the median of those blocks' MADs divided by 0.6745 (Iglewicz-Hoaglin).
+    its robust sigma is the median of those blocks' MADs divided by 0.6745 (Iglewicz-Hoaglin), or
+    the spread of the block medians themselves when larger (an autocorrelated series wanders
+    across blocks more than it moves within one).
     Per-row rolling medians cost O(n log w) with a large constant; this costs two sorts of
     ``block``-wide rows plus a rolling median over n / block values.
 
@@ -314,6 +316,13 @@ class BlockStats:
         pos = first_pos + offs
         base = self._trailing(all_meds, pos)
         sigma = self._trailing(all_mads, pos) / 0.6745
+        # the spread *between* blocks too: an autocorrelated series moves little within a block
+        # and wanders across blocks, so the within-block MAD alone would make its wander look
+        # like spikes (for iid noise the block medians spread less than the values: no change)
+        # (measured by consecutive block medians' differences, so a steady trend is not spread)
+        if len(all_meds) > 1:
+            dev = np.abs(np.diff(all_meds, prepend=np.nan)) / np.sqrt(2.0)
+            sigma = np.fmax(sigma, self._trailing(dev, pos) / 0.6745)
         self._partial = full[n_complete * self.block :]
         self._meds = all_meds[-self.keep :]
         self._mads = all_mads[-self.keep :]

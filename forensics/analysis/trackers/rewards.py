@@ -86,7 +86,11 @@ class RewardsParams:
                                 "finding (the condition flickers around its threshold).")
     stagnation_sigmas: float = param(2.0, "Minimum rise of the window's second-half mean over its "
                                      "first half, in standard errors of that difference.")
-    decline_sigmas: float = param(4.0, "Fall from the best level, in noise sigmas, that is a decline.")
+    decline_sigmas: float = param(4.0, "Fall from the best level, in noise sigmas, that is a decline. "
+                                  "The sigma is how far the reward wanders over `smooth` rows (not "
+                                  "only its step-to-step noise, which autocorrelated rewards "
+                                  "understate), and the best level is a best_smooth-row median.")
+    best_smooth: int = param(60, "Rows in the median whose running best is the run's best level.")
     decline_share: float = param(0.10, "...and at least this share of the range the run's level "
                                  "covered (best minus lowest).")
     decline_k: int = param(15, "Decline persistence: rows out of decline_m.")
@@ -102,10 +106,11 @@ RULES = (
        "task component stalls is reward hacking of the easy term.",
        "Check which components move; gate easy (format) rewards on correctness; reweight.",
        ("trend_window", "trend_share", "trend_z"), "SIGNATURES #8"),
-    _R("reward.stagnation", Severity.WARNING, "Reward stagnates",
+    _R("reward.stagnation", Severity.INFO, "Reward stagnates (a plateau)",
        "After probation the reward's mean over the second half of a long window was not clearly "
        "above its mean over the first half (in standard errors of the difference, from the run's "
-       "own noise): training no longer learns from this reward.",
+       "own noise): training no longer learns from this reward. A plateau is information, not a "
+       "fault: a converged run stagnates too, and stationary noise of any length is flat.",
        "Raise the reward weight 15% or the temperature 10%; check for zero-variance groups and "
        "entropy collapse; stop early if the run has converged.",
        ("stagnation_window", "stagnation_share", "stagnation_sigmas", "stagnation_gap", "smooth",
@@ -191,7 +196,7 @@ class Rewards(Tracker):
         p: RewardsParams = self.params
         self.p = p
         self.trends: dict[str, _Trend] = {}
-        self.ctx = Context(p.window + p.smooth + 2)
+        self.ctx = Context(max(p.window, p.best_smooth) + 2 * p.window + p.smooth + 2)
         self.best = -np.inf
         self.low = np.inf
         self.ep = {"reward.stagnation": Episodes(10, 10, gap=p.stagnation_gap, mode="min"),
@@ -299,8 +304,18 @@ class Rewards(Tracker):
         full, n0 = self.ctx.extend(r=r)
         level = block_median(full["r"], p.smooth, max(p.smooth // 2, 1))[n0:]
         sigma = diff_sigma(full["r"], p.window, p.window // 4)[n0:]
-        # running best and lowest level (max/min are exact, so batch-invariant)
-        lv = np.where(np.isfinite(level), level, -np.inf)
+        # how far the reward wanders over `smooth` rows: the robust spread of x_t - x_(t-smooth),
+        # over the window. The step-to-step noise alone understates an autocorrelated reward
+        # (AR(1) noise at phi = 0.9 moves 0.3 sigma a step but wanders a whole sigma), and a
+        # difference at a lag is not widened by a steady trend the way a plain spread is.
+        # Measured one window back, so a decline does not widen the yardstick it is judged by.
+        lagged = np.abs(full["r"] - shift(full["r"], p.smooth))
+        wander_f = block_median(lagged, p.window, p.window // 4) / (0.6745 * np.sqrt(2.0))
+        spread = np.where(np.isfinite(shift(wander_f, p.window)), shift(wander_f, p.window), wander_f)[n0:]
+        # running best (of a longer median: its extremes grow slowly with the run's length) and
+        # lowest level (max/min are exact, so batch-invariant)
+        slow = block_median(full["r"], p.best_smooth, max(p.best_smooth // 2, 1))[n0:]
+        lv = np.where(np.isfinite(slow), slow, -np.inf)
         best = np.maximum.accumulate(np.concatenate([[self.best], lv]))[1:]
         lo = np.minimum.accumulate(np.concatenate([[self.low], np.where(np.isfinite(level), level,
                                                                          np.inf)]))[1:]
@@ -314,14 +329,16 @@ class Rewards(Tracker):
         noisy = np.isfinite(sigma) & (sigma > 1e-12)
         drop = best - level
         span = best - lo
-        decline = after & noisy & fin & (drop > p.decline_sigmas * sigma) & (drop > p.decline_share * span)
+        level_sigma = np.fmax(sigma, np.where(np.isfinite(spread), spread, 0.0))
+        decline = (after & noisy & fin & (drop > p.decline_sigmas * level_sigma)
+                   & (drop > p.decline_share * span))
         self.ep["reward.decline"].update(rows, steps, decline, drop,
-                                         {"level": level, "best": best, "sigma": sigma})
+                                         {"level": level, "best": best, "sigma": level_sigma})
         (m1, n1), (m2, n2) = first_half, second_half
         se = sigma * np.sqrt(1.0 / n1 + 1.0 / n2)
         z = (m2 - m1) / np.where(noisy & (n1 >= 2) & (n2 >= 2), se, np.nan)
         stag = (after & np.isfinite(z) & (rows >= p.probation + p.stagnation_window)
-                & (z < p.stagnation_sigmas) & ~(drop > p.decline_sigmas * sigma))
+                & (z < p.stagnation_sigmas) & ~(drop > p.decline_sigmas * level_sigma))
         self.ep["reward.stagnation"].update(rows, steps, stag, z,
                                             {"earlier_mean": m1, "recent_mean": m2, "sigma": sigma,
                                              "span": span_rows.astype(float)})
