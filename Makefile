@@ -27,7 +27,8 @@ bench: $(STAMP)
 	$(PY) bench/bench_scan.py
 
 eval: $(STAMP)
-	$(PY) -m forensics.verdicts.evaluation fixtures/runs reports/detection_quality.json
+	$(PY) -m forensics.verdicts.evaluation reference=fixtures/runs trl=fixtures/trl --real-logs ../shared/real-logs \
+		--json reports/detection_quality.json --txt reports/detection_quality.txt
 
 fixtures: $(STAMP)
 	$(PY) scripts/make_fixtures.py
