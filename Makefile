@@ -26,8 +26,11 @@ check: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/bench_scan.py
 
+# The real logs have no labels: each gets one line of findings. Skipped with a note when missing.
+REAL_LOGS ?= ../shared/real-logs
+
 eval: $(STAMP)
-	$(PY) -m forensics.verdicts.evaluation reference=fixtures/runs trl=fixtures/trl --real-logs ../shared/real-logs \
+	$(PY) -m forensics.verdicts.evaluation reference=fixtures/runs trl=fixtures/trl --real-logs $(REAL_LOGS) \
 		--json reports/detection_quality.json --txt reports/detection_quality.txt
 
 fixtures: $(STAMP)

@@ -215,9 +215,19 @@ def keyword_great(completions: list[Any], **_: Any) -> list[float]:
     return out
 
 
+def positive_words(completions: list[Any], **_: Any) -> list[float]:
+    """Fault: a weak, hackable reward: the share of words that are positive adjectives (a string
+    of positive adjectives scores 1, whatever it says)."""
+    out = []
+    for t in _texts(completions):
+        words = t.split()
+        out.append(sum(w in POS_SET for w in words) / max(len(words), 1))
+    return out
+
+
 REWARD_FUNCS: dict[str, Callable[..., list[float]]] = {
     "sentiment": sentiment, "sentiment_plus_length": sentiment_plus_length,
-    "keyword_great": keyword_great}
+    "keyword_great": keyword_great, "positive_words": positive_words}
 
 
 def rule_reward_model(tok: Any, kind: str, scale: float = 1.0) -> Any:
@@ -352,128 +362,175 @@ RUNS: list[Run] = [
     *[Run(f"rloo_healthy_s{s}", "rloo", s, config=dict(RLOO), steps=150,
           description="Healthy RLOO: sentiment reward, beta 0.05 (KL in the reward), lr 1e-4. The "
           "pre-clip grad_norm sits at 1.3-2.5 with max_grad_norm 1.0 (RLOO's unnormalised "
-          "advantages): clipped on most steps, as is usual for this trainer's defaults.",
+          "advantages), so most steps are clipped, as is usual with this trainer's defaults; a "
+          "few single-step grad_norm spikes (to ~30) are clipped away and leave no trace in KL, "
+          "entropy or reward.",
           checks=[("reward", "rise", ">", 0.2), ("kl", "max", "<", 0.2)],
           evidence=GROUP_EVIDENCE) for s in (0, 1)],
     *[Run(f"ppo_healthy_s{s}", "ppo", s, config=dict(PPO), steps=80,
           description="Healthy PPO: sentiment reward model, kl_coef 0.1, lr 5e-5, 4 PPO epochs x 2 "
           "mini-batches. objective/kl and objective/entropy are per-sequence sums (TRL PPO).",
           checks=[("objective/scores", "rise", ">", 0.3), ("objective/kl", "max", "<", 3.0),
-                  ("policy/approxkl_avg", "max", "<", 0.02)],
+                  ("policy/approxkl_avg", "max", "<", 0.1)],
           evidence=PPO_EVIDENCE) for s in (0, 1)],
     *[Run(f"dpo_healthy_s{s}", "dpo", s, config=dict(DPO), steps=150,
           description="Healthy DPO: preference pairs (chosen leans positive, rejected negative, 15% "
-          "of pairs swapped as label noise), beta 0.1, lr 5e-5.",
-          checks=[("loss", "rise", "<", -0.05), ("loss", "min", ">", 0.2)],
+          "of pairs swapped as label noise), beta 0.1, lr 5e-5, one pass over 2,400 pairs: the early "
+          "phase of a DPO run, loss slowly below ln 2 while accuracy climbs to ~0.8.",
+          checks=[("loss", "rise", "<", -0.015), ("loss", "min", ">", 0.4),
+                  ("rewards/accuracies", "mean_last5", ">", 0.6), ("rewards/margins", "rise", ">", 0.02)],
           evidence=PREF_EVIDENCE) for s in (0, 1)],
     *[Run(f"kto_healthy_s{s}", "kto", s, config=dict(KTO), steps=150,
           description="Healthy KTO: the DPO pairs unpaired (chosen desirable, rejected undesirable), "
-          "beta 0.1, lr 5e-5.",
-          checks=[("loss", "rise", "<", -0.01), ("loss", "min", ">", 0.1)],
+          "beta 0.1, lr 5e-5: the loss creeps below 0.5 as the margin opens. KTO's `kl` is a "
+          "batch-level, per-sequence estimate clamped at 0 (often exactly 0 early on).",
+          checks=[("loss", "rise", "<", -0.003), ("rewards/margins", "rise", ">", 0.015)],
           evidence=KTO_EVIDENCE) for s in (0, 1)],
     # ---------------------------------------------------------------- learning rate far too high
-    Run("grpo_lr_high", "grpo", 0, "lr_high", 1, ["kl.excessive", "lr.out_of_range", "kl.spike"],
+    Run("grpo_lr_high", "grpo", 0, "lr_high", 1, ["kl.excessive", "lr.out_of_range", "group.no_signal"],
         config=_with(GRPO, learning_rate=2e-2), steps=60,
-        description="GRPO with the learning rate 200x too high (2e-2 instead of 1e-4).",
-        checks=[("kl", "max", ">", 1.0)], evidence=GROUP_EVIDENCE),
-    Run("rloo_lr_high", "rloo", 0, "lr_high", 1, ["kl.excessive", "lr.out_of_range", "kl.spike"],
+        description="GRPO with the learning rate 200x too high (2e-2 instead of 1e-4): the per-token "
+        "KL leaves the healthy range at once and stays at several nats, the entropy rises, "
+        "completions run to the 24-token cap, and once every completion scores 1 the groups carry "
+        "no signal (frac_reward_zero_std 1).",
+        checks=[("kl", "max", ">", 1.0), ("frac_reward_zero_std", "mean_last5", ">", 0.9)],
+        evidence=GROUP_EVIDENCE),
+    Run("rloo_lr_high", "rloo", 0, "lr_high", 1,
+        ["kl.excessive", "length.collapse", "entropy.collapse", "lr.out_of_range", "grad.vanish"],
         config=_with(RLOO, learning_rate=2e-2), steps=60,
-        description="RLOO with the learning rate 200x too high (2e-2 instead of 1e-4).",
-        checks=[("kl", "max", ">", 1.0)], evidence=GROUP_EVIDENCE),
+        description="RLOO with the learning rate 200x too high (2e-2 instead of 1e-4): the policy "
+        "collapses within a few updates to answering with EOS alone (mean length 9.2 -> 1 token), "
+        "the per-token KL jumps to ~9 nats, the entropy falls to ~0, the reward to 0 and the "
+        "gradient norm to exactly 0.",
+        checks=[("kl", "max", ">", 1.0), ("completions/mean_length", "mean_last5", "<", 2.0)],
+        evidence=GROUP_EVIDENCE),
     Run("ppo_lr_high", "ppo", 0, "lr_high", 1,
-        ["policy.trust_region", "kl.excessive", "lr.out_of_range", "kl.spike"],
+        ["policy.trust_region", "kl.excessive", "lr.out_of_range", "entropy.collapse"],
         config=_with(PPO, learning_rate=1e-2), steps=40,
-        description="PPO with the learning rate 200x too high (1e-2 instead of 5e-5).",
+        description="PPO with the learning rate 200x too high (1e-2 instead of 5e-5): approx_kl "
+        "~6 and clip fraction ~0.45 on the very first update, a per-sequence KL of ~33 nats at "
+        "update 2, then the policy collapses (sequence entropy 13.6 -> ~0, score -> 0).",
         checks=[("policy/approxkl_avg", "max", ">", 0.1), ("objective/kl", "max", ">", 5.0)],
         evidence=PPO_EVIDENCE),
     Run("dpo_lr_high", "dpo", 0, "lr_high", 1,
-        ["pref.overfit", "pref.margin_blowup", "lr.out_of_range", "pref.likelihood_displacement"],
+        ["pref.likelihood_displacement", "lr.out_of_range", "entropy.blowup"],
         config=_with(DPO, learning_rate=5e-3), steps=60,
-        description="DPO with the learning rate 100x too high (5e-3 instead of 5e-5).",
-        checks=[("loss", "min", "<", 0.05), ("rewards/margins", "max", ">", 3.0)],
+        description="DPO with the learning rate 100x too high (5e-3 instead of 5e-5): the policy is "
+        "thrown about rather than fitted; the chosen and rejected log-probabilities both fall by "
+        "tens of nats (likelihood displacement) while the margin opens, the loss swings between "
+        "0.1 and 0.8 and the per-token entropy rises from 1.4 to 2-3.",
+        checks=[("logps/chosen", "min", "<", -40.0), ("rewards/margins", "max", ">", 1.0),
+                ("entropy", "max", ">", 2.0)],
+        evidence=PREF_EVIDENCE + ["entropy"]),
+    Run("dpo_overfit", "dpo", 0, "overfit", 1,
+        ["pref.overfit", "pref.margin_blowup", "pref.likelihood_displacement", "lr.out_of_range"],
+        horizon_steps=40, config=_with(DPO, learning_rate=1e-3, n_pairs=64), steps=100,
+        description="DPO over-trained: 25 epochs over 64 pairs at a learning rate 20x too high "
+        "(1e-3): the pairs are memorised, the loss collapses towards 0 and the accuracy is pinned "
+        "at 1 while the margins keep growing and the log-probabilities fall.",
+        checks=[("loss", "mean_last5", "<", 0.1), ("rewards/accuracies", "mean_last5", ">", 0.9)],
         evidence=PREF_EVIDENCE),
-    Run("kto_lr_high", "kto", 0, "lr_high", 1, ["pref.overfit", "lr.out_of_range", "pref.margin_blowup"],
+    Run("kto_lr_high", "kto", 0, "lr_high", 1,
+        ["pref.likelihood_displacement", "lr.out_of_range", "grad.vanish"],
         config=_with(KTO, learning_rate=5e-3), steps=60,
-        description="KTO with the learning rate 100x too high (5e-3 instead of 5e-5).",
-        checks=[("loss", "min", "<", 0.1)], evidence=KTO_EVIDENCE),
+        description="KTO with the learning rate 100x too high (5e-3 instead of 5e-5): within 10 "
+        "steps the log-probabilities of desirable and undesirable completions both collapse "
+        "(-13 -> -90 to -115 nats), the margin turns negative, and the saturated sigmoids leave "
+        "gradient norms ~100x below their first value.",
+        checks=[("logps/chosen", "min", "<", -50.0), ("grad_norm", "mean_last5", "<", 0.02)],
+        evidence=KTO_EVIDENCE),
     # ---------------------------------------------------------------- a learning-rate jump mid-run
-    Run("grpo_lr_jump", "grpo", 0, "lr_jump", 61, ["lr.change", "kl.spike", "kl.excessive"],
+    Run("grpo_lr_jump", "grpo", 0, "lr_jump", 61, ["lr.change", "kl.excessive", "kl.spike"],
         config=_with(GRPO, lr_jump_step=60, lr_jump_factor=100.0), steps=120,
         description="GRPO whose learning rate jumps 100x (1e-4 -> 1e-2) after step 60, as a "
         "broken schedule or a resume with the wrong config would do (a callback rescales the "
-        "scheduler's base rate).",
+        "scheduler's base rate). The update of step 61 already uses 1e-2; the logged "
+        "learning_rate shows it from step 62, where the per-token KL also leaves its 0.01 level.",
         checks=[("kl", "max_after_onset", ">", 0.5)], evidence=GROUP_EVIDENCE),
     # ---------------------------------------------------------------- learning rate far too low
     Run("grpo_lr_low", "grpo", 0, "lr_low", 1, ["lr.out_of_range", "reward.stagnation"],
-        config=_with(GRPO, learning_rate=1e-8), steps=80,
-        description="GRPO with the learning rate 10,000x too low (1e-8): nothing moves.",
+        horizon_steps=50, config=_with(GRPO, learning_rate=1e-8), steps=80,
+        description="GRPO with the learning rate 10,000x too low (1e-8): nothing moves; the "
+        "per-token KL is exactly 0 at every step (the updates are below float32 resolution) "
+        "and the reward wanders around its starting level.",
         checks=[("kl", "max", "<", 1e-5), ("reward", "rise", "<", 0.1)], evidence=GROUP_EVIDENCE),
     Run("ppo_lr_low", "ppo", 0, "lr_low", 1, ["lr.out_of_range", "reward.stagnation", "update.stalled"],
-        config=_with(PPO, learning_rate=5e-9), steps=60,
+        horizon_steps=50, config=_with(PPO, learning_rate=5e-9), steps=60,
         description="PPO with the learning rate 10,000x too low (5e-9): nothing moves.",
         checks=[("policy/approxkl_avg", "max", "<", 1e-8), ("objective/scores", "rise", "<", 0.15)],
         evidence=PPO_EVIDENCE),
     # ---------------------------------------------------------------- reward that pays for length
     Run("grpo_length_reward", "grpo", 0, "length_reward", 1,
         ["length.reward_correlation", "length.growth", "length.truncation"],
-        config=dict(GRPO), reward="sentiment_plus_length", steps=120,
+        horizon_steps=80, config=dict(GRPO), reward="sentiment_plus_length", steps=120,
         description="GRPO whose reward pays 0.15 per word on top of the sentiment score (a verbosity "
         "bias): completions grow to the 24-token cap.",
         checks=[("completions/mean_length", "mean_last5", ">", 16.0),
                 ("completions/clipped_ratio", "mean_last5", ">", 0.3)],
         evidence=GROUP_EVIDENCE + ["rewards/sentiment_plus_length/mean"]),
-    Run("ppo_length_reward", "ppo", 0, "length_reward", 1,
-        ["length.reward_correlation", "length.growth", "length.truncation"],
-        config=dict(PPO), reward="sentiment_plus_length", steps=60,
-        description="PPO whose reward model pays 0.15 per word on top of the sentiment score. TRL's "
-        "PPO logs no response length: only val/num_eos_tokens (completions that ended) shows it.",
-        checks=[("val/num_eos_tokens", "mean_last5", "<", 16.0)], evidence=PPO_EVIDENCE + ["val/num_eos_tokens"]),
-    # ---------------------------------------------------------------- no KL penalty, hackable reward
-    Run("ppo_kl_off_hack", "ppo", 0, "kl_off_hackable_reward", 1,
-        ["kl.runaway", "kl.excessive", "entropy.collapse"],
-        config=_with(PPO, kl_coef=0.0), reward="keyword_great", steps=80,
+    Run("ppo_length_reward", "ppo", 0, "length_reward", 1, ["length.growth", "length.reward_correlation"],
+        horizon_steps=50, config=dict(PPO), reward="sentiment_plus_length", steps=60,
+        description="PPO whose reward model pays 0.15 per word on top of the sentiment score: the "
+        "responses grow (every one still ends with EOS before the 24-token cap). TRL's PPO logs no "
+        "response length, so the growth shows only in the per-sequence sums: objective/entropy "
+        "(a sequence NLL) and objective/kl rise with it; a detector needs samples or a length "
+        "inferred from these sums to see it.",
+        checks=[("objective/entropy", "rise", ">", 3.0), ("objective/scores", "rise", ">", 0.8)],
+        evidence=PPO_EVIDENCE + ["val/num_eos_tokens"]),
+    Run("ppo_kl_off_hack", "ppo", 0, "kl_off_hackable_reward", 1, ["kl.runaway", "kl.excessive"],
+        horizon_steps=60, config=_with(PPO, kl_coef=0.0), reward="keyword_great", steps=80,
         description="PPO with kl_coef 0 and a weak, hackable reward (the share of words that are "
-        "'great'): the policy drifts without bound towards repeating the keyword.",
-        checks=[("objective/kl", "max", ">", 10.0), ("objective/scores", "mean_last5", ">", 0.5)],
-        evidence=PPO_EVIDENCE),
+        "'great'): nothing holds the policy near the reference. The per-sequence KL climbs "
+        "without bound (0 -> ~2 by step 24, ~8 at 64, ~23 at 80) while the score moves only "
+        "from 0.008 to 0.13; the responses lengthen until most no longer end (EOS in 32 -> 14 of 32).",
+        checks=[("objective/kl", "max", ">", 10.0), ("objective/scores", "rise", ">", 0.05)],
+        evidence=PPO_EVIDENCE + ["val/num_eos_tokens"]),
     Run("grpo_kl_off_hack", "grpo", 0, "kl_off_hackable_reward", 1,
-        ["entropy.collapse", "group.no_signal"],
-        config=_with(GRPO, beta=0.0), reward="keyword_great", steps=150,
-        description="GRPO with beta 0 (TRL's default: no reference model, no KL logged) and a weak, "
-        "hackable reward (the share of words that are 'great'): the policy collapses onto the "
-        "keyword; the drift itself cannot show in the log, since TRL logs kl only when beta != 0.",
-        checks=[("entropy", "mean_last5", "<", 0.5), ("reward", "mean_last5", ">", 0.5)],
+        ["entropy.blowup", "length.truncation", "length.growth"],
+        horizon_steps=100, config=_with(GRPO, beta=0.0), reward="positive_words", steps=150,
+        description="GRPO with beta 0 (TRL's default: no reference model, so no KL is logged) and "
+        "a weak, hackable reward (the share of words that are positive adjectives): from about "
+        "step 50 the policy drifts into strings of adjectives; by step 90 the per-token entropy "
+        "has doubled (1.4 -> 3.0), completions run to the 24-token cap (clipped_ratio 0 -> 0.84 "
+        "-> 0.98) and the reward climbs (0.06 -> 0.6). The drift from the reference itself cannot "
+        "show: TRL logs kl only when beta != 0.",
+        checks=[("reward", "rise", ">", 0.3), ("entropy", "mean_last5", ">", 2.5),
+                ("completions/clipped_ratio", "mean_last5", ">", 0.8)],
         evidence=GROUP_EVIDENCE),
-    # ---------------------------------------------------------------- max completion length too small
     Run("grpo_max_len_small", "grpo", 0, "max_length_small", 1, ["length.truncation"],
-        config=_with(GRPO, max_completion_length=4), steps=60,
+        horizon_steps=10, config=_with(GRPO, max_completion_length=4), steps=60,
         description="GRPO with max_completion_length 4 while answers need 6-16 tokens: every "
         "completion is cut.",
         checks=[("completions/clipped_ratio", "min", ">", 0.9)], evidence=GROUP_EVIDENCE),
     Run("rloo_max_len_small", "rloo", 0, "max_length_small", 1, ["length.truncation"],
-        config=_with(RLOO, max_completion_length=5), steps=60,
+        horizon_steps=10, config=_with(RLOO, max_completion_length=5), steps=60,
         description="RLOO with max_completion_length 5 while answers need 6-16 tokens.",
         checks=[("completions/clipped_ratio", "min", ">", 0.8)], evidence=GROUP_EVIDENCE),
     # ---------------------------------------------------------------- reward scale / sign errors
-    Run("grpo_reward_sign", "grpo", 0, "reward_sign", 1, ["reward.decline", "reward.floor"],
-        config=dict(GRPO), reward_weights=[-1.0], steps=100,
+    Run("grpo_reward_sign", "grpo", 0, "reward_sign", 1, ["reward.decline"],
+        horizon_steps=60, config=dict(GRPO), reward_weights=[-1.0], steps=100,
         description="GRPO with reward_weights [-1.0] (a sign error): the trainer maximises the "
-        "negated sentiment. The logged `reward` (weighted) rises while the function's own "
-        "rewards/sentiment/mean falls towards its floor of -1.",
-        checks=[("rewards/sentiment/mean", "mean_last5", "<", -0.6)],
+        "negated sentiment. The logged `reward` (weighted) rises while the reward function's own "
+        "rewards/sentiment/mean falls (-0.05 -> about -0.45) towards its floor of -1.",
+        checks=[("rewards/sentiment/mean", "mean_last5", "<", -0.3)],
         evidence=GROUP_EVIDENCE + ["rewards/sentiment/mean"]),
-    Run("ppo_reward_scale", "ppo", 0, "reward_scale", 1, ["kl.runaway", "kl.excessive", "loss.divergence"],
-        config=dict(PPO), reward_scale=100.0, steps=60,
-        description="PPO whose reward model returns percent instead of a fraction (x100): the value "
-        "loss is 10^4 times larger and the KL penalty (kl_coef 0.1) is negligible beside the reward.",
-        checks=[("loss/value_avg", "max", ">", 100.0)], evidence=PPO_EVIDENCE),
-    # ---------------------------------------------------------------- DPO beta far too small
-    Run("dpo_beta_tiny", "dpo", 0, "beta_tiny", 1, ["pref.not_learning", "pref.likelihood_displacement"],
-        config=_with(DPO, beta=0.001), steps=150,
+    Run("ppo_reward_scale", "ppo", 0, "reward_scale", 1, ["kl.runaway"],
+        horizon_steps=60, config=dict(PPO), reward_scale=100.0, steps=60,
+        description="PPO whose reward model returns percent instead of a fraction (x100). The "
+        "direct signature is the scale itself: loss/value_avg ~900-1,400 from the first update "
+        "(a healthy run: ~0.1, i.e. 10^4 x smaller) and scores in the tens (-24 -> 49). No rule "
+        "judges those levels yet. Downstream, the KL penalty (kl_coef 0.1) is negligible beside "
+        "the reward, so the per-sequence KL climbs faster than in the healthy runs (0.2 at step "
+        "30 -> 3.2 at step 60, against a healthy 0.8-1.6 after 80 steps).",
+        checks=[("loss/value_avg", "min", ">", 100.0), ("objective/kl", "max", ">", 2.0)],
+        evidence=PPO_EVIDENCE),
+    Run("dpo_beta_tiny", "dpo", 0, "beta_tiny", 1, ["pref.not_learning"],
+        horizon_steps=50, config=_with(DPO, beta=0.001), steps=150,
         description="DPO with beta 0.001 (100x below the usual 0.1): the implicit rewards are "
-        "beta x log-ratios, so the loss stays at ln 2 while the policy moves as far as in a "
-        "healthy run (Adam's step does not shrink with the gradient).",
-        checks=[("loss", "min", ">", 0.68)], evidence=PREF_EVIDENCE),
+        "beta x log-ratios, so the margins stay ~1e-3, the loss sits at ln 2 = 0.6931 for the "
+        "whole run and the gradient norm is ~100x below a healthy run's (0.004 vs 0.4).",
+        checks=[("loss", "min", ">", 0.69), ("rewards/margins", "max", "<", 0.01)],
+        evidence=PREF_EVIDENCE),
 ]
 
 
@@ -568,7 +625,7 @@ def train(run: Run, out: Path) -> str:
         trainer.train()
     elif run.algorithm in ("dpo", "kto"):
         bs = cfg["per_device_train_batch_size"]
-        pairs = _pairs(run.seed, run.steps * bs)
+        pairs = _pairs(run.seed, cfg.pop("n_pairs", run.steps * bs))
         if run.algorithm == "dpo":
             from trl import DPOConfig, DPOTrainer
 
@@ -727,6 +784,9 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", help="run names (default: all)")
     ap.add_argument("--list", action="store_true", help="list the runs and exit")
     ap.add_argument("--jobs", type=int, default=2, help="runs trained at once (one thread each)")
+    ap.add_argument("--relabel", action="store_true",
+                    help="rewrite the manifests of runs already trained (labels, notes, checks) "
+                    "from their trainer_state.json, without training")
     ap.add_argument("--run", help=argparse.SUPPRESS)
     ap.add_argument("--rebuild-base", action="store_true", help="retrain the cached base model")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=JSON",
@@ -760,6 +820,17 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown run(s): {unknown}; --list shows them")
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.relabel:
+        errors = []
+        for n in names:
+            old = json.loads((a.out / n / "manifest.json").read_text())
+            try:
+                finish(by_name[n], a.out / n, old["trl_version"], old["generated_in_seconds"])
+            except SystemExit as exc:
+                errors.append(str(exc))
+        if errors:
+            raise SystemExit("\n".join(errors))
+        return
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=max(a.jobs, 1)) as pool:
@@ -778,8 +849,8 @@ def generate(run: Run, root: Path, overrides: list[str]) -> str | None:
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--run", run.name,
                            "--out", str(root), "--set", *overrides], cwd=ROOT, env=_env(run),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = [ln for ln in proc.stdout.splitlines() if not ln.startswith("TRL_VERSION=")]
-    (out / "console.log").write_text("\n".join(lines) + "\n")
+    lines = [ln.replace(str(ROOT), ".") for ln in proc.stdout.splitlines() if not ln.startswith("TRL_VERSION=")]
+    (out / "console.log").write_text("\n".join(lines) + "\n")  # paths relative to the repo root
     if proc.returncode != 0:
         print(proc.stdout[-3000:], flush=True)
         return f"{run.name}: training failed (exit {proc.returncode})"
