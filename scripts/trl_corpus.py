@@ -764,6 +764,63 @@ def finish(run: Run, out: Path, version: str, seconds: float) -> dict[str, Any]:
     return manifest
 
 
+#: The numbers the index shows per algorithm (first -> last, and the extreme that matters).
+INDEX_KEYS = {
+    "grpo": ["reward", "kl", "entropy", "completions/mean_length", "completions/clipped_ratio"],
+    "rloo": ["reward", "kl", "entropy", "completions/mean_length", "completions/clipped_ratio"],
+    "ppo": ["objective/scores", "objective/kl", "objective/entropy", "policy/approxkl_avg",
+            "policy/clipfrac_avg", "loss/value_avg"],
+    "dpo": ["loss", "rewards/margins", "rewards/accuracies", "logps/chosen"],
+    "kto": ["loss", "rewards/margins", "logps/chosen", "grad_norm"],
+}
+
+INDEX_HEAD = """# The TRL corpus
+
+Runs that Hugging Face TRL trained on the CPU, written by `make fixtures-trl`
+(`scripts/trl_corpus.py`, whose docstring describes the language, the base model and the
+rewards). Each folder: `trainer_state.json` and `console.log` as TRL wrote them (checkpoints,
+weights, `training_args.bin` and optimizer state deleted; paths in the console log made relative
+to the repository) and `manifest.json` (the label: fault, onset step, expected rules with the
+primary one first, horizon; the training arguments; the observed numbers; the checks the generator
+ran on the log). This index is written by the generator from the manifests.
+
+Units, from TRL's source: GRPO `kl` is the per-token k3 estimate (policy vs reference, only logged
+when beta != 0); RLOO `kl` is the per-token k1 log-ratio (old policy vs reference; it can be
+negative); PPO (TRL 1.12, `trl.experimental.ppo`) `objective/kl` and `objective/entropy` are
+per-sequence sums and `policy/entropy_avg` a per-position mean that includes the padding after EOS;
+KTO `kl` is a batch-level, per-sequence estimate clamped at 0; DPO/KTO `logps/*` are summed over
+the completion's tokens and `rewards/*` are beta times those log-ratios.
+
+In the table, `a -> b` is the first and last logged value; `max`/`min` the extreme with its step.
+
+"""
+
+
+def _fmt_num(v: float) -> str:
+    return f"{v:.3g}"
+
+
+def write_index(root: Path) -> None:
+    """``root/README.md``: one row per run, from the manifests."""
+    rows = ["| run | algorithm | fault | steps | onset | expected rules | key numbers |",
+            "|---|---|---|---|---|---|---|"]
+    for path in sorted(root.glob("*/manifest.json")):
+        m = json.loads(path.read_text())
+        state = json.loads((path.parent / "trainer_state.json").read_text())
+        steps = max(int(r["step"]) for r in state["log_history"])
+        obs = m["observed"]
+        nums = []
+        for key in INDEX_KEYS.get(m["algorithm"], []):
+            if key in obs:
+                o = obs[key]
+                nums.append(f"{key} {_fmt_num(o['first'])} -> {_fmt_num(o['last'])} "
+                            f"(max {_fmt_num(o['max'])} @{o['max_step']}, min {_fmt_num(o['min'])} @{o['min_step']})")
+        rules = ", ".join(f"`{r}`" for r in m["expected_rules"]) or "-"
+        rows.append(f"| {m['name']} | {m['algorithm']} (TRL {m['trl_version']}) | {m['fault'] or 'healthy'} "
+                    f"| {steps} | {m['onset_step'] or '-'} | {rules} | {'; '.join(nums)} |")
+    (root / "README.md").write_text(INDEX_HEAD + "\n".join(rows) + "\n")
+
+
 # ------------------------------------------------------------------------------------------------
 # Driver
 # ------------------------------------------------------------------------------------------------
@@ -828,6 +885,7 @@ def main() -> None:
                 finish(by_name[n], a.out / n, old["trl_version"], old["generated_in_seconds"])
             except SystemExit as exc:
                 errors.append(str(exc))
+        write_index(a.out)
         if errors:
             raise SystemExit("\n".join(errors))
         return
@@ -835,6 +893,7 @@ def main() -> None:
 
     with ThreadPoolExecutor(max_workers=max(a.jobs, 1)) as pool:
         results = list(pool.map(lambda n: generate(by_name[n], a.out, a.set), names))
+    write_index(a.out)
     failed = [r for r in results if r]
     if failed:
         raise SystemExit("\n".join(failed))

@@ -97,7 +97,8 @@ def test_corpora_are_scored_apart_and_together(tmp_path: Path) -> None:
     ref_q, trl_q, all_q = figures["corpora"]["reference"], figures["corpora"]["trl"], figures["all"]
     assert [r["name"] for r in ref_q["runs"]] == ["ppo_healthy_s0", "ppo_lr_high"]
     assert [r["name"] for r in trl_q["runs"]] == [p.name for p in trl_runs]
-    assert len(all_q["runs"]) == 4
+    assert [r["name"] for r in all_q["runs"]][:2] == ["reference/ppo_healthy_s0", "reference/ppo_lr_high"]
+    assert [r["name"] for r in all_q["runs"]][2:] == [f"trl/{p.name}" for p in trl_runs]
     # the union's counts are the sums of the parts
     assert all_q["faults"] == ref_q["faults"] + trl_q["faults"]
     assert all_q["healthy_steps"] == ref_q["healthy_steps"] + trl_q["healthy_steps"]

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -345,7 +345,8 @@ def evaluate_corpora(corpora: dict[str, Path], real_logs: Path | None = None) ->
         figures["corpora"][name] = {"path": str(corpora[name]), **q.to_dict()}
         text += [f"== {name} ({corpora[name]}): {len(runs)} labelled runs", render_table(q), ""]
     if len(scanned) > 1:
-        everything = [r for runs in scanned.values() for r in runs]
+        # in the union a run is named by its corpus too: two corpora may hold runs of one name
+        everything = [replace(r, name=f"{name}/{r.name}") for name, runs in scanned.items() for r in runs]
         q = evaluate(everything)
         figures["all"] = q.to_dict()
         text += [f"== all corpora ({' + '.join(scanned)}): {len(everything)} labelled runs",
