@@ -369,7 +369,8 @@ RUNS: list[Run] = [
           evidence=GROUP_EVIDENCE) for s in (0, 1)],
     *[Run(f"ppo_healthy_s{s}", "ppo", s, config=dict(PPO), steps=80,
           description="Healthy PPO: sentiment reward model, kl_coef 0.1, lr 5e-5, 4 PPO epochs x 2 "
-          "mini-batches. objective/kl and objective/entropy are per-sequence sums (TRL PPO).",
+          "mini-batches. objective/kl and objective/entropy are per-sequence sums (TRL PPO); its "
+          "training loop clips no gradient and logs no grad_norm (max_grad_norm is unused).",
           checks=[("objective/scores", "rise", ">", 0.3), ("objective/kl", "max", "<", 3.0),
                   ("policy/approxkl_avg", "max", "<", 0.1)],
           evidence=PPO_EVIDENCE) for s in (0, 1)],
