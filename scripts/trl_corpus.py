@@ -455,9 +455,11 @@ RUNS: list[Run] = [
         "per-token KL is exactly 0 at every step (the updates are below float32 resolution) "
         "and the reward wanders around its starting level.",
         checks=[("kl", "max", "<", 1e-5), ("reward", "rise", "<", 0.1)], evidence=GROUP_EVIDENCE),
-    Run("ppo_lr_low", "ppo", 0, "lr_low", 1, ["lr.out_of_range", "reward.stagnation", "update.stalled"],
+    Run("ppo_lr_low", "ppo", 0, "lr_low", 1, ["lr.out_of_range", "reward.stagnation"],
         horizon_steps=50, config=_with(PPO, learning_rate=5e-9), steps=60,
-        description="PPO with the learning rate 10,000x too low (5e-9): nothing moves.",
+        description="PPO with the learning rate 10,000x too low (5e-9): nothing moves. approx_kl "
+        "is ~6e-12 from the first update (a healthy run: 1e-5 to 3e-2), so a rule that compares it "
+        "with its own earlier level (update.stalled) has nothing to compare; an absolute floor would.",
         checks=[("policy/approxkl_avg", "max", "<", 1e-8), ("objective/scores", "rise", "<", 0.15)],
         evidence=PPO_EVIDENCE),
     # ---------------------------------------------------------------- reward that pays for length
