@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test check bench eval fixtures screenshots clean
+.PHONY: demo test check bench eval fixtures fixtures-trl screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,8 +26,12 @@ check: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/bench_scan.py
 
+# The real logs have no labels: each gets one line of findings. Skipped with a note when missing.
+REAL_LOGS ?= ../shared/real-logs
+
 eval: $(STAMP)
-	$(PY) -m forensics.verdicts.evaluation fixtures/runs reports/detection_quality.json
+	$(PY) -m forensics.verdicts.evaluation reference=fixtures/runs trl=fixtures/trl --real-logs $(REAL_LOGS) \
+		--json reports/detection_quality.json --txt reports/detection_quality.txt
 
 fixtures: $(STAMP)
 	$(PY) scripts/make_fixtures.py
@@ -36,5 +40,25 @@ fixtures: $(STAMP)
 screenshots: $(STAMP)
 	$(PY) -m tests.test_browser docs
 
+# The labelled TRL corpus (fixtures/trl/) is written by Hugging Face TRL itself, in its own venv:
+# TRL is never a dependency of the analyzer. torch is installed first and pinned to the local CPU
+# build (a bare `pip install trl` would pull a multi-GB CUDA torch). TRL 1.16 has no PPO trainer
+# (removed after 1.12), so 1.12.0 is installed beside it, without dependencies, for the PPO runs.
+TRL_VENV  := .venv-trl
+TRL_STAMP := $(TRL_VENV)/.installed
+TRL_PINS  := torch==2.13.0 trl==1.16.0 transformers==5.24.0 datasets==5.2.0 accelerate==1.15.0 \
+             tokenizers==0.23.3
+TRL_PPO   := trl==1.12.0
+
+$(TRL_STAMP):
+	test -x $(TRL_VENV)/bin/python || $(PYTHON) -m venv $(TRL_VENV)
+	$(TRL_VENV)/bin/pip install --quiet torch==2.13.0
+	$(TRL_VENV)/bin/pip install --quiet $(TRL_PINS)
+	$(TRL_VENV)/bin/pip install --quiet --no-deps --target $(TRL_VENV)/trl-ppo $(TRL_PPO)
+	touch $(TRL_STAMP)
+
+fixtures-trl: $(TRL_STAMP)
+	$(TRL_VENV)/bin/python scripts/trl_corpus.py --out fixtures/trl
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TRL_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -20,17 +20,23 @@ recommends).
 * **NAB score** (Lavin and Ahmad 2015; standard profile A_TP = 1, A_FN = 1, A_FP = 0.11) with the
   scaled sigmoid over the window position, normalised so that 0 is the detector that never fires
   and 100 the perfect one.
+
+Corpora: a labelled run is a folder with a ``manifest.json`` and either the forensics step stream
+(``steps.jsonl``: the reference trainer's ``fixtures/runs``) or the file a trainer wrote
+(``trainer_state.json``: TRL's ``fixtures/trl``). ``make eval`` scores each corpus apart and all
+of them together, then scans every unlabelled real log it is given (no score: findings only).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LabelledRun", "Quality", "evaluate", "load_runs", "render_table"]
+__all__ = ["LabelledRun", "Quality", "evaluate", "evaluate_corpora", "load_runs", "real_log_lines", "render_table",
+           "run_target", "scan_real_logs", "scan_runs"]
 
 A_TP, A_FN, A_FP = 1.0, 1.0, 0.11
 ALARM_SEVERITIES = ("warning", "critical")
@@ -202,13 +208,37 @@ def load_runs(root: Path) -> list[tuple[Path, dict[str, Any]]]:
     return out
 
 
+#: Files a trainer writes that hold a labelled run's metrics, scanned when the folder has no
+#: forensics step stream (``steps.jsonl``).
+TRAINER_FILES = ("trainer_state.json",)
+
+
+def run_target(folder: Path) -> Path:
+    """What to scan for a labelled run: the folder when it holds a forensics step stream, else the
+    trainer's own file (``trainer_state.json``).
+
+    Raises
+    ------
+    InputError
+        When the folder has neither.
+    """
+    from ..errors import InputError
+
+    if (folder / "steps.jsonl").exists():
+        return folder
+    for name in TRAINER_FILES:
+        if (folder / name).exists():
+            return folder / name
+    raise InputError(f"labelled run has no steps.jsonl nor {' nor '.join(TRAINER_FILES)}", path=str(folder))
+
+
 def scan_runs(root: Path) -> list[LabelledRun]:
     """Scan every labelled run under ``root`` and attach its findings."""
     from ..analysis.engine import scan_path
 
     runs = []
     for folder, m in load_runs(root):
-        analysis = scan_path(folder)
+        analysis = scan_path(run_target(folder))
         runs.append(LabelledRun(
             name=m.get("name", folder.name), fault=m.get("fault"), onset_step=m.get("onset_step"),
             expected_rules=list(m.get("expected_rules", [])),
@@ -249,14 +279,109 @@ def render_table(q: Quality) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:  # pragma: no cover - exercised by `make eval`
-    import sys
+def scan_real_logs(folder: Path) -> list[dict[str, Any]]:
+    """Scan every log in ``folder`` (unlabelled: findings only, no score).
 
-    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("fixtures/runs")
-    q = evaluate(scan_runs(root))
-    print(render_table(q))
-    if len(sys.argv) > 2:
-        Path(sys.argv[2]).write_text(json.dumps(q.to_dict(), indent=2) + "\n")
+    Each entry: ``name``, ``rows``, ``format``, ``findings_by_severity``, ``alarm_rules`` (the rule
+    ids of warning and critical findings) and ``unmapped`` (metric keys no canonical name covers);
+    or ``name`` and ``error`` when the log cannot be read. Documentation (``*.md``, ``*.txt``)
+    and hidden files are skipped.
+    """
+    from ..analysis.engine import scan_path
+    from ..errors import ForensicsError
+
+    out: list[dict[str, Any]] = []
+    for path in sorted(folder.iterdir()):
+        if path.name.startswith(".") or path.suffix.lower() in (".md", ".txt") or path.is_dir():
+            continue
+        try:
+            analysis = scan_path(path)
+        except ForensicsError as exc:
+            out.append({"name": path.name, "error": str(exc)})
+            continue
+        findings = [f.to_dict() for f in analysis.findings]
+        by_sev = {sev: sum(1 for f in findings if f["severity"] == sev)
+                  for sev in ("critical", "warning", "info")}
+        out.append({
+            "name": path.name,
+            "rows": int(analysis.steps["rows"]),
+            "format": ", ".join(sorted({r.format for r in analysis.inputs if r.format})),
+            "findings_by_severity": by_sev,
+            "alarm_rules": sorted({f["rule"] for f in findings if f["severity"] in ALARM_SEVERITIES}),
+            "unmapped": sorted({k for m in analysis.mappings.values() for k in m.unmapped}),
+        })
+    return out
+
+
+def real_log_lines(logs: list[dict[str, Any]]) -> list[str]:
+    """One line per real log (the part of ``make eval`` that has no labels)."""
+    lines = []
+    for e in logs:
+        if "error" in e:
+            lines.append(f"  {e['name']:<52} UNREADABLE: {e['error']}")
+            continue
+        sev = e["findings_by_severity"]
+        rules = ", ".join(e["alarm_rules"]) or "-"
+        lines.append(f"  {e['name']:<52} {e['rows']:>6} rows  critical {sev['critical']:>2}  "
+                     f"warning {sev['warning']:>2}  info {sev['info']:>2}  alarms: {rules}")
+    return lines
+
+
+def _parse_args(argv: list[str] | None) -> Any:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m forensics.verdicts.evaluation",
+                                 description="Detection quality on labelled corpora (make eval).")
+    ap.add_argument("corpora", nargs="*", metavar="[NAME=]DIR",
+                    help="labelled corpora (default: reference=fixtures/runs trl=fixtures/trl)")
+    ap.add_argument("--real-logs", type=Path, metavar="DIR",
+                    help="unlabelled real logs to scan (one line each); skipped with a note if missing")
+    ap.add_argument("--json", type=Path, metavar="FILE", help="write the figures as JSON")
+    ap.add_argument("--txt", type=Path, metavar="FILE", help="write the printed tables to a file too")
+    return ap.parse_args(argv)
+
+
+def evaluate_corpora(corpora: dict[str, Path], real_logs: Path | None = None) -> tuple[str, dict[str, Any]]:
+    """Score each corpus, all of them together, and scan the real logs: ``(text, figures)``."""
+    text: list[str] = [f"== {name}: {root} not found, skipped" for name, root in corpora.items()
+                       if not root.is_dir()]
+    scanned = {name: scan_runs(root) for name, root in corpora.items() if root.is_dir()}
+    figures: dict[str, Any] = {"corpora": {}, "all": None, "real_logs": None}
+    for name, runs in scanned.items():
+        q = evaluate(runs)
+        figures["corpora"][name] = {"path": str(corpora[name]), **q.to_dict()}
+        text += [f"== {name} ({corpora[name]}): {len(runs)} labelled runs", render_table(q), ""]
+    if len(scanned) > 1:
+        # in the union a run is named by its corpus too: two corpora may hold runs of one name
+        everything = [replace(r, name=f"{name}/{r.name}") for name, runs in scanned.items() for r in runs]
+        q = evaluate(everything)
+        figures["all"] = q.to_dict()
+        text += [f"== all corpora ({' + '.join(scanned)}): {len(everything)} labelled runs",
+                 render_table(q), ""]
+    if real_logs is not None:
+        if real_logs.is_dir():
+            logs = scan_real_logs(real_logs)
+            figures["real_logs"] = {"path": str(real_logs), "logs": logs}
+            text += [f"== real logs ({real_logs}): {len(logs)} logs, no labels, not scored",
+                     *real_log_lines(logs)]
+        else:
+            text.append(f"== real logs: {real_logs} not found, skipped")
+    return "\n".join(text).rstrip() + "\n", figures
+
+
+def main(argv: list[str] | None = None) -> None:  # pragma: no cover - exercised by `make eval`
+    a = _parse_args(argv)
+    specs = a.corpora or ["reference=fixtures/runs", "trl=fixtures/trl"]
+    corpora: dict[str, Path] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        corpora[name if sep else Path(spec).name] = Path(path if sep else spec)
+    text, figures = evaluate_corpora(corpora, a.real_logs)
+    print(text, end="")
+    if a.txt:
+        a.txt.write_text(text)
+    if a.json:
+        a.json.write_text(json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":  # pragma: no cover
