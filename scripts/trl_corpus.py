@@ -386,7 +386,17 @@ RUNS: list[Run] = [
           "beta 0.1, lr 5e-5: the loss creeps below 0.5 as the margin opens. KTO's `kl` is a "
           "batch-level, per-sequence estimate clamped at 0 (often exactly 0 early on).",
           checks=[("loss", "rise", "<", -0.003), ("rewards/margins", "rise", ">", 0.015)],
-          evidence=KTO_EVIDENCE) for s in (0, 1)],
+          evidence=KTO_EVIDENCE) for s in (0, 2)],
+    # generated with the healthy KTO settings, but seed 1 turns unstable at the end: labelled so
+    Run("kto_unstable_s1", "kto", 1, "emergent_instability", 125, ["grad.explode", "grad.spike"],
+        horizon_steps=20, config=dict(KTO), steps=150,
+        description="KTO with the healthy settings (beta 0.1, lr 5e-5, seed 1) that turns unstable in "
+        "its last steps: the gradient norm, 0.10-0.2 for most of the run, climbs from step 125 (0.48; "
+        "0.7-1.2 at 129-139) and jumps to 1.6-2.8 from step 140 (15x the trailing median at step "
+        "142) while the entropy rises 1.35 -> 1.7. Made as "
+        "a healthy run, relabelled as an emergent fault: the jump is real and a reader of the log "
+        "would want to know. KTO keeps two healthy seeds (0 and 2).",
+        checks=[("grad_norm", "max", ">", 1.5)], evidence=KTO_EVIDENCE),
     # ---------------------------------------------------------------- learning rate far too high
     Run("grpo_lr_high", "grpo", 0, "lr_high", 1, ["kl.excessive", "lr.out_of_range", "group.no_signal"],
         config=_with(GRPO, learning_rate=2e-2), steps=60,
@@ -510,7 +520,7 @@ RUNS: list[Run] = [
         description="RLOO with max_completion_length 5 while answers need 6-16 tokens.",
         checks=[("completions/clipped_ratio", "min", ">", 0.8)], evidence=GROUP_EVIDENCE),
     # ---------------------------------------------------------------- reward scale / sign errors
-    Run("grpo_reward_sign", "grpo", 0, "reward_sign", 1, ["reward.decline"],
+    Run("grpo_reward_sign", "grpo", 0, "reward_sign", 1, ["reward.sign_flip"],
         horizon_steps=60, config=dict(GRPO), reward_weights=[-1.0], steps=100,
         description="GRPO with reward_weights [-1.0] (a sign error): the trainer maximises the "
         "negated sentiment. The logged `reward` (weighted) rises while the reward function's own "
@@ -870,11 +880,6 @@ def main() -> None:
         version = train(run, a.out / run.name)
         print(f"TRL_VERSION={version}", flush=True)
         return
-    if a.rebuild_base or not (BUILD / "base" / "config.json").exists():
-        env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-        subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'scripts'); import torch; "
-                        "torch.set_num_threads(1); import trl_corpus as t; "
-                        "t.build_base(t.BUILD / 'base')"], cwd=ROOT, env=env, check=True)
     names = a.only or [r.name for r in RUNS]
     unknown = [n for n in names if n not in by_name]
     if unknown:
@@ -892,6 +897,11 @@ def main() -> None:
         if errors:
             raise SystemExit("\n".join(errors))
         return
+    if a.rebuild_base or not (BUILD / "base" / "config.json").exists():
+        env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+        subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'scripts'); import torch; "
+                        "torch.set_num_threads(1); import trl_corpus as t; "
+                        "t.build_base(t.BUILD / 'base')"], cwd=ROOT, env=env, check=True)
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=max(a.jobs, 1)) as pool:

@@ -18,7 +18,7 @@ from .test_training_health import scan
 
 def changes(a: Any) -> list[tuple[str, str, int, float, float]]:
     return [(f.rule, f.severity.value, f.onset_step, f.evidence["before"], f.evidence["after"])
-            for f in a.findings if f.tracker == "hyperparams"]
+            for f in a.findings if f.tracker == "hyperparams" and f.rule != "lr.out_of_range"]
 
 
 def lr_rows(values: np.ndarray, **extra: np.ndarray) -> list[dict[str, Any]]:
@@ -33,8 +33,11 @@ def test_learning_rate_x30_is_critical_with_its_values() -> None:
     lr = np.where(np.arange(240) < 100, 1e-3, 3e-2)
     a = scan(lr_rows(lr), trackers=("hyperparams",))
     assert changes(a) == [("lr.change", "critical", 100, 0.001, 0.03)]
-    f = a.findings[0]
+    f = next(f for f in a.findings if f.rule == "lr.change")
     assert f.message == "learning rate x30 at step 100: 0.001 -> 0.03"
+    # 0.03 is also far above any rate used to fine-tune a language model (a prior)
+    out = next(f for f in a.findings if f.rule == "lr.out_of_range")
+    assert out.severity.value == "critical" and out.onset_step == 100
     assert (f.first_step, f.last_step) == (100, 100)
     assert f.evidence["factor"] == 30.0 and f.evidence["previous_step"] == 99
 

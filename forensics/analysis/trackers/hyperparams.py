@@ -31,7 +31,7 @@ import numpy as np
 
 from ...config import param
 from ...io.canonical import Batch
-from ..episodes import Episode
+from ..episodes import Episode, Episodes
 from ..findings import RuleSpec, Severity
 from ..spans import step_span
 from .base import Tracker, TrackerResult
@@ -78,6 +78,14 @@ class HyperparamsParams:
                                        "factor (a learning rate cut 100x stalls the policy).")
     max_changes: int = param(20, "Most findings per setting; further changes are counted in the "
                              "summary (a schedule that jumps every few steps).")
+    lr_high: float = param(1e-3, "A learning rate above this is far outside what RL and preference "
+                           "fine-tuning of language models use (full fine-tuning 1e-7 to 1e-5, LoRA "
+                           "up to about 2e-4): lr.out_of_range.")
+    lr_critical: float = param(1e-2, "A learning rate above this makes lr.out_of_range critical.")
+    lr_low: float = param(5e-8, "A learning rate that never rose above this is too low for anything "
+                          "to move (10x below the smallest rates in use).")
+    lr_rows: int = param(3, "Rows out of 5 the learning rate must be out of range (no probation; "
+                         "judged from the first step).")
 
 
 _R = RuleSpec
@@ -90,6 +98,15 @@ RULES = (
        "If the change was not intended, restore the learning rate to its value before the change "
        "and resume from a checkpoint before it; check the scheduler and the config.",
        _SEVERITY_DOC),
+    _R("lr.out_of_range", Severity.WARNING, "Learning rate far outside the usual range",
+       "The logged learning rate is far above (or, from the start, far below) the rates RL and "
+       "preference fine-tuning of language models use: far above, the first updates break the "
+       "policy (KL, trust region and entropy follow); far below, nothing moves. A prior of LM "
+       "fine-tuning, judged from the first step; not applied to toy policies (param_count below "
+       "1e6).",
+       "Set the learning rate in the usual range: 1e-6 to 1e-5 for full fine-tuning with PPO, GRPO "
+       "or RLOO, 5e-7 to 5e-6 for DPO, up to 1e-4 with LoRA.",
+       ("lr_high", "lr_critical", "lr_low", "lr_rows"), "SIGNATURES #16, #20; TRL and veRL defaults"),
     _R("kl_coef.change", Severity.INFO, "KL coefficient changed",
        "The logged KL coefficient jumped (not an adaptive controller's gradual moves). A smaller "
        "coefficient, or none, lets the policy drift from the reference. Severity follows the factor.",
@@ -145,6 +162,8 @@ class Hyperparams(Tracker):
         super().__init__(params, meta)
         self.p: HyperparamsParams = self.params
         self.follow = {s.parameter: _Follow() for s in SETTINGS}
+        self.lr_ep = Episodes(self.p.lr_rows, 5, gap=5, mode="absmax")
+        self.lr_max = 0.0
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
         if not len(batch):
@@ -168,7 +187,22 @@ class Hyperparams(Tracker):
             st.last = float(vals[-1])
             st.logged += len(vals)
             self._decide(s, st, batch.steps[ok].astype(np.int64), vals, batch.rows[ok], final=False)
+            if s.parameter == "learning_rate" and self.meta.lm_priors:
+                self._range(batch.rows[ok], batch.steps[ok], vals)
         return None
+
+    def _range(self, rows: np.ndarray, steps: np.ndarray, lr: np.ndarray) -> None:
+        """The learning rate against the priors: far above, or never in range from below."""
+        p = self.p
+        seen = np.fmax.accumulate(np.concatenate([[self.lr_max], lr]))[1:]
+        self.lr_max = float(seen[-1])
+        high = lr > p.lr_high
+        # too low only while it has never been in range (a decay to zero at the end is not)
+        low = (seen < p.lr_low) & (lr > 0)
+        # log10 of how far out (positive above the range, negative below)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            how = np.where(high, np.log10(lr / p.lr_high), np.where(low, np.log10(lr / p.lr_low), 0.0))
+        self.lr_ep.update(rows, steps, high | low, how, {"lr": lr})
 
     def _decide(self, s: Setting, st: _Follow, steps: np.ndarray, vals: np.ndarray, rows: np.ndarray,
                 final: bool) -> None:
@@ -235,6 +269,17 @@ class Hyperparams(Tracker):
                                     "logged": st.logged, "changes": len(st.changes)}
             for c in kept:
                 self._emit_change(s, st.key, c)
+        p = self.p
+        for ep in self.lr_ep.finish():
+            lr = ep.extras.get("lr", float("nan"))
+            high = ep.peak > 0
+            self.emit("lr.out_of_range", ep,
+                      f"learning rate {lr:.3g} at step {ep.peak_step} is "
+                      + (f"above {p.lr_high:g}, far above" if high else f"below {p.lr_low:g}, far below")
+                      + f" the usual range for fine-tuning a language model, from step {ep.onset_step}",
+                      {"learning_rate": lr, "prior_high": p.lr_high, "prior_low": p.lr_low,
+                       "metrics": ["learning_rate"]},
+                      Severity.CRITICAL if high and lr >= p.lr_critical else None)
         res = self.result(summary, [])
         res.score = None  # a change is a cause: its effects count in their own areas
         return res

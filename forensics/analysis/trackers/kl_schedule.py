@@ -55,8 +55,9 @@ class KLScheduleParams:
                                    "LM fine-tuning run sustains (kl.excessive; healthy GRPO/PPO runs "
                                    "stay near 0.001-0.1).")
     excessive_critical_token: float = param(1.0, "Per-token KL that makes kl.excessive critical.")
-    excessive_sequence: float = param(30.0, "kl.excessive for a per-sequence KL when no response "
-                                      "length is logged (TRL's FAQ: keep it between 0 and 10).")
+    excessive_sequence: float = param(20.0, "kl.excessive for a per-sequence KL when no response "
+                                      "length is logged (twice the upper end of TRL's FAQ: keep it "
+                                      "between 0 and 10).")
     excessive_critical_sequence: float = param(100.0, "Per-sequence KL that makes kl.excessive "
                                                "critical.")
     excessive_rows: int = param(3, "Rows of the last 5 on which the KL level must exceed the "

@@ -93,6 +93,8 @@ class RewardsParams:
     best_smooth: int = param(60, "Rows in the median whose running best is the run's best level.")
     decline_share: float = param(0.10, "...and at least this share of the range the run's level "
                                  "covered (best minus lowest).")
+    sign_rows: int = param(10, "Rows on which the total must be the negative of the only reward "
+                           "function (reward.sign_flip).")
     decline_k: int = param(15, "Decline persistence: rows out of decline_m.")
     decline_m: int = param(20, "Decline persistence window (rows).")
     target: float = param(float("nan"), "Reward target ([rewards] target); NaN: none configured.")
@@ -115,6 +117,13 @@ RULES = (
        "entropy collapse; stop early if the run has converged.",
        ("stagnation_window", "stagnation_share", "stagnation_sigmas", "stagnation_gap", "smooth",
         "probation")),
+    _R("reward.sign_flip", Severity.WARNING, "Total reward is the negative of its reward function",
+       "The run has one reward function and the total reward is its negative on every step: a "
+       "negative weight or a sign error makes the policy minimise what the function scores (the "
+       "logged total rises while the function's own score falls).",
+       "Check the sign of reward_weights (TRL) or of the reward function's return; a penalty "
+       "function needs a positive companion to optimise.",
+       ("sign_rows",), "TRL reward_weights; SIGNATURES #8"),
     _R("reward.decline", Severity.WARNING, "Reward declines from its best",
        "The reward level fell well below the best level the run reached (in noise sigmas and as a "
        "share of the run's range) and stayed there: the policy is getting worse.",
@@ -199,7 +208,8 @@ class Rewards(Tracker):
         self.ctx = Context(max(p.window, p.best_smooth) + 2 * p.window + p.smooth + 2)
         self.best = -np.inf
         self.low = np.inf
-        self.ep = {"reward.stagnation": Episodes(10, 10, gap=p.stagnation_gap, mode="min"),
+        self.ep = {"reward.sign_flip": Episodes(p.sign_rows, p.sign_rows, gap=10**9, mode="absmax"),
+                   "reward.stagnation": Episodes(10, 10, gap=p.stagnation_gap, mode="min"),
                    "reward.decline": Episodes(p.decline_k, p.decline_m, gap=p.smooth, mode="max")}
         self.reward: list[np.ndarray] = []
         self.var: list[np.ndarray] = []
@@ -281,6 +291,9 @@ class Rewards(Tracker):
                         self.comp_std.setdefault(key, []).append(batch.col(key))
         self.reward.append(r)
         self.var.append(np.square(batch.col("reward_std")))
+        if len(self.trends) == 2:  # one reward function: the total is w x its score
+            self._sign(rows, steps, r, batch.col(components[0]) if components else
+                       batch.col(next(n for n in self.trends if n != "reward_mean")))
         out: dict[str, np.ndarray] = {}
         if batch.has("reward_max") or self.gap:
             gap = batch.col("reward_max") - r
@@ -294,6 +307,13 @@ class Rewards(Tracker):
                 self.moved = True
         self._levels(rows, steps, r)
         return out or None
+
+    def _sign(self, rows: np.ndarray, steps: np.ndarray, total: np.ndarray, comp: np.ndarray) -> None:
+        """The total the negative of the only component (a negative weight), row by row."""
+        scale = np.fmax(np.abs(comp), 1e-9)
+        with np.errstate(invalid="ignore"):
+            flipped = (np.abs(comp) > 1e-9) & (np.abs(total + comp) <= 1e-6 * scale + 1e-9)
+        self.ep["reward.sign_flip"].update(rows, steps, flipped, comp, {"total": total})
 
     def _levels(self, rows: np.ndarray, steps: np.ndarray, r: np.ndarray) -> None:
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -433,6 +453,14 @@ class Rewards(Tracker):
                       {"rise_standard_errors": ep.peak, "recent_mean": recent, "earlier_mean": before,
                        "noise_sigma": ep.extras.get("sigma"), "threshold_standard_errors": p.stagnation_sigmas,
                        "window": span, "metrics": ["reward_mean"]})
+        for ep in self.ep["reward.sign_flip"].finish():
+            comp = next((n for n in self.trends if n != "reward_mean"), "")
+            self.emit("reward.sign_flip", ep,
+                      f"the total reward is minus {comp} on {ep.n_rows} rows from step {ep.onset_step} "
+                      f"(at step {ep.peak_step}: total {ep.extras.get('total', float('nan')):.4g}, "
+                      f"{comp} {ep.peak:.4g}): the policy is trained to lower that function's score",
+                      {"component": comp, "component_value": ep.peak, "total": ep.extras.get("total"),
+                       "rows": ep.n_rows, "metrics": ["reward_mean", comp]})
         for ep in self.ep["reward.decline"].finish():
             sig = ep.extras.get("sigma", float("nan"))
             self.emit("reward.decline", ep,
