@@ -129,7 +129,9 @@ def test_rows_without_step_are_skipped(tmp_path: Path) -> None:
     p.write_text('{"step": 0, "kl": 1}\n{"kl": 2}\n{"step": 1.5, "kl": 3}\n{"step": 2, "kl": 1}\n')
     a = scan_path(p)
     assert a.steps["rows"] == 2
-    assert a.inputs[0].skipped["row has no step"] == 2
+    assert a.inputs[0].skipped == {"row has no step": 1, "step is not an integer": 1}
+    assert [(i.line, i.reason) for i in a.inputs[0].issues] == [(2, "row has no step"),
+                                                                 (3, "step 1.5 is not an integer")]
 
 
 def test_no_step_column_numbers_rows(tmp_path: Path) -> None:
@@ -183,6 +185,10 @@ def _rows_by_line(batches) -> dict[int, dict[str, object]]:
             for k, v in raw.text.items():
                 if v[i] is not None:
                     row[k] = str(v[i])
+            for k, vals in raw.stray.items():  # a value that is not a number in a numeric column
+                for j, v in vals:
+                    if j == i:
+                        row[k] = str(v)
             out[int(line)] = row
     return out
 
