@@ -155,7 +155,8 @@ def test_watch_verl_log_reports_entropy_decline(tmp_path: Path) -> None:
 def test_watch_missing_file_waits_then_times_out(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["watch", str(tmp_path / "later.jsonl"), "--timeout", "0.1",
                                     "--interval", "0.05"], catch_exceptions=False)
-    assert res.exit_code == 0 and "0 step rows" in res.output
+    assert res.exit_code == 3 and "0 step rows" in res.output
+    assert "no such file" in res.output
 
 
 # --- transformers / TRL callback, driven the way Trainer drives it -----------------------------

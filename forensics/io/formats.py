@@ -18,7 +18,7 @@ from .readers import Format, JsonlSource, ParquetPartsSource, ParquetSource, Sou
 from .readers.jsonl import head_objects
 from .readers.parquet import parquet_files
 
-__all__ = ["FORMATS", "HEAD_BYTES", "detect_format", "open_source"]
+__all__ = ["FORMATS", "HEAD_BYTES", "detect_format", "detect_head", "open_source"]
 
 
 def _is_parquet(path: Path, head: bytes) -> bool:
@@ -86,6 +86,15 @@ def detect_format(path: Path) -> str:
             return fmt.name
     raise FormatError("unrecognised content (supported: " + ", ".join(FORMATS.names()) + ")",
                       path=shown)
+
+
+def detect_head(path: Path, head: bytes) -> str | None:
+    """Name of the first format whose sniffer accepts ``head`` (the first bytes of a stream,
+    decompressed, without a BOM), or ``None``."""
+    for fmt in _formats():
+        if fmt.name != "parquet-parts" and fmt.detect(path, head):
+            return fmt.name
+    return None
 
 
 def open_source(path: Path, fmt: str | None = None, *, strict: bool = False) -> Source:
