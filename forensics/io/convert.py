@@ -58,7 +58,8 @@ def _columns(src: Path, fmt: str | None, strict: bool, batch_rows: int) -> tuple
     canon = Canonicalizer()
     is_text: dict[str, bool] = {}
     for raw in source.batches(batch_rows):
-        batch, _keep = canon(raw, source.report)
+        batch, keep = canon(raw, source.report)
+        source.report.rows_kept -= int((~keep).sum())  # skipped by the canonical layer (no step)
         for name in batch.columns:
             is_text.setdefault(name, False)
         for name in batch.text:

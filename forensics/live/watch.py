@@ -176,6 +176,7 @@ class Watcher:
         self.stream = is_stream(self.path)
         self.fd: int | None = None
         self.eof = False
+        self.got_data = False
         self.head = b""  # what a stream held before its format was known
         # re-read mode
         self.signature: tuple[int, float] | None = None
@@ -185,9 +186,9 @@ class Watcher:
         self.src_issues: set[tuple[int, str]] = set()
 
     # -- format -----------------------------------------------------------------------
-    def _resolve_format(self) -> bool:
+    def _resolve_format(self, final: bool = False, deadline: float | None = None) -> bool:
         if self.stream:
-            return self._resolve_stream()
+            return self._resolve_stream(final, deadline)
         if self.fmt is not None:
             self._start()
             return True
@@ -214,9 +215,9 @@ class Watcher:
         self._start()
         return True
 
-    def _resolve_stream(self) -> bool:
+    def _resolve_stream(self, final: bool, deadline: float | None) -> bool:
         self._open_stream()
-        self.head += self._read_stream(block=False, limit=MAX_HEAD_BYTES - len(self.head))
+        self.head += self._read_stream(block=final, deadline=deadline, limit=MAX_HEAD_BYTES - len(self.head))
         if self.fmt is None:
             text = self.head
             if text[:2] == GZIP_MAGIC:
@@ -278,10 +279,15 @@ class Watcher:
                 continue
             except OSError as exc:
                 raise InputError(f"read failed: {exc.strerror or exc}", path=str(self.path)) from None
-            if not data:  # the writer closed its end (or none has opened a FIFO yet)
-                if block or self.started:
+            if not data:  # the writer closed its end, or no writer has opened the FIFO yet
+                if self.got_data or str(self.path) == STDIN:
                     self.eof = True
+                    break
+                if block and (deadline is None or time.monotonic() < deadline):
+                    time.sleep(0.05)
+                    continue
                 break
+            self.got_data = True
             out += data
         return bytes(out)
 
@@ -289,7 +295,7 @@ class Watcher:
     def poll(self, final: bool = False, deadline: float | None = None) -> list[Finding]:
         """Read what was appended, feed it, return (and echo) the findings that are new."""
         if not self.started:
-            if not self._resolve_format():
+            if not self._resolve_format(final, deadline):
                 return []
         if self.parser is None:
             return self._new_findings() if self._poll_reread() else []

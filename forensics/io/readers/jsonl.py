@@ -227,8 +227,26 @@ def _exact_floats(columns: Any) -> bool:
     return True
 
 
+def _valid_names(fields: Any) -> bool:
+    """Whether every (nested) field name is valid UTF-8."""
+    try:
+        for f in fields:
+            _ = f.name
+            t = f.type
+            if pa.types.is_struct(t) and not _valid_names([t.field(i) for i in range(t.num_fields)]):
+                return False
+            if (pa.types.is_list(t) or pa.types.is_large_list(t)) and not _valid_names([t.value_field]):
+                return False
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _valid_strings(table: pa.Table) -> bool:
-    """Whether the table's strings are valid UTF-8 (pyarrow's JSON parse does not check)."""
+    """Whether the table's keys and strings are valid UTF-8 (pyarrow's JSON parse does not
+    check; the line-by-line parse reports such a line)."""
+    if not _valid_names(table.schema):
+        return False
     for col in table.columns:
         if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
             try:
