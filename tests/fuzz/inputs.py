@@ -348,7 +348,7 @@ def jsonl_stream(rng: random.Random) -> Case:
 
 def watch_options(rng: random.Random) -> Case:
     """Numbers ``watch`` must refuse (usage error), and inputs it must not accept as a success."""
-    stem, lines = _golden(rng, 30)
+    _, lines = _golden(rng, 30)
     data = b"\n".join(lines) + b"\n"
     kind = rng.choice(["interval-nan", "timeout-nan", "timeout-inf", "interval-inf", "missing", "empty", "garbage",
                        "wrong-format", "empty-folder"])
@@ -660,7 +660,8 @@ def _event(rng: random.Random, step: int) -> bytes:
         return encode_event(1000.0 + step, step, {"train/loss": 0.5, "train/kl": 0.01 * step})
     value = _pb(1, 2, b"train/x") + _pb(8, 2, _tensor_value(rng))
     if r < 0.6:  # a short or odd summary
-        value = rng.choice([b"\x0a", b"\x0a\x05\x0a\x03ab", _pb(1, 2, b"t") + _pb(2, 0, 7), b"\x0a\xff\xff\xff\xff\x0f"])
+        value = rng.choice([b"\x0a", b"\x0a\x05\x0a\x03ab", _pb(1, 2, b"t") + _pb(2, 0, 7),
+                            b"\x0a\xff\xff\xff\xff\x0f"])
     summary = _pb(1, 2, value) if r >= 0.6 else value
     return _pb(1, 1, struct.pack("<d", 1000.0 + step)) + _pb(2, 0, step) + _pb(5, 2, summary)
 

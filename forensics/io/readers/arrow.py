@@ -151,15 +151,27 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 def _flat_items(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     for key, value in row.items():
-        name = f"{prefix}{key}"
+        name = _clean(f"{prefix}{key}")
         if isinstance(value, dict):
             yield from _flat_items(value, name + "/")
         else:
             yield name, value
 
 
+def _clean(text: str) -> str:
+    """``text`` as valid Unicode: a lone surrogate (``"\\ud800"`` in JSON, which Python's json
+    accepts) cannot be written as UTF-8 and is replaced."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
 def _as_text(value: Any) -> str:
-    return value if isinstance(value, str) else str(value)
+    return _clean(value if isinstance(value, str) else str(value))
 
 
 def _number_column(values: list[Any]) -> np.ndarray:
