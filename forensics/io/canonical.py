@@ -219,6 +219,7 @@ class Canonicalizer:
         self._taken: dict[str, str] = {}  # canonical name -> the source key feeding it
         self._numeric_keys: set[str] = set()  # keys that held numbers: their text is parsed
         self._first_line: dict[str, int] = {}
+        self._text_noted: set[str] = set()
 
     # -- mapping ------------------------------------------------------------------------------
     @staticmethod
@@ -394,6 +395,10 @@ class Canonicalizer:
                 name = SHADOW_PREFIX + key
             numeric_metric = name in METRICS and name not in _TEXT_METRICS
             if numeric_metric or key in self._numeric_keys:
+                if key not in self._text_noted:
+                    self._text_noted.add(key)
+                    report.notes.append(f"{key}: values stored as text read as numbers (a value that is not "
+                                        "one is set aside)")
                 values, miss = self._parse_text(raw, key, report)
                 if key in transforms:
                     values = TRANSFORMS[transforms[key]](values)

@@ -109,7 +109,7 @@ def open_source(path: Path, fmt: str | None = None, *, strict: bool = False) -> 
             shown = str(path)
             if shown != STDIN and not path.exists():
                 raise InputError("no such file or directory", path=shown)
-            local = local_path(path)
+            local = local_path(path, consume=True)
             source = f.open(local, strict)
             if local != path:
                 source.report.path = shown

@@ -156,17 +156,19 @@ def _spool_dir() -> Path:
     return Path(_SPOOL_DIR[0])
 
 
-def local_path(path: Path) -> Path:
+def local_path(path: Path, *, consume: bool = False) -> Path:
     """``path`` itself, or for a stream (stdin, pipe, FIFO) a temporary copy of all it held.
 
     A stream can be read only once: it is copied to the end the first time it is asked for,
-    and every later call (format detection, then the reader) gets the same copy.
+    and later calls (format detection, then the reader) get the same copy, until a call with
+    ``consume`` (the reader's) hands the copy over: the next read of the path reads the stream
+    again (a FIFO written anew).
     """
     if not is_stream(path):
         return path
     key = str(path)
     if key in _SPOOLED:
-        return _SPOOLED[key]
+        return _SPOOLED.pop(key) if consume else _SPOOLED[key]
     name = "stdin" if key == STDIN else (path.name or "stream")
     dest = _spool_dir() / f"{len(_SPOOLED)}-{name}"
     try:
@@ -177,7 +179,8 @@ def local_path(path: Path) -> Path:
             src.close()
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror or exc}", path=key) from None
-    _SPOOLED[key] = dest
+    if not consume:
+        _SPOOLED[key] = dest
     return dest
 
 
