@@ -478,3 +478,14 @@ def test_rows_that_each_add_a_key_cost_linear_work(tmp_path: Path) -> None:
 
     small, large = _cells(write(2_000)), _cells(write(20_000))
     assert large / small < 15
+
+
+def test_one_huge_step_does_not_round_the_others(tmp_path: Path) -> None:
+    """pyarrow reads a column holding 2**64 as float64, which would round steps near 2**60 into
+    collisions: such a chunk is read line by line, exactly."""
+    rows = [{"step": 2**60 + i, "kl": 0.05} for i in range(50)]
+    rows[25]["step"] = 2**64
+    a = scan_path(write_jsonl(tmp_path / "s.jsonl", rows))
+    rep = a.inputs[0]
+    assert a.steps["rows"] == 49 and a.steps["replays"] == [] and rep.skipped == {"step is not an integer": 1}
+    assert "beyond int64" in rep.issues[0].reason and rep.issues[0].line == 26

@@ -22,6 +22,7 @@ columns) at most: the cost stays linear in the rows.
 
 from __future__ import annotations
 
+import functools
 import json
 import queue
 import re
@@ -38,6 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from ...errors import InputError, StrictModeError
+from ...schema import canonical_name
 from ..inputs import BOM, open_binary, truncation
 from ..limits import CELL_BUDGET, MAX_DEPTH, MAX_LINE_BYTES, MAX_NUMBER_DIGITS
 from .arrow import budget_groups, frame_to_raw, rows_to_raw, table_to_raw
@@ -207,19 +209,26 @@ _MAX_SCHEMA = 1024
 _EXACT = 2.0**53
 
 
-def _exact_floats(columns: Any) -> bool:
-    """Whether every float column holds values below 2**53 in size: integers there (steps) were
-    not rounded on the way into float64 (pyarrow and polars widen an integer column holding one
-    float or one huge integer to float64)."""
+@functools.lru_cache(maxsize=4096)
+def _is_step_key(name: str) -> bool:
+    hit = canonical_name(name)
+    return hit is not None and hit[0] == "step"
+
+
+def _exact_floats(columns: Any) -> bool:  # (name, column) pairs
+    """Whether every float column that holds the step keeps values below 2**53 in size: integer
+    steps there were not rounded on the way into float64 (pyarrow and polars widen an integer
+    column holding one float or one huge integer to float64). Other columns are metrics, read as
+    float64 anyway."""
     import polars as pl
 
-    for col in columns:
+    for name, col in columns:
         if isinstance(col, pl.Series):
-            if col.dtype == pl.Float64 and col.len() > col.null_count():
+            if col.dtype == pl.Float64 and _is_step_key(name) and col.len() > col.null_count():
                 lo, hi = col.min(), col.max()
                 if (lo is not None and float(lo) <= -_EXACT) or (hi is not None and float(hi) >= _EXACT):  # type: ignore[arg-type]
                     return False
-        elif pa.types.is_floating(col.type) and col.null_count < len(col):
+        elif pa.types.is_floating(col.type) and col.null_count < len(col) and _is_step_key(name):
             mm = pc.min_max(col)
             lo, hi = mm["min"].as_py(), mm["max"].as_py()
             if (lo is not None and lo <= -_EXACT) or (hi is not None and hi >= _EXACT):
@@ -357,7 +366,7 @@ class _KnownColumns:
             frame = pl.read_ndjson(data, schema=self.schema)
         except (pl.exceptions.PolarsError, pl.exceptions.PanicException, ValueError, OverflowError):
             return None  # a value of another type, NaN literals, bad lines: pyarrow decides
-        if not _exact_floats(frame.get_columns()):
+        if not _exact_floats((c.name, c) for c in frame.get_columns()):
             return None
         accounted = 0
         for col in frame.get_columns():
@@ -565,7 +574,7 @@ class JsonlSource:
                 parsed = pj.read_json(pa.BufferReader(pa.py_buffer(body)))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 return None
-            if not (_valid_strings(parsed) and _exact_floats(parsed.columns)):
+            if not (_valid_strings(parsed) and _exact_floats(zip(parsed.column_names, parsed.columns))):
                 return None
             kind, n_rows = -1, parsed.num_rows
             known.learn(parsed)
