@@ -185,8 +185,8 @@ def _number_column(values: list[Any]) -> np.ndarray:
         return np.array(values, dtype=object)
     if kinds == {bool}:
         return np.array(values, dtype=bool)
-    if bool not in kinds:
-        try:
+    if bool not in kinds and not (int in kinds and any(type(v) is int and abs(v) >= 2**53 for v in values)):
+        try:  # (ints of 2**53 or more beside floats stay exact, as Python ints: steps)
             return np.array(values, dtype=np.float64)
         except OverflowError:  # an int beyond float64 (10**400): kept as a Python int
             pass
