@@ -489,3 +489,19 @@ def test_one_huge_step_does_not_round_the_others(tmp_path: Path) -> None:
     rep = a.inputs[0]
     assert a.steps["rows"] == 49 and a.steps["replays"] == [] and rep.skipped == {"step is not an integer": 1}
     assert "beyond int64" in rep.issues[0].reason and rep.issues[0].line == 26
+
+
+def test_sample_stream_from_a_partitioned_dataset(tmp_path: Path) -> None:
+    import pyarrow.dataset as ds
+
+    steps = write_jsonl(tmp_path / "steps.jsonl", healthy_rows(40))
+    n = 400
+    samples = pa.table({"step": pa.array([i // 10 for i in range(n)], pa.int64()),
+                        "length": pa.array([100.0 + i % 7 for i in range(n)]),
+                        "reward": pa.array([0.5] * n)})
+    ds.write_dataset(samples, tmp_path / "samples_ds", format="parquet", partitioning=["step"],
+                     partitioning_flavor="hive")
+    a = scan_path(steps, samples=tmp_path / "samples_ds")
+    assert a.steps["sample_rows"] == n
+    rep = next(r for r in a.inputs if r.path.endswith("samples_ds"))
+    assert rep.format == "parquet-parts" and rep.rows_read == rep.rows_kept == n
