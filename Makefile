@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test check bench eval fixtures fixtures-trl screenshots clean
+.PHONY: demo test check bench eval fixtures fixtures-trl fuzz screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ test: $(STAMP)
 check: $(STAMP)
 	$(VENV)/bin/ruff check forensics tests bench scripts
 	$(VENV)/bin/mypy forensics
+
+# the full fuzz suite: 10,000+ hostile inputs, counts by outcome (tests/fuzz/__main__.py)
+fuzz: $(STAMP)
+	$(PY) -m tests.fuzz --cases 10000
 
 bench: $(STAMP)
 	$(PY) bench/bench_scan.py

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -405,3 +406,94 @@ def test_tensorboard_tf2_tensor_scalars(tmp_path: Path) -> None:
     rows = frame(scan_path(p))
     assert sorted(rows) == [1, 2, 3, 4, 5]
     assert rows[3]["entropy"] == pytest.approx(0.47, rel=1e-6)
+
+
+# --- hostile input (issue 11) -------------------------------------------------------------------
+
+def test_verl_console_tensor_values_and_bad_values_located(tmp_path: Path) -> None:
+    p = tmp_path / "verl.log"
+    p.write_text("step:1 - actor/entropy:tensor(0.5, device='cuda:0') - actor/pg_loss:oops - actor/lr:1e-06\n"
+                 "step:2 - actor/entropy:tensor(0.4, device='cuda:0') - actor/lr:1e-06\n"
+                 "step:" + "9" * 5000 + " - actor/entropy:0.3\n")
+    src = open_source(p)
+    raws = list(src.batches(100))
+    assert raws[0].numeric["actor/entropy"].tolist() == [0.5, 0.4]
+    rep = src.report
+    assert rep.values_set_aside == {"actor/pg_loss": 1} and rep.value_issues[0].line == 1
+    assert rep.skipped == {"step is not an integer": 1} and "beyond int64" in rep.issues[0].reason
+
+
+def test_wandb_nan_step_is_a_located_skip(tmp_path: Path) -> None:
+    p = tmp_path / "h.csv"
+    p.write_text("_step,_runtime,loss\n0,1.0,0.5\nnan,2.0,0.4\ninf,3.0,0.3\n3,4.0,0.2\n")
+    a = scan_path(p)
+    rep = a.inputs[0]
+    assert a.steps["rows"] == 2 and rep.skipped == {"step is not an integer": 2}
+    assert [i.line for i in rep.issues] == [3, 4]
+
+
+def test_tensorboard_record_lengths_checked_before_reading(tmp_path: Path) -> None:
+    import struct
+
+    from forensics.io.adapters.tensorboard import encode_event, masked_crc32c, tfrecord
+
+    good = b"".join(tfrecord(encode_event(1.0 + s, s, {"loss": 0.5})) for s in range(1, 4))
+    for length in (2**40, 2**63):
+        head = struct.pack("<Q", length)
+        p = tmp_path / f"events.out.tfevents.{length}"
+        p.write_bytes(good + head + struct.pack("<I", masked_crc32c(head)) + b"abc")
+        src = open_source(p)
+        assert sum(len(r) for r in src.batches(100)) == 3
+        assert src.report.skipped in ({"truncated record": 1}, {"corrupt record": 1})
+
+
+def _tensor_event(step: int, tensor: bytes) -> bytes:
+    from forensics.io.adapters.tensorboard import _pb_bytes, _pb_key, _pb_varint
+
+    value = _pb_bytes(1, b"x") + _pb_bytes(8, tensor)
+    return (_pb_key(1, 1) + struct.pack("<d", 1.0) + _pb_key(2, 0) + _pb_varint(step)
+            + _pb_bytes(5, _pb_bytes(1, value)))
+
+
+def test_tensorboard_tensor_scalars_of_every_dtype_match_tensorboard() -> None:
+    """Our decoder against tensorboard's own (make_tensor_proto / make_ndarray), for every
+    numeric dtype, in tensor_content and in the typed value fields."""
+    tb = pytest.importorskip("tensorboard.util.tensor_util")
+    from forensics.io.adapters.tensorboard import _tensor_scalar
+
+    for dtype in ["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                  "uint32", "uint64", "bool"]:
+        for value in ([1.5, -2.25, 0.0, 65504.0] if dtype.startswith("float") else [0, 1, 7, 100]):
+            if dtype == "bool":
+                value = bool(value)
+            elif dtype.startswith("int") or dtype.startswith("uint"):
+                value = int(value) * (-1 if dtype.startswith("int") else 1)
+            arr = np.array(value, dtype=dtype)
+            proto = tb.make_tensor_proto(arr)
+            for p in (proto, tb.make_tensor_proto(arr.reshape(1))):
+                try:  # tensorboard's reader, where it decodes the dtype (not uint32/uint64 value fields)
+                    assert float(tb.make_ndarray(p).reshape(-1)[0]) == float(arr), (dtype, value)
+                except TypeError:
+                    pass
+                assert _tensor_scalar(p.SerializeToString()) == float(arr), (dtype, value, p)
+            content = type(proto)()
+            content.CopyFrom(proto)
+            content.tensor_content = arr.tobytes()
+            for f in ("half_val", "float_val", "double_val", "int_val", "int64_val", "bool_val", "uint32_val",
+                      "uint64_val"):
+                content.ClearField(f)
+            assert float(tb.make_ndarray(content)) == float(arr)
+            assert _tensor_scalar(content.SerializeToString()) == float(arr), dtype
+
+
+def test_tensorboard_half_scalar_is_read_not_skipped(tmp_path: Path) -> None:
+    """A half-precision tensor scalar (half_val holds its 16 bits: 1.5 is 15872) decodes as 1.5."""
+    from forensics.io.adapters.tensorboard import _pb_key, _pb_varint, tfrecord
+
+    half = _pb_key(1, 0) + _pb_varint(19) + _pb_key(13, 0) + _pb_varint(15872)
+    p = tmp_path / "events.out.tfevents.1"
+    p.write_bytes(b"".join(tfrecord(_tensor_event(s, half)) for s in range(1, 4)))
+    src = open_source(p)
+    raws = list(src.batches(10))
+    assert raws[0].numeric["x"].tolist() == [1.5, 1.5, 1.5]
+    assert not any("non-scalar" in n for n in src.report.notes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -12,7 +13,7 @@ from forensics.analysis.engine import scan_path
 from forensics.cli import main
 from forensics.io.convert import convert, read_convert_metadata
 
-from .conftest import FIXTURES, RLDK, VERL
+from .conftest import FIXTURES, RLDK, VERL, healthy_rows
 
 FMT = FIXTURES / "formats"
 
@@ -70,3 +71,23 @@ def test_cli_convert_bad_input(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["convert", str(VERL), "--format", "hf-trainer-state", "-o",
                                     str(tmp_path / "o.parquet")], catch_exceptions=False)
     assert res.exit_code == 3 and "log_history" in res.output
+
+
+def test_convert_and_scan_read_stdin_once_to_the_end(tmp_path: Path) -> None:
+    data = "".join(json.dumps(r) + "\n" for r in healthy_rows(3000))
+    res = CliRunner().invoke(main, ["convert", "-", "-o", str(tmp_path / "x.parquet")], input=data)
+    assert res.exit_code == 0, res.output
+    meta = read_convert_metadata(tmp_path / "x.parquet")
+    assert meta["source"] == "-" and meta["read_report"]["rows_read"] == 3000
+    assert pq.read_table(tmp_path / "x.parquet").num_rows == 3000
+    res = CliRunner().invoke(main, ["scan", "-", "-o", str(tmp_path / "r"), "-q"], input=data)
+    assert res.exit_code == 0, res.output
+    analysis = json.loads((tmp_path / "r" / "analysis.json").read_text())
+    assert analysis["steps"]["rows"] == 3000 and analysis["inputs"][0]["path"] == "-"
+
+
+def test_convert_report_accounts_for_every_row(tmp_path: Path) -> None:
+    p = tmp_path / "s.jsonl"
+    p.write_text('{"step": 0, "kl": 1}\n{"kl": 2}\n{"step": "x", "kl": 1}\nnot json\n{"step": 3, "kl": 1}\n')
+    r = convert(p, tmp_path / "o.parquet").report
+    assert r.rows_read == 5 and r.rows_kept == 2 and r.rows_skipped == 3

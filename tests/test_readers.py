@@ -129,7 +129,9 @@ def test_rows_without_step_are_skipped(tmp_path: Path) -> None:
     p.write_text('{"step": 0, "kl": 1}\n{"kl": 2}\n{"step": 1.5, "kl": 3}\n{"step": 2, "kl": 1}\n')
     a = scan_path(p)
     assert a.steps["rows"] == 2
-    assert a.inputs[0].skipped["row has no step"] == 2
+    assert a.inputs[0].skipped == {"row has no step": 1, "step is not an integer": 1}
+    assert [(i.line, i.reason) for i in a.inputs[0].issues] == [(2, "row has no step"),
+                                                                 (3, "step 1.5 is not an integer")]
 
 
 def test_no_step_column_numbers_rows(tmp_path: Path) -> None:
@@ -183,6 +185,10 @@ def _rows_by_line(batches) -> dict[int, dict[str, object]]:
             for k, v in raw.text.items():
                 if v[i] is not None:
                     row[k] = str(v[i])
+            for k, vals in raw.stray.items():  # a value that is not a number in a numeric column
+                for j, v in vals:
+                    if j == i:
+                        row[k] = str(v)
             out[int(line)] = row
     return out
 
@@ -299,3 +305,203 @@ def test_a_number_column_stays_numeric_after_text(tmp_path: Path, monkeypatch: p
     got = _rows_by_line(batches)
     assert got[800] == {"step": 799.0, "loss": 0.5 + 799 / 1000}
     assert got[1]["loss"] == 0.5 and got[401]["loss"] == "nan"
+
+
+# --- hostile input (issue 11): nothing lost, bounded parsing, streams ---------------------------
+
+def test_a_bad_value_is_set_aside_not_its_column(tmp_path: Path) -> None:
+    rows = [{"step": i, "reward_mean": 0.5 + i / 1e4, "kl": 0.05} for i in range(3000)]
+    rows[2000]["reward_mean"] = "oops"
+    rows[2001]["reward_mean"] = "nan"
+    rows[2002]["reward_mean"] = "tensor(0.25, device='cuda:0')"
+    rows[2003]["reward_mean"] = [1, 2]
+    p = write_jsonl(tmp_path / "s.jsonl", rows)
+    a = scan_path(p)
+    rep = a.inputs[0]
+    assert rep.rows_read == rep.rows_kept == 3000 and rep.rows_skipped == 0
+    assert rep.values_set_aside == {"reward_mean": 2}
+    assert [(i.line, i.key) for i in rep.value_issues] == [(2001, "reward_mean"), (2004, "reward_mean")]
+    assert "'oops' is not a number" in rep.value_issues[0].reason
+    assert any(n.startswith("values set aside: 2 value(s)") for n in rep.notes)
+    col = a.to_pandas(["reward_mean"])["reward_mean"]
+    assert col.notna().sum() == 2997 and col.loc[2002] == 0.25 and np.isnan(col.loc[2001])
+
+
+def test_late_canonical_key_never_overwrites_its_alias(tmp_path: Path) -> None:
+    rows = [{"step": i, "grad_norm_policy": 1.0, "kl": 0.05} for i in range(1000)]
+    for r in rows[800:]:
+        r["grad_norm"] = 50.0
+    p = write_jsonl(tmp_path / "s.jsonl", rows)
+    for batch in (100, 65536):
+        a = scan_path(p, config=Config(batch_rows=batch))
+        m = a.mappings[str(p)]
+        assert m.mapping["grad_norm_policy"] == "grad_norm" and "grad_norm" in m.shadowed
+        frame = a.to_pandas(["grad_norm", "shadowed/grad_norm"])
+        assert (frame["grad_norm"] == 1.0).all()  # the first source keeps its column
+        assert frame["shadowed/grad_norm"].notna().sum() == 200
+        assert any("grad_norm (first at line 801)" in n for n in a.inputs[0].notes)
+        assert not any(f.rule.startswith("grad.") and f.severity.value == "critical" for f in a.findings)
+
+
+@pytest.mark.parametrize("base", [2**53 - 2, 2**62, 2**63 - 10, -(2**63)])
+def test_steps_are_exact_int64(tmp_path: Path, base: int) -> None:
+    p = write_jsonl(tmp_path / "s.jsonl", [{"step": base + i, "kl": 0.05} for i in range(6)])
+    a = scan_path(p)
+    assert a.steps["rows"] == 6 and a.steps["first"] == base and a.steps["last"] == base + 5
+    assert a.steps["replays"] == []
+
+
+def test_odd_steps_are_located_skips(tmp_path: Path) -> None:
+    p = tmp_path / "s.jsonl"
+    p.write_text('{"step": 0, "kl": 1}\n{"step": true, "kl": 1}\n{"step": "oops", "kl": 1}\n'
+                 '{"step": 9223372036854775808, "kl": 1}\n{"step": NaN, "kl": 1}\n{"step": "7", "kl": 1}\n'
+                 '{"step": 8, "kl": 1}\n')
+    a = scan_path(p)
+    rep = a.inputs[0]
+    assert a.steps["rows"] == 3 and rep.rows_read == 7 and rep.skipped == {"step is not an integer": 4}
+    assert [i.line for i in rep.issues] == [2, 3, 4, 5]
+    assert "boolean" in rep.issues[0].reason and "beyond int64" in rep.issues[2].reason
+
+
+@pytest.mark.parametrize("head", ["bom", "comment", "malformed", "long"])
+def test_detection_on_a_buffered_head(tmp_path: Path, head: str) -> None:
+    lines = [json.dumps(r) for r in healthy_rows(30)]
+    if head == "bom":
+        lines[0] = "\ufeff" + lines[0]
+    elif head == "comment":
+        lines.insert(0, "# written by my trainer")
+    elif head == "malformed":
+        lines.insert(0, '{"step": 0, "kl": ')
+    else:
+        lines[0] = lines[0][:-1] + ', "blob": "' + "x" * 100_000 + '"}'
+    p = tmp_path / "s.jsonl"
+    p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    a = scan_path(p)
+    rep = a.inputs[0]
+    assert rep.format == "jsonl" and rep.rows_kept == 30
+    assert rep.rows_skipped == (1 if head in ("comment", "malformed") else 0)
+
+
+def test_bounded_parsing_reasons(tmp_path: Path) -> None:
+    lines = [json.dumps(r) for r in healthy_rows(40)]
+    lines[5] = '{"step": 5, "x": ' + '{"a":' * 20000 + "1" + "}" * 20000 + "}"  # pyarrow: SIGSEGV
+    lines[6] = '{"step": 6, "x": ' + "9" * 5000 + "}"  # past Python's 4,300-digit int limit
+    lines[7] = '{"step": 7, "x": "\xff"}'
+    p = tmp_path / "s.jsonl"
+    p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    rep = scan_path(p).inputs[0]
+    assert rep.rows_read == 40 and rep.rows_kept == 38
+    reasons = {i.line: i.reason for i in rep.issues}
+    assert "nested deeper than 256 levels" in reasons[6] and "longer than 4300 digits" in reasons[7]
+
+
+def test_truncated_gzip_keeps_every_complete_row(tmp_path: Path) -> None:
+    data = gzip.compress("".join(json.dumps(r) + "\n" for r in healthy_rows(2000)).encode(), mtime=0)
+    p = tmp_path / "s.jsonl.gz"
+    p.write_bytes(data[: len(data) * 2 // 3])
+    a = scan_path(p)
+    rep = a.inputs[0]
+    assert 1000 < rep.rows_kept < 2000 and rep.rows_kept + rep.rows_skipped == rep.rows_read
+    assert any("ends before its end marker" in n for n in rep.notes)
+
+
+def test_a_pipe_is_read_once_to_the_end(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    data = "".join(json.dumps(r) + "\n" for r in healthy_rows(3000)).encode()
+    r, w = os.pipe()
+
+    def write() -> None:
+        with os.fdopen(w, "wb") as fh:
+            fh.write(data)
+
+    t = threading.Thread(target=write)
+    t.start()
+    a = scan_path(f"/dev/fd/{r}")
+    t.join()
+    os.close(r)
+    assert a.steps["rows"] == 3000 and a.steps["first"] == 0  # nothing lost to format detection
+
+
+def test_parquet_decimal_string_and_dictionary_columns(tmp_path: Path) -> None:
+    import decimal
+
+    n = 50
+    table = pa.table({
+        "step": pa.array(range(n), pa.int64()),
+        "reward_mean": pa.array([decimal.Decimal("0.125")] * n, pa.decimal128(10, 3)),
+        "kl": pa.array(["0.05"] * (n - 1) + ["oops"]),
+        "grad_norm": pa.array([1.0, 2.0] * (n // 2)).dictionary_encode(),
+    })
+    p = tmp_path / "steps.parquet"
+    pq.write_table(table, p)
+    a = scan_path(p)
+    frame = a.to_pandas(["reward_mean", "kl", "grad_norm"])
+    assert (frame["reward_mean"] == 0.125).all() and frame["kl"].notna().sum() == n - 1
+    assert set(frame["grad_norm"]) == {1.0, 2.0}
+    rep = a.inputs[0]
+    assert rep.values_set_aside == {"kl": 1} and any("decimal" in note for note in rep.notes)
+
+
+def test_partitioned_parquet_dataset_is_one_stream(tmp_path: Path) -> None:
+    import pyarrow.dataset as ds
+
+    n = 120
+    table = pa.table({"step": pa.array(range(n), pa.int64()), "kl": pa.array([0.05] * n),
+                      "epoch": pa.array([i // 10 for i in range(n)], pa.int64())})
+    ds.write_dataset(table, tmp_path / "steps", format="parquet", partitioning=["epoch"], partitioning_flavor="hive")
+    a = scan_path(tmp_path / "steps")
+    assert a.inputs[0].format == "parquet-parts" and a.steps["rows"] == n and a.steps["replays"] == []
+    assert a.to_pandas(["epoch"])["epoch"].tolist() == [i // 10 for i in range(n)]  # epoch=10 after epoch=9
+
+
+def _cells(path: Path) -> int:
+    """Work a read costs: cells (rows x columns) of the raw and canonical batches."""
+    from forensics.io.canonical import Canonicalizer
+
+    src = open_source(path)
+    canon = Canonicalizer()
+    cells = 0
+    for raw in src.batches(65536):
+        cells += len(raw) * (len(raw.numeric) + len(raw.text))
+        batch, _ = canon(raw, src.report)
+        cells += len(batch) * (len(batch.columns) + len(batch.text))
+    assert src.report.rows_read == src.report.rows_kept
+    return cells
+
+
+def test_rows_that_each_add_a_key_cost_linear_work(tmp_path: Path) -> None:
+    """Counted work, not time: 10x the rows cost about 10x the cells (rows x keys would be 100x)."""
+    def write(n: int) -> Path:
+        return write_jsonl(tmp_path / f"k{n}.jsonl", [{"step": i, "kl": 0.05, f"k{i}": 1.0} for i in range(n)])
+
+    small, large = _cells(write(2_000)), _cells(write(20_000))
+    assert large / small < 15
+
+
+def test_one_huge_step_does_not_round_the_others(tmp_path: Path) -> None:
+    """pyarrow reads a column holding 2**64 as float64, which would round steps near 2**60 into
+    collisions: such a chunk is read line by line, exactly."""
+    rows = [{"step": 2**60 + i, "kl": 0.05} for i in range(50)]
+    rows[25]["step"] = 2**64
+    a = scan_path(write_jsonl(tmp_path / "s.jsonl", rows))
+    rep = a.inputs[0]
+    assert a.steps["rows"] == 49 and a.steps["replays"] == [] and rep.skipped == {"step is not an integer": 1}
+    assert "beyond int64" in rep.issues[0].reason and rep.issues[0].line == 26
+
+
+def test_sample_stream_from_a_partitioned_dataset(tmp_path: Path) -> None:
+    import pyarrow.dataset as ds
+
+    steps = write_jsonl(tmp_path / "steps.jsonl", healthy_rows(40))
+    n = 400
+    samples = pa.table({"step": pa.array([i // 10 for i in range(n)], pa.int64()),
+                        "length": pa.array([100.0 + i % 7 for i in range(n)]),
+                        "reward": pa.array([0.5] * n)})
+    ds.write_dataset(samples, tmp_path / "samples_ds", format="parquet", partitioning=["step"],
+                     partitioning_flavor="hive")
+    a = scan_path(steps, samples=tmp_path / "samples_ds")
+    assert a.steps["sample_rows"] == n
+    rep = next(r for r in a.inputs if r.path.endswith("samples_ds"))
+    assert rep.format == "parquet-parts" and rep.rows_read == rep.rows_kept == n

@@ -155,7 +155,8 @@ def test_watch_verl_log_reports_entropy_decline(tmp_path: Path) -> None:
 def test_watch_missing_file_waits_then_times_out(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["watch", str(tmp_path / "later.jsonl"), "--timeout", "0.1",
                                     "--interval", "0.05"], catch_exceptions=False)
-    assert res.exit_code == 0 and "0 step rows" in res.output
+    assert res.exit_code == 3 and "0 step rows" in res.output
+    assert "no such file" in res.output
 
 
 # --- transformers / TRL callback, driven the way Trainer drives it -----------------------------
@@ -199,3 +200,97 @@ def test_trainer_callback_only_on_main_process(tmp_path: Path) -> None:
     cb.on_log(args, state, None, logs={"loss": 1.0})
     cb.on_train_end(args, state, None)
     assert not (tmp_path / "forensics").exists()
+
+
+# --- hostile input (issue 11) -------------------------------------------------------------------
+
+@pytest.mark.parametrize("opt", [["--interval", "nan"], ["--timeout", "nan"], ["--timeout", "inf"],
+                                 ["--interval", "inf"]])
+def test_watch_rejects_numbers_that_would_hang(tmp_path: Path, opt: list[str]) -> None:
+    p = tmp_path / "steps.jsonl"
+    p.write_text(lines(healthy_rows(10)))
+    res = CliRunner().invoke(main, ["watch", str(p), "--timeout", "1", *opt])
+    assert res.exit_code == 2, res.output
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "garbage", "wrong-format"])
+def test_watch_once_that_reads_nothing_is_an_input_error(tmp_path: Path, kind: str) -> None:
+    p = tmp_path / "steps.jsonl"
+    extra: list[str] = []
+    if kind == "empty":
+        p.write_text("")
+    elif kind == "garbage":
+        p.write_bytes(bytes(range(256)) * 4)
+    elif kind == "wrong-format":
+        p.write_text(lines(healthy_rows(10)))
+        extra = ["--format", "verl-console"]
+    res = CliRunner().invoke(main, ["watch", str(p), "--once", *extra])
+    assert res.exit_code == 3, res.output
+
+
+def test_watch_follows_a_growing_gzip(tmp_path: Path) -> None:
+    import zlib
+
+    rows = spiky_rows()
+    comp = zlib.compressobj(6, zlib.DEFLATED, 31)
+    p = tmp_path / "steps.jsonl.gz"
+    w = Watcher(p, echo=lambda s: None)
+    with open(p, "wb") as fh:
+        for i in range(0, 400, 100):
+            fh.write(comp.compress(lines(rows[i:i + 100]).encode()) + comp.flush(zlib.Z_SYNC_FLUSH))
+            fh.flush()
+            w.poll()
+        fh.write(comp.flush())
+    w.poll(final=True)
+    assert w.scan.rows == 400
+
+
+def test_watch_reads_a_fifo_as_a_stream_and_stops_at_its_timeout(tmp_path: Path) -> None:
+    import os
+
+    p = tmp_path / "pipe"
+    os.mkfifo(p)
+    rows = spiky_rows()
+
+    def writer() -> None:
+        with open(p, "w") as fh:  # blocks until watch opens the FIFO
+            fh.write(lines(rows[:200]))
+            fh.flush()
+            time.sleep(0.2)
+            fh.write(lines(rows[200:]))
+
+    t = threading.Thread(target=writer)
+    t.start()
+    out: list[str] = []
+    w = Watcher(p, echo=out.append)
+    w.run(interval=0.05, timeout=10)
+    t.join()
+    assert w.scan.rows == 400 and any("kl.spike" in line for line in out)
+    # no writer at all: the timeout still ends it (exit 3: nothing read)
+    q = tmp_path / "silent"
+    os.mkfifo(q)
+    t0 = time.monotonic()
+    res = CliRunner().invoke(main, ["watch", str(q), "--timeout", "0.5", "--interval", "0.1"])
+    assert res.exit_code == 3 and time.monotonic() - t0 < 5
+
+
+def test_watch_catching_up_feeds_scan_sized_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counted work, not time: a poll that brings n rows feeds ceil(n / batch) batches, so 10x the
+    NaN rows cost 10x the per-row work and no more per-batch overhead than a scan."""
+    from forensics.analysis.engine import Scan
+
+    calls: list[int] = []
+    feed = Scan.feed
+
+    def counting(self, raw, report):  # type: ignore[no-untyped-def]
+        calls.append(len(raw))
+        return feed(self, raw, report)
+
+    monkeypatch.setattr(Scan, "feed", counting)
+    for n in (2_000, 20_000):
+        calls.clear()
+        p = tmp_path / f"nan{n}.jsonl"
+        p.write_text("".join(f'{{"step": {i}, "kl": NaN, "grad_norm": NaN}}\n' for i in range(n)))
+        w = Watcher(p, echo=lambda s: None)
+        w.run(once=True)
+        assert sum(calls) == n and len(calls) == -(-n // w.batch_rows)

@@ -67,9 +67,13 @@ class StepOrder:
         """Mask of the rows to keep (steps greater than every step seen before)."""
         if len(steps) == 0:
             return np.zeros(0, dtype=bool)
-        prev = -(2**62) if self.max_step is None else self.max_step
-        running = np.maximum.accumulate(np.concatenate([[prev], steps]))
+        # steps are exact int64 (the whole range: a first step of -2**63 is a step like any other)
+        steps = steps.astype(np.int64, copy=False)
+        prev = np.iinfo(np.int64).min if self.max_step is None else self.max_step
+        running = np.maximum.accumulate(np.concatenate([np.array([prev], dtype=np.int64), steps]))
         keep = steps > running[:-1]
+        if self.max_step is None:
+            keep[0] = True
         bad = np.flatnonzero(~keep)
         if len(bad):
             runs = np.split(bad, np.flatnonzero(np.diff(bad) > 1) + 1)

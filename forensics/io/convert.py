@@ -28,6 +28,7 @@ from ..schema import ColumnMapping
 from .canonical import Canonicalizer
 from .formats import detect_format as _detect
 from .formats import open_source
+from .inputs import local_path
 from .readers import ReadReport
 
 __all__ = ["ConvertResult", "convert", "read_convert_metadata"]
@@ -58,7 +59,8 @@ def _columns(src: Path, fmt: str | None, strict: bool, batch_rows: int) -> tuple
     canon = Canonicalizer()
     is_text: dict[str, bool] = {}
     for raw in source.batches(batch_rows):
-        batch, _keep = canon(raw, source.report)
+        batch, keep = canon(raw, source.report)
+        source.report.rows_kept -= int((~keep).sum())  # skipped by the canonical layer (no step)
         for name in batch.columns:
             is_text.setdefault(name, False)
         for name in batch.text:
@@ -80,15 +82,17 @@ def _array(values: np.ndarray | None, missing: np.ndarray | None, text: bool, n:
 def convert(src: Path | str, out: Path | str, *, fmt: str | None = None, strict: bool = False,
             batch_rows: int = 65_536) -> ConvertResult:
     """Write the canonical step stream of ``src`` to the Parquet file ``out``."""
-    src, out = Path(src), Path(out)
+    shown, out = Path(src), Path(out)
+    src = local_path(shown, consume=True)  # a stream (stdin, a pipe) is read twice from one copy
     name = fmt or _detect(src)
     is_text, report, mapping = _columns(src, name, strict, batch_rows)
+    report.path = str(shown)
     columns = ["step", *[c for c in is_text if c != "step"]]
     schema = pa.schema([pa.field("step", pa.int64())]
                        + [pa.field(c, pa.string() if is_text[c] else pa.float64()) for c in columns[1:]])
     meta = {
         "tool": f"forensics {__version__}",
-        "source": str(src),
+        "source": str(shown),
         "format": name,
         "read_report": report.to_dict(),
         "column_mapping": mapping.to_dict(),
@@ -124,7 +128,7 @@ def convert(src: Path | str, out: Path | str, *, fmt: str | None = None, strict:
     if rows == 0:
         out.unlink(missing_ok=True)
         raise InputError(f"no usable rows ({report.rows_read} read, {report.rows_skipped} skipped)",
-                         path=str(src))
+                         path=str(shown))
     return ConvertResult(out, rows, columns, report, mapping)
 
 

@@ -1,7 +1,10 @@
 """Which reader opens a file: the format registry, detection from content, and opening.
 
 Formats are tried in order: the framework adapters (:mod:`forensics.io.adapters`, most specific
-first), then the generic JSONL and Parquet readers (:mod:`forensics.io.readers`).
+first), then the generic JSONL and Parquet readers (:mod:`forensics.io.readers`). Detection reads
+a buffered head (:func:`forensics.io.inputs.read_head`: decompressed, without a BOM, holding at
+least the first whole line); a stream (``-``, a pipe) is first copied once to a temporary file
+(:func:`forensics.io.inputs.local_path`), so nothing it held is lost to detection.
 """
 
 from __future__ import annotations
@@ -10,11 +13,12 @@ from pathlib import Path
 
 from ..errors import FormatError, InputError, UsageError
 from .adapters import ADAPTERS
+from .inputs import HEAD_BYTES, STDIN, local_path, read_head
 from .readers import Format, JsonlSource, ParquetPartsSource, ParquetSource, Source
+from .readers.jsonl import head_objects
+from .readers.parquet import parquet_files
 
-__all__ = ["FORMATS", "HEAD_BYTES", "detect_format", "open_source"]
-
-HEAD_BYTES = 64 * 1024
+__all__ = ["FORMATS", "HEAD_BYTES", "detect_format", "detect_head", "open_source"]
 
 
 def _is_parquet(path: Path, head: bytes) -> bool:
@@ -22,12 +26,19 @@ def _is_parquet(path: Path, head: bytes) -> bool:
 
 
 def _is_parquet_parts(path: Path, head: bytes) -> bool:
-    return path.is_dir() and any(path.glob("part-*.parquet"))
+    return path.is_dir() and bool(parquet_files(path, limit=1))
 
 
 def _is_jsonl(path: Path, head: bytes) -> bool:
+    """JSON lines: the head's lines are mostly objects (a comment, a malformed or a blank line
+    among them is the reader's to report), or its first line is one object longer than the head."""
     text = head.lstrip()
-    return text.startswith(b"{") and (b"\n" in text or len(head) < HEAD_BYTES)
+    if not text.startswith((b"{", b"#", b"//")) and b"\n{" not in text[:4096]:
+        return False
+    objects, others = head_objects(head)
+    if objects:
+        return objects >= others
+    return text.startswith(b"{")  # broken lines (each reported by the reader), or one long line
 
 
 _GENERIC = [
@@ -55,46 +66,54 @@ class _Formats:
 FORMATS = _Formats()
 
 
-def _head(path: Path) -> bytes:
-    import gzip
-
-    try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rb") as fh:
-                return fh.read(HEAD_BYTES)
-        with open(path, "rb") as fh:
-            return fh.read(HEAD_BYTES)
-    except (OSError, EOFError) as exc:
-        raise InputError(f"cannot read: {getattr(exc, 'strerror', None) or exc}",
-                         path=str(path)) from None
-
-
 def detect_format(path: Path) -> str:
     """Name of the first registered format whose sniffer accepts the file."""
-    if not path.exists():
-        raise InputError("no such file or directory", path=str(path))
+    shown = str(path)
+    if shown != STDIN and not path.exists():
+        raise InputError("no such file or directory", path=shown)
+    path = local_path(path)
     if path.is_dir():
         # a folder is one input only for a format that says so (TensorBoard event files)
         for fmt in _formats():
             if fmt.detect(path, b""):
                 return fmt.name
         raise InputError("is a directory; give a file", path=str(path))
-    head = _head(path)
+    head = read_head(path)
     if not head.strip():
-        raise FormatError("file is empty", path=str(path))
+        raise FormatError("file is empty", path=shown)
     for fmt in _formats():
         if fmt.detect(path, head):
             return fmt.name
     raise FormatError("unrecognised content (supported: " + ", ".join(FORMATS.names()) + ")",
-                      path=str(path))
+                      path=shown)
+
+
+def detect_head(path: Path, head: bytes) -> str | None:
+    """Name of the first format whose sniffer accepts ``head`` (the first bytes of a stream,
+    decompressed, without a BOM), or ``None``."""
+    for fmt in _formats():
+        if fmt.name != "parquet-parts" and fmt.detect(path, head):
+            return fmt.name
+    return None
 
 
 def open_source(path: Path, fmt: str | None = None, *, strict: bool = False) -> Source:
-    """Open ``path`` with the named format, or the detected one."""
+    """Open ``path`` with the named format, or the detected one.
+
+    ``path`` may be ``-`` (standard input) or a pipe: it is read once, to the end (see
+    :func:`forensics.io.inputs.local_path`); the report names it as given.
+    """
     name = fmt or detect_format(path)
     for f in _formats():
         if f.name == name:
-            if not path.exists():
-                raise InputError("no such file or directory", path=str(path))
-            return f.open(path, strict)
+            shown = str(path)
+            if shown != STDIN and not path.exists():
+                raise InputError("no such file or directory", path=shown)
+            local = local_path(path, consume=True)
+            source = f.open(local, strict)
+            if local != path:
+                source.report.path = shown
+                source.report.notes.append("read from a stream (stdin or a pipe): copied once, to its end, "
+                                           "before reading")
+            return source
     raise UsageError(f"unknown format {name!r}; known: " + ", ".join(FORMATS.names()))

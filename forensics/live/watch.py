@@ -2,11 +2,18 @@
 
 ``forensics watch PATH`` polls the file. Line-oriented formats (JSONL, veRL console and JSONL,
 LLaMA-Factory, OpenRLHF, DeepSpeed-Chat, HF console) are read incrementally: only the bytes
-appended since the last poll, a partial last line waits for its newline, and a file that shrinks
-or is replaced (truncation, rotation, a veRL file logger restarting) is read again from the
-start (the replayed steps then show up as a ``stream.step_replay`` finding). Whole-document
-formats (``trainer_state.json``, TensorBoard, W&B exports, Parquet) are re-read when they change
-and only rows with a step beyond the last one fed are passed on.
+appended since the last poll (a gzip file is decompressed as it grows), a partial last line
+waits for its newline, and a file that shrinks or is replaced (truncation, rotation, a veRL file
+logger restarting) is read again from the start (the replayed steps then show up as a
+``stream.step_replay`` finding). Whole-document formats (``trainer_state.json``, TensorBoard,
+W&B exports, Parquet) are re-read when they change and only rows with a step beyond the last one
+fed are passed on.
+
+A stream (``-`` for stdin, a FIFO, a pipe) is read as a stream when its format is line-oriented:
+it is opened without blocking, each poll takes what has arrived, and ``--once`` reads it to its
+end (or to ``--timeout``); a whole-document format on a stream is refused. Nothing waits past
+``--timeout``. What a poll brings is fed in batches of the scan's size, so catching up with a
+long log costs what a scan of it costs.
 
 Rows go to the same trackers as an offline scan, through :class:`forensics.analysis.engine.Scan` in small
 batches; after each batch the analysis so far (``Scan.peek``) is compared with what was already
@@ -15,8 +22,13 @@ printed, keyed by ``(rule, onset_step)``.
 
 from __future__ import annotations
 
+import math
 import os
+import select
+import sys
 import time
+import zlib
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,10 +38,13 @@ import numpy as np
 from ..analysis.engine import Scan
 from ..analysis.findings import Finding, Severity
 from ..config import Config, RunMeta
-from ..errors import FormatError, InputError
-from ..io.formats import HEAD_BYTES, detect_format, open_source
+from ..errors import FormatError, InputError, UsageError
+from ..io.canonical import Canonicalizer
+from ..io.formats import HEAD_BYTES, detect_format, detect_head, open_source
+from ..io.inputs import BOM, GZIP_MAGIC, STDIN, is_stream
+from ..io.limits import MAX_HEAD_BYTES, MAX_LINE_BYTES
 from ..io.readers import RawBatch, ReadReport
-from ..io.readers.arrow import rows_to_raw
+from ..io.readers.arrow import budget_groups, rows_to_raw
 from ..io.readers.jsonl import parse_json_object
 from ..schema import resolve_columns
 
@@ -102,56 +117,122 @@ def _line_parsers() -> dict[str, Any]:
     return {"jsonl": _JsonlParser, **LINE_PARSERS}
 
 
+class _Gunzip:
+    """Incremental gzip decompression of a growing file (several members too)."""
+
+    def __init__(self) -> None:
+        self.dec = zlib.decompressobj(31)
+        self.broken = ""
+
+    def feed(self, data: bytes) -> bytes:
+        out = b""
+        while data and not self.broken:
+            try:
+                out += self.dec.decompress(data)
+            except zlib.error as exc:
+                self.broken = f"corrupt gzip data ({exc}): the rest of the file is not read"
+                break
+            if not self.dec.eof:
+                break
+            data = self.dec.unused_data
+            self.dec = zlib.decompressobj(31)
+        return out
+
+
 class Watcher:
-    """Polls one file; :meth:`poll` reads what is new, feeds it and returns the new findings.
+    """Polls one file (or stream); :meth:`poll` reads what is new, feeds it and returns the new
+    findings.
 
     ``echo`` receives every line of output (``click.echo`` in the CLI, a list in tests).
     """
 
     def __init__(self, path: Path | str, *, fmt: str | None = None, config: Config | None = None,
                  meta: RunMeta | None = None, echo: Callable[[str], None] = print,
-                 min_severity: Severity = Severity.INFO, batch_rows: int = 16) -> None:
+                 min_severity: Severity = Severity.INFO, batch_rows: int | None = None) -> None:
         self.path = Path(path)
         self.fmt = fmt
         self.config = config or Config()
         self.scan = Scan(self.config, meta)
         self.echo = echo
         self.min_severity = min_severity
-        self.batch_rows = batch_rows
+        #: rows per batch fed to the trackers (a poll's rows are fed in batches of this size)
+        self.batch_rows = batch_rows or self.config.batch_rows
         self.report = ReadReport(str(self.path))
         self.started = False
         self.live = LiveFindings(self.scan, echo, min_severity)
         self.findings: list[Finding] = []
+        self.why_not: InputError | None = None  # why the format is not known yet
         # line mode
         self.parser: Any = None
         self.offset = 0
         self.lineno = 0
         self.tail = b""
+        self.skipping = False  # inside a line longer than MAX_LINE_BYTES
         self.ident: tuple[int, int] | None = None
         self.idle_flushed = True
+        self.gunzip: _Gunzip | None = None
+        self.first_bytes = True
+        # stream mode (stdin, a FIFO, a pipe)
+        self.stream = is_stream(self.path)
+        self.fd: int | None = None
+        self.eof = False
+        self.got_data = False
+        self.head = b""  # what a stream held before its format was known
         # re-read mode
         self.signature: tuple[int, float] | None = None
         self.last_step: int | None = None
+        self.fed_bad_lines: set[int] = set()
+        self.src_skipped: Counter[str] = Counter()
+        self.src_issues: set[tuple[int, str]] = set()
 
     # -- format -----------------------------------------------------------------------
-    def _resolve_format(self) -> bool:
+    def _resolve_format(self, final: bool = False, deadline: float | None = None) -> bool:
+        if self.stream:
+            return self._resolve_stream(final, deadline)
         if self.fmt is not None:
             self._start()
             return True
         try:
             size = self.path.stat().st_size if self.path.is_file() else 0
         except OSError:
+            size = 0
+        if not self.path.exists():
+            self.why_not = InputError("no such file or directory", path=str(self.path))
             return False
         if self.path.is_file() and size == 0:
+            self.why_not = FormatError("file is empty", path=str(self.path))
             return False
         try:
             self.fmt = detect_format(self.path)
-        except FormatError:
+        except FormatError as exc:
             if self.path.is_file() and size < HEAD_BYTES:
+                self.why_not = exc
                 return False  # too little written yet to tell; try again next poll
             raise
-        except InputError:
+        except InputError as exc:
+            self.why_not = exc
             return False
+        self._start()
+        return True
+
+    def _resolve_stream(self, final: bool, deadline: float | None) -> bool:
+        self._open_stream()
+        self.head += self._read_stream(block=final, deadline=deadline, limit=MAX_HEAD_BYTES - len(self.head))
+        if self.fmt is None:
+            text = self.head
+            if text[:2] == GZIP_MAGIC:
+                text = _Gunzip().feed(text)
+            text = text.removeprefix(BOM)
+            if not text.strip():
+                self.why_not = FormatError("stream is empty" if self.eof else "nothing read from the stream yet",
+                                           path=str(self.path))
+                return False
+            self.fmt = detect_head(self.path, text)
+            if self.fmt is None:
+                self.why_not = FormatError("unrecognised content", path=str(self.path))
+                if self.eof or len(self.head) >= MAX_HEAD_BYTES:
+                    raise self.why_not
+                return False
         self._start()
         return True
 
@@ -162,25 +243,70 @@ class Watcher:
         parsers = _line_parsers()
         if self.fmt in parsers:
             self.parser = parsers[self.fmt](self.report, self.config.strict)
+        elif self.stream:
+            raise InputError(f"format {self.fmt} is read whole: it can be watched as a file, not as a stream "
+                             "(stdin, FIFO or pipe)", path=str(self.path))
+
+    # -- streams ------------------------------------------------------------------------
+    def _open_stream(self) -> None:
+        if self.fd is not None:
+            return
+        try:
+            if str(self.path) == STDIN:
+                self.fd = sys.stdin.fileno()
+                os.set_blocking(self.fd, False)
+            else:  # O_NONBLOCK: opening a FIFO does not wait for its writer
+                self.fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot open: {getattr(exc, 'strerror', None) or exc}", path=str(self.path)) from None
+
+    def _read_stream(self, *, block: bool, limit: int = 1 << 62, deadline: float | None = None) -> bytes:
+        """What the stream holds now (``block``: up to its end, or until ``deadline``)."""
+        assert self.fd is not None
+        out = bytearray()
+        while not self.eof and len(out) < limit:
+            wait = 0.0
+            if block:
+                wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+            ready, _, _ = select.select([self.fd], [], [], wait)
+            if not ready:
+                if block and (deadline is None or time.monotonic() < deadline):
+                    continue
+                break
+            try:
+                data = os.read(self.fd, min(1 << 20, limit - len(out)))
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                raise InputError(f"read failed: {exc.strerror or exc}", path=str(self.path)) from None
+            if not data:  # the writer closed its end, or no writer has opened the FIFO yet
+                if self.got_data or str(self.path) == STDIN:
+                    self.eof = True
+                    break
+                if block and (deadline is None or time.monotonic() < deadline):
+                    time.sleep(0.05)
+                    continue
+                break
+            self.got_data = True
+            out += data
+        return bytes(out)
 
     # -- polling ------------------------------------------------------------------------
-    def poll(self, final: bool = False) -> list[Finding]:
+    def poll(self, final: bool = False, deadline: float | None = None) -> list[Finding]:
         """Read what was appended, feed it, return (and echo) the findings that are new."""
         if not self.started:
-            if not self._resolve_format():
+            if not self._resolve_format(final, deadline):
                 return []
         if self.parser is None:
             return self._new_findings() if self._poll_reread() else []
-        rows = self._poll_lines(final)
+        rows = self._poll_lines(final, deadline)
         fed = False
-        if rows:
-            for i in range(0, len(rows), self.batch_rows):
-                chunk = rows[i:i + self.batch_rows]
-                self.report.rows_read += len(chunk)
-                self.report.rows_kept += len(chunk)
-                self.scan.feed(rows_to_raw([r for _, r in chunk],
-                                           np.array([ln for ln, _ in chunk], dtype=np.int64)), self.report)
-                fed = True
+        for chunk in budget_groups(rows, max(self.batch_rows, 1), lambda r: r[1].keys()):
+            self.report.rows_read += len(chunk)
+            self.report.rows_kept += len(chunk)
+            self.scan.feed(rows_to_raw([r for _, r in chunk],
+                                       np.array([ln for ln, _ in chunk], dtype=np.int64)), self.report)
+            fed = True
         if not fed:
             return []
         return self._new_findings()
@@ -190,31 +316,62 @@ class Watcher:
         self.findings.extend(new)
         return new
 
-    def _poll_lines(self, final: bool) -> list[tuple[int, dict[str, Any]]]:
+    def _read_file(self) -> bytes:
+        """The bytes appended to the file since the last poll (decompressed for gzip)."""
         try:
             st = os.stat(self.path)
         except OSError:
-            return []
+            return b""
         ident = (st.st_dev, st.st_ino)
         if self.ident is not None and (ident != self.ident or st.st_size < self.offset):
             self.echo(f"{self.path}: file truncated or replaced; reading it again from the start")
-            self.offset, self.lineno, self.tail = 0, 0, b""
+            self.offset, self.lineno, self.tail, self.skipping = 0, 0, b"", False
+            self.gunzip, self.first_bytes = None, True
             self.parser = type(self.parser)(self.report, self.config.strict)
         self.ident = ident
-        data = b""
-        if st.st_size > self.offset:
+        if st.st_size <= self.offset:
+            return b""
+        try:
             with open(self.path, "rb") as fh:
                 fh.seek(self.offset)
                 data = fh.read(st.st_size - self.offset)
-            self.offset += len(data)
+        except OSError as exc:
+            raise InputError(f"read failed: {exc.strerror or exc}", path=str(self.path)) from None
+        self.offset += len(data)
+        return data
+
+    def _poll_lines(self, final: bool, deadline: float | None = None) -> list[tuple[int, dict[str, Any]]]:
+        if self.stream:
+            data, self.head = self.head + self._read_stream(block=final, deadline=deadline), b""
+        else:
+            data = self._read_file()
+        if data and self.first_bytes:
+            self.first_bytes = False
+            if data[:2] == GZIP_MAGIC:
+                self.gunzip = _Gunzip()
+        if data and self.gunzip is not None:
+            data = self.gunzip.feed(data)
+            if self.gunzip.broken and self.gunzip.broken not in self.report.notes:
+                self.report.notes.append(self.gunzip.broken)
         rows: list[tuple[int, dict[str, Any]]] = []
         if data:
+            if self.lineno == 0 and not self.tail and data.startswith(BOM):
+                data = data[len(BOM):]
             buf = self.tail + data
             parts = buf.split(b"\n")
             self.tail = parts.pop()  # b"" when the data ended with a newline
             for part in parts:
+                if self.skipping:  # the end of an over-long line
+                    self.skipping = False
+                    continue
                 self.lineno += 1
                 rows.extend(self.parser.line(self.lineno, part.decode("utf-8", errors="replace").rstrip("\r")))
+            if len(self.tail) > MAX_LINE_BYTES and not self.skipping:
+                self.lineno += 1
+                self._too_long()
+                self.tail, self.skipping = b"", True
+            elif self.skipping:
+                self.tail = b""
             self.idle_flushed = False
         elif not self.idle_flushed:
             # nothing new since the last poll: release rows a parser holds back for a late line
@@ -227,6 +384,11 @@ class Watcher:
                 self.tail = b""
             rows.extend(self.parser.flush())
         return rows
+
+    def _too_long(self) -> None:
+        reason = f"line longer than {MAX_LINE_BYTES} bytes (skipped unread)"
+        self.report.rows_read += 1
+        self.report.skip(self.lineno, reason, "line too long")
 
     def _poll_reread(self) -> list[int]:
         try:
@@ -246,49 +408,84 @@ class Watcher:
         step_key: str | None = None
         for raw in source.batches(self.batch_rows):
             if step_key is None:
-                step_key = resolve_columns([*raw.numeric]).source_of("step") or ""
+                step_key = resolve_columns([*raw.numeric, *raw.text]).source_of("step") or ""
             new = self._after_last_step(raw, step_key)
             if new is None:
                 continue
+            self.report.rows_read += len(new)
             self.report.rows_kept += len(new)
             self.scan.feed(new, self.report)
             fed.append(len(new))
-        self.report.rows_read = source.report.rows_read
-        self.report.skipped = source.report.skipped
-        self.report.issues = source.report.issues
-        self.report.notes = source.report.notes
+        self._take_source_report(source.report)
         return fed
 
+    def _take_source_report(self, src: ReadReport) -> None:
+        """Add what a re-read's source skipped that earlier re-reads had not (rows and issues)."""
+        new = src.skipped - self.src_skipped
+        self.report.skipped.update(new)
+        self.report.rows_read += sum(new.values())
+        self.src_skipped = Counter(src.skipped)
+        for issue in src.issues:
+            if (issue.line, issue.reason) not in self.src_issues:
+                self.src_issues.add((issue.line, issue.reason))
+                self.report.issues.append(issue)
+        for note in src.notes:
+            if note not in self.report.notes:
+                self.report.notes.append(note)
+
     def _after_last_step(self, raw: RawBatch, step_key: str) -> RawBatch | None:
-        if not step_key or step_key not in raw.numeric:
+        """The rows of a re-read not fed before: a step beyond the last one fed, or (once) a row
+        whose step is unusable, which the scan then reports."""
+        if not step_key or (step_key not in raw.numeric and step_key not in raw.text):
             return raw if self.last_step is None else None
-        steps = raw.numeric[step_key]
-        keep = np.isfinite(steps)
+        steps, ok = Canonicalizer()._steps(raw, step_key, ReadReport(""))
+        keep = ok.copy()
         if self.last_step is not None:
             keep &= steps > self.last_step
         if keep.any():
-            self.last_step = int(np.nanmax(steps[keep]))
+            self.last_step = int(steps[keep].max())
+        for i in np.flatnonzero(~ok).tolist():  # fed once, so the scan reports them once
+            line = int(raw.lines[i])
+            if line not in self.fed_bad_lines:
+                self.fed_bad_lines.add(line)
+                keep[i] = True
         if not keep.any():
             return None
-        if keep.all():
-            return raw
-        return RawBatch({k: v[keep] for k, v in raw.numeric.items()},
-                        {k: v[keep] for k, v in raw.missing.items()},
-                        {k: v[keep] for k, v in raw.text.items()}, raw.lines[keep])
+        return raw if keep.all() else raw.take(keep)
 
     # -- loop ---------------------------------------------------------------------------
     def run(self, *, interval: float = 2.0, once: bool = False, timeout: float | None = None,
             sleep: Callable[[float], None] = time.sleep) -> list[Finding]:
-        """Poll until interrupted, or once, or until ``timeout`` seconds have passed."""
+        """Poll until interrupted, or once, or until ``timeout`` seconds have passed.
+
+        Raises :class:`~forensics.errors.UsageError` for an interval that is not a positive
+        number or a timeout that is not a finite one, and
+        :class:`~forensics.errors.InputError` when nothing could be read by the end (no such
+        file, empty, unrecognised content, no usable rows).
+        """
+        if not (isinstance(interval, (int, float)) and math.isfinite(interval) and interval > 0):
+            raise UsageError(f"--interval must be a positive number of seconds, not {interval!r}")
+        if timeout is not None and not (isinstance(timeout, (int, float)) and math.isfinite(timeout)
+                                        and timeout >= 0):
+            raise UsageError(f"--timeout must be a finite number of seconds >= 0, not {timeout!r}")
         start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
         while True:
-            done = once or (timeout is not None and time.monotonic() - start >= timeout)
-            self.poll(final=done)
+            done = once or (deadline is not None and time.monotonic() >= deadline) or (self.stream and self.eof)
+            self.poll(final=done, deadline=deadline)
             if done:
                 break
-            sleep(interval)
+            pause = interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic()))
+            sleep(pause)
         if self.parser is not None:
             self.parser.finish_notes()
         rows = self.scan.rows
         self.echo(f"stopped: {rows} step rows analysed, {len(self.findings)} finding(s) reported")
+        if not self.started:
+            raise self.why_not or InputError("nothing could be read", path=str(self.path))
+        if rows == 0:
+            r = self.report
+            raise InputError(f"no usable rows ({r.rows_read} read, {r.rows_skipped} skipped"
+                             + (f"; first problem: line {r.issues[0].line}: {r.issues[0].reason}"
+                                if r.issues else "") + ")", path=str(self.path))
         return self.findings

@@ -26,3 +26,7 @@ class Case:
     expect_rows: int | None = None
     #: stdin bytes fed to the command (for "-" and pipes), if any
     stdin: bytes | None = None
+    #: names in ``files`` laid out as FIFOs (named pipes) that a writer fills with their bytes
+    fifos: tuple[str, ...] = ()
+    #: for exit 0: the format the input must be read as, when only one is right
+    expect_format: str | None = None

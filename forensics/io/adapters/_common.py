@@ -7,8 +7,6 @@ file) and a live one (``forensics watch`` feeds it the lines appended since the 
 
 from __future__ import annotations
 
-import gzip
-import math
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -17,45 +15,32 @@ from typing import IO, Any
 import numpy as np
 
 from ...errors import InputError, StrictModeError
-from ..readers.arrow import rows_to_raw
+from ..canonical import parse_number, step_value
+from ..inputs import bounded_lines, truncation
+from ..inputs import open_binary as _open_binary
+from ..limits import MAX_LINE_BYTES
+from ..readers.arrow import budget_groups, rows_to_raw
 from ..readers.base import RawBatch, ReadReport
 from ..readers.jsonl import parse_json_object
 
-__all__ = ["ANSI", "ApartRows", "LineParser", "LineSource", "RowSource", "Rows", "merge_same_step", "parse_number"]
+__all__ = [
+    "ANSI",
+    "ApartRows",
+    "LineParser",
+    "LineSource",
+    "RowSource",
+    "Rows",
+    "first_object",
+    "merge_same_step",
+    "parse_number",
+    "step_value",
+]
 
 #: ANSI colour escapes (Ray colours its actor prefixes).
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 Row = tuple[int, dict[str, Any]]
 Rows = list[Row]
-
-_NUMPY_WRAP = re.compile(r"^(?:np|numpy)\.(?:float|int|uint|bool_?)\d*\((?P<v>.*)\)$")
-_TORCH_WRAP = re.compile(r"^tensor\((?P<v>[^,()]*)(?:,.*)?\)$")
-_SPECIAL = {"nan": math.nan, "+nan": math.nan, "-nan": math.nan, "inf": math.inf, "+inf": math.inf,
-            "-inf": -math.inf, "infinity": math.inf, "+infinity": math.inf, "-infinity": -math.inf,
-            "true": 1.0, "false": 0.0}
-
-
-def parse_number(text: str) -> float | None:
-    """A printed number as a float: plain, ``nan``/``inf``, or wrapped as ``np.float64(x)``.
-
-    >>> parse_number("np.float64(0.0123)"), parse_number("0.000"), parse_number("nan")
-    (0.0123, 0.0, nan)
-    >>> parse_number("abc") is None
-    True
-    """
-    s = text.strip()
-    m = _NUMPY_WRAP.match(s) or _TORCH_WRAP.match(s)
-    if m:
-        s = m.group("v").strip()
-    special = _SPECIAL.get(s.lower())
-    if special is not None:
-        return special
-    try:
-        return float(s)
-    except ValueError:
-        return None
-
 
 class LineParser:
     """Turns lines into rows. Subclasses implement :meth:`line`; :meth:`flush` ends the stream.
@@ -88,6 +73,14 @@ class LineParser:
             self.bad(lineno, reason)
         return obj
 
+    def step(self, lineno: int, text: str) -> int | None:
+        """The step printed on a line as an exact integer; ``None`` (counted by :meth:`bad`)
+        when it is beyond int64."""
+        step, why = step_value(text)
+        if step is None:
+            self.bad(lineno, why, "step is not an integer")
+        return step
+
     def bad(self, lineno: int, reason: str, category: str = "malformed line") -> None:
         """Count a row-like line that could not be used; fatal under ``strict``."""
         if self.strict:
@@ -97,24 +90,39 @@ class LineParser:
 
 
 def open_binary(path: Path) -> IO[bytes]:
-    try:
-        if path.suffix == ".gz":
-            fh: IO[bytes] = gzip.open(path, "rb")  # type: ignore[assignment]
-            fh.peek(1)  # type: ignore[attr-defined]
-            return fh
-        return open(path, "rb")
-    except OSError as exc:
-        raise InputError(f"cannot open: {exc.strerror or exc}", path=str(path)) from None
+    """Open a log for reading bytes (gzip recognised by content; see :mod:`forensics.io.inputs`)."""
+    return _open_binary(path)
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """``(1-based line number, text)`` of a text file, undecodable bytes replaced."""
+#: What :func:`iter_lines` yields for a line longer than ``MAX_LINE_BYTES`` (skipped unread).
+TOO_LONG = f"line longer than {MAX_LINE_BYTES} bytes (skipped unread)"
+
+
+def iter_lines(path: Path, report: ReadReport | None = None) -> Iterator[tuple[int, str | None]]:
+    """``(1-based line number, text)`` of a text file, undecodable bytes replaced; ``None`` for
+    a line longer than ``MAX_LINE_BYTES``. A gzip file cut short yields its complete lines and
+    (with ``report``) a note says so."""
     with open_binary(path) as fh:
         try:
-            for i, raw in enumerate(fh, 1):
-                yield i, raw.decode("utf-8", errors="replace").rstrip("\r\n")
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            for i, raw in enumerate(bounded_lines(fh), 1):
+                yield i, None if raw is None else raw.decode("utf-8", errors="replace")
+        except (OSError, EOFError) as exc:
             raise InputError(f"read failed: {exc}", path=str(path)) from None
+        why = truncation(fh)
+    if why and report is not None:
+        report.notes.append(f"{why}: every complete line before the cut was read")
+
+
+def first_object(head: bytes, lines: int = 8) -> dict[str, Any] | None:
+    """The first JSON object among the first whole lines of a detection head (a comment, a
+    blank or a malformed first line is passed over), or ``None``."""
+    for line in head.split(b"\n")[:lines]:
+        s = line.strip()
+        if s.startswith(b"{"):
+            obj, _ = parse_json_object(s)
+            if obj is not None:
+                return obj
+    return None
 
 
 def to_raw(rows: Rows) -> RawBatch:
@@ -138,14 +146,8 @@ class RowSource:
         raise NotImplementedError
 
     def batches(self, batch_rows: int) -> Iterator[RawBatch]:
-        buf: Rows = []
-        for row in self.rows():
-            buf.append(row)
-            if len(buf) >= batch_rows:
-                yield self._emit(buf)
-                buf = []
-        if buf:
-            yield self._emit(buf)
+        for group in budget_groups(self.rows(), max(batch_rows, 1), lambda r: r[1].keys()):
+            yield self._emit(group)
 
     def _emit(self, buf: Rows) -> RawBatch:
         self.report.rows_read += len(buf)
@@ -163,7 +165,10 @@ class LineSource(RowSource):
 
     def rows(self) -> Iterator[Row]:
         parser = self.make_parser()
-        for lineno, text in iter_lines(self.path):
+        for lineno, text in iter_lines(self.path, self.report):
+            if text is None:
+                parser.bad(lineno, TOO_LONG, "line too long")
+                continue
             yield from parser.line(lineno, text)
         yield from parser.flush()
         parser.finish_notes()

@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..limits import STEP_MAX
 from ..readers.base import ReadReport
 from ._common import ANSI, LineParser, LineSource, Rows, parse_number
 
@@ -66,7 +67,11 @@ class DeepSpeedChatParser(LineParser):
         m = _HEADER.match(text)
         if m:
             out = self.flush()
-            epoch, step = int(m.group("epoch")), int(m.group("step"))
+            epoch, step = self.step(lineno, m.group("epoch")), self.step(lineno, m.group("step"))
+            if epoch is None or step is None or self.offset + step > STEP_MAX:
+                if epoch is not None and step is not None:
+                    self.bad(lineno, f"global step {self.offset + step} is beyond int64", "step is not an integer")
+                return out
             if self.last is not None and epoch != self.last[0] and step <= self.last[1]:
                 self.offset += self.last[1] + 1
                 self.resets += 1

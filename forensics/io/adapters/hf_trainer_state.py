@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import FormatError, InputError, StrictModeError
-from ._common import ApartRows, Row, RowSource, _fmt, open_binary
+from ..limits import MAX_DEPTH, MAX_NUMBER_DIGITS
+from ._common import ApartRows, Row, RowSource, _fmt, open_binary, step_value
 
 __all__ = ["HFTrainerStateSource", "detect"]
 
@@ -68,9 +69,10 @@ class HFTrainerStateSource(RowSource):
             if not isinstance(obj, dict):
                 self._bad(line, f"log_history entry is a {type(obj).__name__}, not an object")
                 continue
-            step = obj.get("step")
-            if not isinstance(step, int) or isinstance(step, bool):
-                self._bad(line, "log_history entry has no integer step", "row has no step")
+            step, why = step_value(obj["step"]) if obj.get("step") is not None else (None, "")
+            if step is None:
+                self._bad(line, f"log_history entry: {why}" if why else "log_history entry has no step",
+                          "step is not an integer" if why else "row has no step")
                 continue
             nulls += sum(1 for v in obj.values() if v is None)
             kind = classify(obj)
@@ -91,6 +93,7 @@ class HFTrainerStateSource(RowSource):
             if held is not None:
                 yield held
             row = dict(obj)
+            row["step"] = step
             evals.attach(step, row)
             held = (line, row)
         if held is not None:
@@ -128,13 +131,18 @@ class HFTrainerStateSource(RowSource):
                 self._bad(bad_line, f"invalid JSON in log_history: {exc.msg}; the rest of the list "
                           "cannot be read")
                 return
+            except (ValueError, RecursionError) as exc:  # a number past Python's digit limit, deep nesting
+                what = (f"nested deeper than {MAX_DEPTH} levels" if isinstance(exc, RecursionError)
+                        else f"a number longer than {MAX_NUMBER_DIGITS} digits")
+                self._bad(line, f"log_history entry: {what}; the rest of the list cannot be read")
+                return
             yield line, obj
             pos = end
 
     def _header_notes(self, text: str) -> None:
         try:
             state = json.loads(text)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # broken, a huge number, too deep: entries say why
             return
         if isinstance(state, dict) and isinstance(state.get("logging_steps"), int):
             k = state["logging_steps"]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..readers.base import ReadReport
-from ._common import ApartRows, LineParser, LineSource, Rows
+from ._common import ApartRows, LineParser, LineSource, Rows, first_object
 
 __all__ = ["LlamaFactoryParser", "LlamaFactorySource", "detect", "timedelta_seconds"]
 
@@ -33,13 +33,15 @@ def timedelta_seconds(text: str) -> float | None:
     m = _TD.match(text.strip())
     if m is None:
         return None
+    if len(m.group("d") or "") > 12:  # more days than a run lasts (and than int() takes)
+        return None
     days = int(m.group("d") or 0)
     return days * 86400 + int(m.group("h")) * 3600 + int(m.group("m")) * 60 + float(m.group("s"))
 
 
 def detect(path: Path, head: bytes) -> bool:
-    first = head.lstrip().split(b"\n", 1)[0]
-    return first.startswith(b"{") and b'"current_steps"' in first and b'"total_steps"' in first
+    obj = first_object(head)
+    return obj is not None and "current_steps" in obj and "total_steps" in obj
 
 
 class LlamaFactoryParser(LineParser):

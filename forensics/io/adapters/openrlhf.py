@@ -41,7 +41,10 @@ class OpenRLHFParser(LineParser):
         if obj is None:
             self.bad(lineno, "'Global step' line whose dict cannot be parsed")
             return []
-        row = {"step": int(m.group("step"))}
+        step = self.step(lineno, m.group("step"))
+        if step is None:
+            return []
+        row = {"step": step}
         row.update({k: v for k, v in obj.items() if k != "step"})
         return [(lineno, row)]
 

@@ -4,7 +4,9 @@ TFRecord framing (``uint64 len | uint32 masked_crc32c(len) | data | uint32 maske
 around ``Event`` protobufs, decoded here with a minimal protobuf wire-format reader: ``wall_time``
 (field 1, double), ``step`` (2, int64), ``summary`` (5) -> repeated ``value`` {``tag`` (1),
 ``simple_value`` (2, float32) | ``tensor`` (8, TF2 scalars)}. Text, image and histogram
-summaries are skipped (counted in a note).
+summaries are skipped (counted in a note). Tensor scalars of every numeric dtype decode
+exactly (half and bfloat16 from their 16 bits, integers sign-extended, packed or not); a record
+whose header claims more bytes than the file holds is a truncated record, found before reading.
 
 A run folder often holds several event files (one per launch after restarts, sometimes in
 separate subfolders): all are merged and de-duplicated by ``(tag, step)``, keeping the value with
@@ -14,12 +16,14 @@ stores them so). The row's "line" is the 1-based record number in its event file
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ...errors import FormatError, InputError, StrictModeError
+from ..limits import MAX_RECORD_BYTES
 from ._common import Row, RowSource
 
 __all__ = ["TensorBoardSource", "detect", "encode_event", "event_files", "masked_crc32c", "read_events",
@@ -119,38 +123,107 @@ def _fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
         yield field, wt, value
 
 
-_DT_FLOAT, _DT_DOUBLE, _DT_INT32, _DT_INT64, _DT_STRING, _DT_BOOL, _DT_HALF = 1, 2, 3, 9, 7, 10, 19
+# TensorProto (tensorflow/core/framework/tensor.proto) and DataType (types.proto)
+_DT_FLOAT, _DT_DOUBLE, _DT_INT32, _DT_UINT8, _DT_INT16, _DT_INT8, _DT_STRING = 1, 2, 3, 4, 5, 6, 7
+_DT_INT64, _DT_BOOL, _DT_BFLOAT16, _DT_UINT16, _DT_HALF, _DT_UINT32, _DT_UINT64 = 9, 10, 14, 17, 19, 22, 23
+_DT_QINT8, _DT_QUINT8, _DT_QINT32, _DT_QINT16, _DT_QUINT16 = 11, 12, 13, 15, 16
+#: ``tensor_content`` layout of each numeric dtype (little-endian); bfloat16 is decoded by hand.
+_CONTENT = {_DT_FLOAT: "f", _DT_DOUBLE: "d", _DT_INT32: "i", _DT_UINT8: "B", _DT_INT16: "h", _DT_INT8: "b",
+            _DT_INT64: "q", _DT_BOOL: "?", _DT_UINT16: "H", _DT_HALF: "e", _DT_UINT32: "I", _DT_UINT64: "Q",
+            _DT_QINT8: "b", _DT_QUINT8: "B", _DT_QINT32: "i", _DT_QINT16: "h", _DT_QUINT16: "H"}
+#: The repeated field that holds each dtype's values when ``tensor_content`` is empty.
+_INT_FIELD = {_DT_INT32: 7, _DT_UINT8: 7, _DT_INT16: 7, _DT_INT8: 7, _DT_UINT16: 7, _DT_QINT8: 7,
+              _DT_QUINT8: 7, _DT_QINT32: 7, _DT_QINT16: 7, _DT_QUINT16: 7, _DT_INT64: 10, _DT_BOOL: 11,
+              _DT_HALF: 13, _DT_BFLOAT16: 13, _DT_UINT32: 16, _DT_UINT64: 17}
+_VARINT_FIELDS = frozenset({7, 10, 11, 13, 16, 17})
+
+
+def _signed(x: int) -> int:
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+def _half_bits(bits: int, dtype: int) -> float:
+    """A ``half_val`` entry (the value's 16 bits in an int32) as a float."""
+    bits &= 0xFFFF
+    if dtype == _DT_BFLOAT16:
+        return float(struct.unpack("<f", struct.pack("<I", bits << 16))[0])
+    return float(struct.unpack("<e", struct.pack("<H", bits))[0])
+
+
+def _repeated(field: int, wt: int, v: Any) -> list[Any]:
+    """The values of one occurrence of a repeated TensorProto field, packed or not."""
+    if field in _VARINT_FIELDS:
+        if wt == 0:
+            return [v]
+        if wt == 2:
+            out, pos = [], 0
+            while pos < len(v):
+                x, pos = _varint(v, pos)
+                out.append(x)
+            return out
+    elif field == 5 and wt in (2, 5) and len(v) % 4 == 0:
+        return list(struct.unpack(f"<{len(v) // 4}f", v))
+    elif field == 6 and wt in (1, 2) and len(v) % 8 == 0:
+        return list(struct.unpack(f"<{len(v) // 8}d", v))
+    raise ValueError(f"tensor field {field} with wire type {wt}")
+
+
+def _elements(shape: bytes) -> int:
+    """Number of elements of a TensorShapeProto (1 for a scalar)."""
+    n = 1
+    for f, wt, v in _fields(shape):
+        if f == 2 and wt == 2:  # dim {size, name}
+            size = next((_signed(x) for df, dwt, x in _fields(v) if df == 1 and dwt == 0), 0)
+            n *= size
+        elif f == 3 and wt == 0 and v:  # unknown_rank
+            return -1
+    return n
 
 
 def _tensor_scalar(buf: bytes) -> float | None:
+    """The value of a scalar TensorProto (a TF2 ``tf.summary.scalar``), exactly as the dtype
+    stores it: floats, doubles, halves (``half_val`` holds the 16 bits), bfloat16, signed and
+    unsigned integers, booleans, packed or not. ``None`` for a string, a complex number or a
+    tensor of more than one element."""
     dtype = 0
     content = b""
-    vals: list[float] = []
+    shape = 1
+    values: dict[int, list[Any]] = {}
     for f, wt, v in _fields(buf):
         if f == 1 and wt == 0:
             dtype = v
+        elif f == 2 and wt == 2:
+            shape = _elements(v)
         elif f == 4 and wt == 2:
             content = v
-        elif f == 5:  # float_val (packed or not)
-            vals.extend(struct.unpack(f"<{len(v) // 4}f", v))
-        elif f == 6:  # double_val
-            vals.extend(struct.unpack(f"<{len(v) // 8}d", v))
-        elif f in (7, 10, 13) and wt == 0:  # int_val, int64_val, half_val (single)
-            vals.append(float(v))
-        elif f in (7, 10) and wt == 2:  # packed ints
-            pos = 0
-            while pos < len(v):
-                x, pos = _varint(v, pos)
-                vals.append(float(x - (1 << 64) if x >= 1 << 63 else x))
-    if dtype == _DT_STRING:
+        elif f in _VARINT_FIELDS or f in (5, 6):
+            values.setdefault(f, []).extend(_repeated(f, wt, v))
+    if shape != 1:
         return None
     if content:
-        fmt = {_DT_FLOAT: "<f", _DT_DOUBLE: "<d", _DT_INT32: "<i", _DT_INT64: "<q", _DT_BOOL: "<?",
-               _DT_HALF: "<e"}.get(dtype)
-        if fmt is None or len(content) != struct.calcsize(fmt):
+        if dtype == _DT_BFLOAT16 and len(content) == 2:
+            return _half_bits(struct.unpack("<H", content)[0], dtype)
+        code = _CONTENT.get(dtype)
+        if code is None or len(content) != struct.calcsize(code):
             return None
-        return float(struct.unpack(fmt, content)[0])
-    return vals[0] if len(vals) == 1 else None
+        return float(struct.unpack("<" + code, content)[0])
+    if dtype == _DT_FLOAT or (dtype == 0 and 5 in values):
+        vals = values.get(5, [])
+    elif dtype == _DT_DOUBLE or (dtype == 0 and 6 in values):
+        vals = values.get(6, [])
+    elif dtype in _INT_FIELD:
+        raw = values.get(_INT_FIELD[dtype], [])
+        if dtype in (_DT_HALF, _DT_BFLOAT16):
+            vals = [_half_bits(x, dtype) for x in raw]
+        elif dtype in (_DT_UINT32, _DT_UINT64):
+            vals = [float(x) for x in raw]
+        elif dtype == _DT_BOOL:
+            vals = [float(bool(x)) for x in raw]
+        else:  # int32 values are sign-extended to 64 bits on the wire
+            vals = [float(_signed(x)) for x in raw]
+    else:
+        return None
+    return float(vals[0]) if len(vals) == 1 else None
 
 
 _F32 = struct.Struct("<f")
@@ -161,24 +234,27 @@ def _simple_values(buf: bytes) -> list[tuple[str, float]] | None:
     ``add_scalar`` writes); ``None`` sends anything else to the general decoder."""
     out: list[tuple[str, float]] = []
     pos, n = 0, len(buf)
-    while pos < n:
-        if buf[pos] != 0x0A:
-            return None
-        size = buf[pos + 1]
-        if size & 0x80:
-            return None
-        end = pos + 2 + size
-        p = pos + 2
-        if p >= end or buf[p] != 0x0A:
-            return None
-        tlen = buf[p + 1]
-        if tlen & 0x80:
-            return None
-        tag_end = p + 2 + tlen
-        if tag_end + 5 != end or buf[tag_end] != 0x15:
-            return None
-        out.append((buf[p + 2:tag_end].decode("utf-8", errors="replace"), _F32.unpack_from(buf, tag_end + 1)[0]))
-        pos = end
+    try:
+        while pos < n:
+            if buf[pos] != 0x0A:
+                return None
+            size = buf[pos + 1]
+            if size & 0x80:
+                return None
+            end = pos + 2 + size
+            p = pos + 2
+            if end > n or p >= end or buf[p] != 0x0A:
+                return None
+            tlen = buf[p + 1]
+            if tlen & 0x80:
+                return None
+            tag_end = p + 2 + tlen
+            if tag_end + 5 != end or buf[tag_end] != 0x15:
+                return None
+            out.append((buf[p + 2:tag_end].decode("utf-8", errors="replace"), _F32.unpack_from(buf, tag_end + 1)[0]))
+            pos = end
+    except (IndexError, struct.error):  # a cut summary: the general decoder says what is wrong
+        return None
     return out
 
 
@@ -276,6 +352,7 @@ def read_events(path: Path, report: Any = None, strict: bool = False) -> Iterato
         report.notes.append(f"{path.name}: record payload checksums not verified (large file and no C "
                             "CRC32C: pip install google-crc32c); record lengths are verified")
     with fh:
+        size = os.fstat(fh.fileno()).st_size
         n = 0
         while True:
             head = fh.read(12)
@@ -292,6 +369,15 @@ def read_events(path: Path, report: Any = None, strict: bool = False) -> Iterato
                     raise FormatError("not a TFRecord event file (bad length checksum)", path=str(path))
                 bad(n, "corrupt record length (checksum mismatch); rest of file unreadable",
                     "corrupt record")
+                return
+            left = size - fh.tell()
+            if length > MAX_RECORD_BYTES:
+                bad(n, f"record length {length} is over the {MAX_RECORD_BYTES}-byte bound; rest of file "
+                    "unreadable", "corrupt record")
+                return
+            if length + 4 > left:  # checked before reading: never a read of what is not there
+                bad(n, f"truncated record at end of file (its header says {length} bytes, {max(left - 4, 0)} "
+                    "are left: writer stopped mid-write)", "truncated record")
                 return
             data = fh.read(length)
             tail = fh.read(4)

@@ -20,14 +20,13 @@ v0.6 to v0.7) or ``null`` (orjson, later), read as missing.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from ...schema import canonical_name
 from ..readers.base import ReadReport
-from ._common import ANSI, ApartRows, LineParser, LineSource, Rows, parse_number
+from ._common import ANSI, ApartRows, LineParser, LineSource, Rows, first_object, parse_number, step_value
 from .run_config import ConfigCapture
 
 __all__ = ["VerlConsoleParser", "VerlConsoleSource", "VerlJsonlParser", "VerlJsonlSource",
@@ -37,6 +36,7 @@ _RAY = re.compile(r"^\s*\((?:[\w.\-]+) pid=\d+(?:, ip=[\d.]+)?\)\s*")
 _STEP_START = re.compile(r"^\s*step:(?P<step>\d+) - (?P<rest>.*)$")
 _STEP_ANY = re.compile(r"(?:^|\s)step:(?P<step>\d+) - (?P<rest>[\w\-/@().]+:.*)$")
 _SPLIT = re.compile(r" - (?=[\w\-/@().]+:)")
+_PAIR = re.compile(r"^\s*(?P<key>[\w\-/@().]+):(?P<value>.*)$")
 _THREE_DEC = re.compile(r"^-?\d+\.\d{3}$")
 _VAL_PREFIXES = ("val-core/", "val-aux/", "val/", "test_score/")
 
@@ -57,7 +57,6 @@ class VerlConsoleParser(LineParser):
         self.rounded_rows = 0
         self.full_rows = 0
         self.zero_as_missing: dict[str, int] = {}
-        self.bad_values: dict[str, int] = {}
         self.val = ApartRows("validation-only line(s)")
         self._canon: dict[str, str | None] = {}
         self.config = ConfigCapture()
@@ -78,7 +77,8 @@ class VerlConsoleParser(LineParser):
             if m is None:
                 continue
             matched = True
-            row = self._parse(lineno, int(m.group("step")), m.group("rest"))
+            step = self.step(lineno, m.group("step"))
+            row = None if step is None else self._parse(lineno, step, m.group("rest"))
             if row is not None:
                 out.append((lineno, row))
         if not matched and not self.config.feed(lineno, _RAY.sub("", text, count=1)):
@@ -89,13 +89,13 @@ class VerlConsoleParser(LineParser):
         values: dict[str, Any] = {}
         raw: dict[str, str] = {}
         for part in _SPLIT.split(rest.rstrip()):
-            key, sep, val = part.rpartition(":")
-            key = key.strip()
-            if not sep or not key:
+            m = _PAIR.match(part)  # the key ends at its first colon: a value may hold colons
+            if m is None:  # (tensor(0.5, device='cuda:0'))
                 continue
+            key, val = m.group("key").strip(), m.group("value")
             num = parse_number(val)
             if num is None:
-                self.bad_values[key] = self.bad_values.get(key, 0) + 1
+                self.report.set_aside(lineno, key, f"{val.strip()[:40]!r} is not a number")
                 continue
             values[key] = num
             raw[key] = val.strip()
@@ -133,8 +133,6 @@ class VerlConsoleParser(LineParser):
         for key, n in sorted(self.zero_as_missing.items()):
             notes.append(f"lost precision: {key} printed as 0.000 on {n} row(s): below the console's "
                          "print precision, read as missing (not zero)")
-        for key, n in sorted(self.bad_values.items()):
-            notes.append(f"{key}: {n} non-numeric value(s) left out")
         self.val.notes(self.report)
 
 
@@ -158,9 +156,9 @@ class VerlJsonlParser(LineParser):
         if not isinstance(obj.get("data"), dict):
             self.bad(lineno, 'expected {"step": N, "data": {...}}')
             return []
-        step = obj.get("step")
-        if not isinstance(step, int) or isinstance(step, bool):
-            self.bad(lineno, "row has no integer step", "row has no step")
+        step, why = step_value(obj.get("step")) if obj.get("step") is not None else (None, "row has no step")
+        if step is None:
+            self.bad(lineno, why, "row has no step" if obj.get("step") is None else "step is not an integer")
             return []
         data: dict[str, Any] = {}
         for k, v in obj["data"].items():
@@ -197,11 +195,5 @@ def detect_console(path: Path, head: bytes) -> bool:
 
 
 def detect_jsonl(path: Path, head: bytes) -> bool:
-    first = head.lstrip().split(b"\n", 1)[0]
-    if not first.startswith(b"{"):
-        return False
-    try:
-        obj = json.loads(first)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return False
-    return isinstance(obj, dict) and set(obj) == {"step", "data"} and isinstance(obj["data"], dict)
+    obj = first_object(head)
+    return obj is not None and set(obj) == {"step", "data"} and isinstance(obj["data"], dict)

@@ -22,8 +22,20 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InputError, StrictModeError
+from ..inputs import BOM
+from ..limits import MAX_LINE_BYTES
 from ..readers.jsonl import parse_json_object
-from ._common import Row, RowSource, iter_lines, merge_same_step, open_binary, parse_number
+from ._common import (
+    TOO_LONG,
+    Row,
+    RowSource,
+    first_object,
+    iter_lines,
+    merge_same_step,
+    open_binary,
+    parse_number,
+    step_value,
+)
 
 __all__ = ["WandbChartSource", "WandbHistorySource", "detect_chart", "detect_history"]
 
@@ -48,13 +60,9 @@ def detect_chart(path: Path, head: bytes) -> bool:
 
 
 def detect_history(path: Path, head: bytes) -> bool:
-    first = _first_line(head)
-    if first.startswith("{"):
-        try:
-            obj = json.loads(first)
-        except json.JSONDecodeError:
-            return False
-        return isinstance(obj, dict) and "_step" in obj and ("_runtime" in obj or "_timestamp" in obj)
+    if head.lstrip().startswith(b"{"):
+        obj = first_object(head)
+        return obj is not None and "_step" in obj and ("_runtime" in obj or "_timestamp" in obj)
     cols = _header(head)
     return "_step" in cols and ("_runtime" in cols or "_timestamp" in cols)
 
@@ -66,18 +74,27 @@ def _cell(text: str) -> Any:
     return text if num is None else num
 
 
-def _csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
-    """``(line, cells)``; the line is the 1-based line of the record's start."""
+def _csv_rows(path: Path) -> Iterator[tuple[int, list[str] | str]]:
+    """``(line, cells)``; the line is the 1-based line of the record's start. A record the CSV
+    reader rejects (a NUL byte, a field longer than ``MAX_LINE_BYTES``) comes as its reason."""
+    csv.field_size_limit(max(csv.field_size_limit(), MAX_LINE_BYTES))
     with open_binary(path) as fh:
         text = io.TextIOWrapper(fh, encoding="utf-8-sig", errors="replace", newline="")
         reader = csv.reader(text)
-        try:
-            start = 1
-            for cells in reader:
-                yield start, cells
+        start = 1
+        while True:
+            try:
+                cells = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                yield start, f"CSV error: {exc}"
                 start = reader.line_num + 1
-        except csv.Error as exc:
-            raise InputError(f"CSV error: {exc}", path=str(path), line=reader.line_num) from None
+                continue
+            except (OSError, EOFError) as exc:
+                raise InputError(f"read failed: {exc}", path=str(path)) from None
+            yield start, cells
+            start = reader.line_num + 1
 
 
 class _WandbSource(RowSource):
@@ -87,12 +104,20 @@ class _WandbSource(RowSource):
         self.report.rows_read += 1
         self.report.skip(line, reason, category)
 
+    def _records(self) -> Iterator[tuple[int, list[str]]]:
+        """The CSV records; one the CSV reader rejects is reported and skipped."""
+        for line, cells in _csv_rows(self.path):
+            if isinstance(cells, str):
+                self._bad(line, cells)
+            else:
+                yield line, cells
+
 
 class WandbChartSource(_WandbSource):
     format_name = "wandb-csv"
 
     def rows(self) -> Iterator[Row]:
-        it = _csv_rows(self.path)
+        it = self._records()
         try:
             _, header = next(it)
         except StopIteration:
@@ -120,11 +145,12 @@ class WandbChartSource(_WandbSource):
             if len(cells) != len(header):
                 self._bad(line, f"{len(cells)} cells, header has {len(header)}")
                 continue
-            step = parse_number(cells[0])
-            if step is None or step != int(step):
-                self._bad(line, f"Step {cells[0]!r} is not an integer", "row has no step")
+            step, why = step_value(cells[0]) if cells[0].strip() else (None, "")
+            if step is None:
+                self._bad(line, f"Step: {why}" if why else "row has no Step",
+                          "step is not an integer" if why else "row has no step")
                 continue
-            row: dict[str, Any] = {"step": int(step)}
+            row: dict[str, Any] = {"step": step}
             for i, name in cols[1:]:
                 v = _cell(cells[i])
                 if v is not None:
@@ -142,8 +168,8 @@ class WandbHistorySource(_WandbSource):
 
     def rows(self) -> Iterator[Row]:
         with open_binary(self.path) as fh:
-            first = fh.read(1)
-        raw = self._json_rows() if first == b"{" else self._csv_dicts()
+            first = fh.read(len(BOM) + 1)
+        raw = self._json_rows() if first.removeprefix(BOM)[:1] == b"{" else self._csv_dicts()
         self.histograms = 0
         self.no_step = 0
         self.step_key: str | None = None
@@ -161,16 +187,17 @@ class WandbHistorySource(_WandbSource):
         for line, row in rows:
             if self.step_key is None:
                 self.step_key = next((k for k in _STEP_KEYS if k in row), "_step")
-            step = row.pop(self.step_key, None)
-            if step is None:
+            value = row.pop(self.step_key, None)
+            if value is None:
                 self.no_step += 1
                 continue
-            if not isinstance(step, (int, float)) or step != int(step):
-                self._bad(line, f"{self.step_key} {step!r} is not an integer", "row has no step")
+            step, why = step_value(value)
+            if step is None:
+                self._bad(line, f"{self.step_key}: {why}", "step is not an integer")
                 continue
             if self.step_key != "_step" and "_step" in row:
                 row["wandb/_step"] = row.pop("_step")
-            out: dict[str, Any] = {"step": int(step)}
+            out: dict[str, Any] = {"step": step}
             for k, v in row.items():
                 if v is None:
                     continue
@@ -183,7 +210,7 @@ class WandbHistorySource(_WandbSource):
             yield line, out
 
     def _csv_dicts(self) -> Iterator[tuple[int, dict[str, Any]]]:
-        it = _csv_rows(self.path)
+        it = self._records()
         try:
             _, header = next(it)
         except StopIteration:
@@ -197,7 +224,10 @@ class WandbHistorySource(_WandbSource):
             yield line, {k: _cell(c) for k, c in zip(header, cells)}
 
     def _json_rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
-        for line, text in iter_lines(self.path):
+        for line, text in iter_lines(self.path, self.report):
+            if text is None:
+                self._bad(line, TOO_LONG, "line too long")
+                continue
             s = text.strip()
             if not s:
                 continue

@@ -3,18 +3,42 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..limits import CELL_BUDGET
 from .base import RawBatch
 
 if TYPE_CHECKING:
     import polars as pl
 
-__all__ = ["frame_to_raw", "rows_to_raw", "table_to_raw"]
+__all__ = ["budget_groups", "frame_to_raw", "rows_to_raw", "table_to_raw"]
+
+T = TypeVar("T")
+
+
+def budget_groups(items: Iterable[T], max_rows: int, keys: Callable[[T], Iterable[str]]) -> Iterator[list[T]]:
+    """``items`` in groups of at most ``max_rows``, cut early where rows x distinct keys would
+    pass :data:`~forensics.io.limits.CELL_BUDGET` (rows that keep adding keys), so that the
+    dense columns of a group cost a bounded amount per row.
+
+    >>> [len(g) for g in budget_groups([{"a": 1}] * 5, 2, dict.keys)]
+    [2, 2, 1]
+    """
+    group: list[T] = []
+    seen: set[str] = set()
+    for item in items:
+        seen.update(keys(item))
+        group.append(item)
+        if len(group) >= max_rows or len(group) * len(seen) >= CELL_BUDGET:
+            yield group
+            group, seen = [], set()
+    if group:
+        yield group
 
 
 def _flatten(table: pa.Table) -> pa.Table:
@@ -34,28 +58,64 @@ def _flatten(table: pa.Table) -> pa.Table:
     return table
 
 
+def _unique(name: str, taken: dict[str, None]) -> str:
+    """``name``, or ``name~2``, ``name~3``... when two columns of a batch flatten to one name
+    (a key ``"a/b"`` beside a nested ``{"a": {"b": ...}}``): both are kept."""
+    if name not in taken:
+        return name
+    k = 2
+    while f"{name}~{k}" in taken:
+        k += 1
+    return f"{name}~{k}"
+
+
+def _numeric_array(col: pa.ChunkedArray) -> np.ndarray:
+    """An Arrow number or boolean column as numpy, exactly: int64 for signed and small unsigned
+    integers, object for uint64 values beyond int64, bool, or float64; nulls as 0/False/NaN."""
+    t = col.type
+    if pa.types.is_boolean(t):
+        return col.fill_null(False).to_numpy(zero_copy_only=False).astype(bool, copy=False)
+    if pa.types.is_integer(t):
+        if pa.types.is_uint64(t) and col.null_count < len(col) and pc.max(col).as_py() > 2**63 - 1:
+            return np.array([0 if v is None else v for v in col.to_pylist()], dtype=object)
+        return col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    if pa.types.is_decimal(t):
+        try:
+            col = pc.cast(col, pa.float64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return np.array([math.nan if v is None else float(v) for v in col.to_pylist()], dtype=np.float64)
+    return col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+
+
 def table_to_raw(table: pa.Table, lines: np.ndarray) -> RawBatch:
-    """Convert an Arrow table: numbers and booleans become float64 columns, the rest text."""
+    """Convert an Arrow table: numbers and booleans become numeric columns (integers exact,
+    decimals as float64), dictionaries are decoded, strings are text, and the rest (lists,
+    binary, timestamps) is carried as text."""
     table = _flatten(table)
     numeric: dict[str, np.ndarray] = {}
     missing: dict[str, np.ndarray] = {}
     text: dict[str, np.ndarray] = {}
+    taken: dict[str, None] = {}
     for name, col in zip(table.column_names, table.columns, strict=True):
+        name = _unique(name, taken)
+        taken[name] = None
+        if pa.types.is_dictionary(col.type):
+            col = pc.cast(col, col.type.value_type)
         t = col.type
-        if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or (
-            pa.types.is_null(t)
-        ):
-            if pa.types.is_null(t):
-                values = np.full(len(col), np.nan)
-            else:
-                if pa.types.is_boolean(t):
-                    col = pc.cast(col, pa.int8())
-                values = col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-            numeric[name] = values
+        if pa.types.is_null(t):
+            numeric[name] = np.full(len(col), np.nan)
+            missing[name] = np.ones(len(col), dtype=bool)
+        elif (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+              or pa.types.is_decimal(t)):
+            numeric[name] = _numeric_array(col)
             if col.null_count:
                 missing[name] = col.is_null().to_numpy(zero_copy_only=False)
         elif pa.types.is_string(t) or pa.types.is_large_string(t):
-            text[name] = col.to_numpy(zero_copy_only=False)
+            try:
+                text[name] = col.to_numpy(zero_copy_only=False)
+            except (pa.ArrowException, UnicodeDecodeError):  # invalid UTF-8 in a string: replaced
+                text[name] = np.array([None if v is None else v.decode("utf-8", "replace")
+                                       for v in pc.cast(col, pa.binary()).to_pylist()], dtype=object)
         else:  # lists (histograms), binary, timestamps...: carried through as text
             text[name] = np.array([None if v is None else str(v) for v in col.to_pylist()],
                                   dtype=object)
@@ -64,7 +124,7 @@ def table_to_raw(table: pa.Table, lines: np.ndarray) -> RawBatch:
 
 def frame_to_raw(frame: pl.DataFrame, lines: np.ndarray) -> RawBatch:
     """Convert a flat polars frame (numeric, boolean and string columns, as the JSONL fast path
-    parses them): numbers and booleans become float64 columns, strings text."""
+    parses them): integers stay int64, floats float64, booleans bool, strings text."""
     import polars as pl
 
     numeric: dict[str, np.ndarray] = {}
@@ -74,60 +134,121 @@ def frame_to_raw(frame: pl.DataFrame, lines: np.ndarray) -> RawBatch:
         if col.dtype == pl.String:
             text[col.name] = col.to_numpy()
             continue
+        nulls = col.null_count()
         if col.dtype == pl.Boolean:
-            col = col.cast(pl.Float64)
-        numeric[col.name] = col.to_numpy().astype(np.float64, copy=False)
-        if col.null_count():
+            numeric[col.name] = (col.fill_null(False) if nulls else col).to_numpy().astype(bool, copy=False)
+        elif col.dtype.is_integer():
+            numeric[col.name] = (col.fill_null(0) if nulls else col).to_numpy().astype(np.int64, copy=False)
+        else:
+            numeric[col.name] = col.to_numpy().astype(np.float64, copy=False)
+        if nulls:
             missing[col.name] = col.is_null().to_numpy()
     return RawBatch(numeric, missing, text, lines)
 
 
-def _to_float(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
-        try:
-            return float(value)
-        except OverflowError:
-            return math.inf if value > 0 else -math.inf
-    return None
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-def _flat_items(row: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    items: list[tuple[str, Any]] = []
+def _flat_items(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     for key, value in row.items():
-        name = f"{prefix}{key}"
+        name = _clean(f"{prefix}{key}")
         if isinstance(value, dict):
-            items.extend(_flat_items(value, name + "/"))
+            yield from _flat_items(value, name + "/")
         else:
-            items.append((name, value))
-    return items
+            yield name, value
+
+
+def _clean(text: str) -> str:
+    """``text`` as valid Unicode: a lone surrogate (``"\\ud800"`` in JSON, which Python's json
+    accepts) cannot be written as UTF-8 and is replaced."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def _as_text(value: Any) -> str:
+    return _clean(value if isinstance(value, str) else str(value))
+
+
+def _number_column(values: list[Any]) -> np.ndarray:
+    """The numpy column of Python numbers (ints, floats, bools), exactly: int64 when every value
+    is an int within int64, bool when every value is a bool, float64 when they are floats (and
+    ints), object otherwise (ints beyond int64, booleans mixed with numbers)."""
+    kinds = {type(v) for v in values}
+    if kinds == {int}:
+        if _INT64_MIN <= min(values) and max(values) <= _INT64_MAX:
+            return np.array(values, dtype=np.int64)
+        return np.array(values, dtype=object)
+    if kinds == {bool}:
+        return np.array(values, dtype=bool)
+    if bool not in kinds and not (int in kinds and any(type(v) is int and abs(v) >= 2**53 for v in values)):
+        try:  # (ints of 2**53 or more beside floats stay exact, as Python ints: steps)
+            return np.array(values, dtype=np.float64)
+        except OverflowError:  # an int beyond float64 (10**400): kept as a Python int
+            pass
+    return np.array(values, dtype=object)
 
 
 def rows_to_raw(rows: list[dict[str, Any]], lines: np.ndarray) -> RawBatch:
-    """Convert parsed JSON objects (the slow path for chunks with odd lines)."""
-    flat = [dict(_flat_items(r)) for r in rows]
-    keys: dict[str, None] = {}
-    for r in flat:
-        keys.update(dict.fromkeys(r))
+    """Convert parsed JSON objects (the slow path for chunks with odd lines, and the adapters).
+
+    The cost is one pass over the values present plus one fill per column: a key logged on a few
+    rows costs those rows, not the whole batch. A column with at least one number is numeric;
+    its values that are not numbers (a string, a list) are listed in ``stray`` for the canonical
+    layer to parse or set aside. A column of strings only is text.
+    """
+    n = len(rows)
+    present: dict[str, tuple[list[int], list[Any]]] = {}
+    for i, row in enumerate(rows):
+        for key, value in _flat_items(row):
+            entry = present.get(key)
+            if entry is None:
+                entry = present[key] = ([], [])
+            elif entry[0] and entry[0][-1] == i:  # a flattened name that collides within the row
+                k = 2
+                while True:
+                    entry = present.setdefault(f"{key}~{k}", ([], []))
+                    if not (entry[0] and entry[0][-1] == i):
+                        break
+                    k += 1
+            if value is not None:
+                entry[0].append(i)
+                entry[1].append(value)
     numeric: dict[str, np.ndarray] = {}
     missing: dict[str, np.ndarray] = {}
     text: dict[str, np.ndarray] = {}
-    n = len(flat)
-    for key in keys:
-        values = [r.get(key) for r in flat]
-        present = [v is not None for v in values]
-        is_number = all(v is None or (isinstance(v, (int, float))) for v in values)
-        if is_number:
-            arr = np.array([np.nan if v is None else _to_float(v) for v in values],
-                           dtype=np.float64)
-            numeric[key] = arr
-            if not all(present):
-                missing[key] = ~np.array(present, dtype=bool)
+    stray: dict[str, list[tuple[int, Any]]] = {}
+    for key, (index, values) in present.items():
+        is_num = [isinstance(v, (int, float)) for v in values]
+        n_num = sum(is_num)
+        if n_num == 0 and values:
+            col = np.empty(n, dtype=object)
+            col[index] = [_as_text(v) for v in values]
+            text[key] = col
+            continue
+        if n_num < len(values):
+            stray[key] = [(i, v) for i, v, ok in zip(index, values, is_num) if not ok]
+            index = [i for i, ok in zip(index, is_num) if ok]
+            values = [v for v, ok in zip(values, is_num) if ok]
+        if not values:
+            numeric[key] = np.full(n, np.nan)
+            missing[key] = np.ones(n, dtype=bool)
+            continue
+        nums = _number_column(values)
+        if len(index) == n:
+            numeric[key] = nums
+            continue
+        if nums.dtype == np.float64:
+            col = np.full(n, np.nan)
         else:
-            text[key] = np.array([None if v is None else (v if isinstance(v, str) else str(v))
-                                  for v in values], dtype=object)
-    del n
-    return RawBatch(numeric, missing, text, lines)
+            col = np.zeros(n, dtype=nums.dtype)
+        col[index] = nums
+        numeric[key] = col
+        miss = np.ones(n, dtype=bool)
+        miss[index] = False
+        missing[key] = miss
+    return RawBatch(numeric, missing, text, lines, stray)

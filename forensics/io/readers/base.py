@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["RawBatch", "ReadReport", "RowIssue", "Source"]
+__all__ = ["RawBatch", "ReadReport", "RowIssue", "Source", "ValueIssue"]
 
 #: How many individual row issues a report keeps verbatim; the rest are only counted.
 MAX_ISSUES_KEPT = 200
@@ -28,9 +28,28 @@ class RowIssue:
         return f"{self.path}:{self.line}: {self.reason}"
 
 
+@dataclass(frozen=True)
+class ValueIssue:
+    """One value set aside (read as missing) in a row that was kept: where, which key, why."""
+
+    path: str
+    line: int
+    key: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.key}: {self.reason}"
+
+
 @dataclass
 class ReadReport:
-    """Counts of rows read, kept and skipped (with reasons) for one input."""
+    """Counts of rows read, kept and skipped (with reasons) for one input.
+
+    ``rows_read`` counts every row of the input, the skipped ones included: ``rows_kept +
+    rows_skipped == rows_read``. A value that does not fit its column (text in a numeric column)
+    does not cost its row: it is *set aside* (read as missing), counted per key in
+    ``values_set_aside`` and located in ``value_issues``.
+    """
 
     path: str
     format: str = ""
@@ -46,11 +65,36 @@ class ReadReport:
     #: for a file ``forensics convert`` wrote: the format and the keys of the log it came from,
     #: so the run context reads the same as from the original
     converted_from: dict[str, Any] = field(default_factory=dict)
+    values_set_aside: Counter[str] = field(default_factory=Counter)
+    value_issues: list[ValueIssue] = field(default_factory=list)
 
     def skip(self, line: int, reason: str, category: str | None = None) -> None:
         self.skipped[category or reason] += 1
         if len(self.issues) < MAX_ISSUES_KEPT:
             self.issues.append(RowIssue(self.path, line, reason))
+
+    def set_aside(self, line: int, key: str, reason: str) -> None:
+        """Count one value of ``key`` on ``line`` that was read as missing, and why."""
+        self.values_set_aside[key] += 1
+        if len(self.value_issues) < MAX_ISSUES_KEPT:
+            self.value_issues.append(ValueIssue(self.path, line, key, reason))
+
+    def note_values_set_aside(self) -> None:
+        """Keep one note that sums up the values set aside (replaced as the count grows)."""
+        if not self.values_set_aside:
+            return
+        prefix = "values set aside: "
+        total = sum(self.values_set_aside.values())
+        keys = ", ".join(f"{k} ({n})" for k, n in sorted(self.values_set_aside.items())[:8])
+        more = ", ..." if len(self.values_set_aside) > 8 else ""
+        first = self.value_issues[0] if self.value_issues else None
+        text = (f"{prefix}{total} value(s) that do not fit their column read as missing, rows kept: "
+                f"{keys}{more}" + (f" (first: line {first.line}: {first.key}: {first.reason})" if first else ""))
+        for i, note in enumerate(self.notes):
+            if note.startswith(prefix):
+                self.notes[i] = text
+                return
+        self.notes.append(text)
 
     @property
     def rows_skipped(self) -> int:
@@ -71,6 +115,9 @@ class ReadReport:
                if self.run_config else {}),
             **({"converted_from": {k: v for k, v in self.converted_from.items() if k != "keys"}}
                if self.converted_from else {}),
+            "values_set_aside": sum(self.values_set_aside.values()),
+            "values_set_aside_by_key": dict(sorted(self.values_set_aside.items())),
+            "value_issues": [{"line": i.line, "key": i.key, "reason": i.reason} for i in self.value_issues],
         }
 
 
@@ -78,15 +125,32 @@ class ReadReport:
 class RawBatch:
     """Consecutive rows under their source keys.
 
-    ``numeric`` columns are float64 (NaN for missing or non-finite); ``missing`` masks the rows
-    where a key was absent or null (only for columns that have such rows); ``text`` holds
-    non-numeric columns as object arrays; ``lines`` the 1-based source line of each row.
+    ``numeric`` columns hold the values as read: float64 (NaN for a logged NaN), int64 for
+    columns of integers (exact: steps above 2**53 stay distinct), bool for booleans, or object
+    (Python numbers) for integers beyond int64 or booleans mixed with numbers; the canonical layer
+    turns them into float64 metrics and an int64 step. ``missing`` masks the rows where a key was
+    absent or null (only for columns that have such rows; the value under the mask is
+    meaningless). ``text`` holds non-numeric columns as object arrays; ``lines`` the 1-based
+    source line of each row. ``stray`` lists, per numeric column, the rows whose value was not a
+    number (``(row index, value)``; those rows are marked missing): the canonical layer parses
+    numeric strings (``"nan"``, ``"1e-3"``) and sets the rest aside, located.
     """
 
     numeric: dict[str, np.ndarray]
     missing: dict[str, np.ndarray]
     text: dict[str, np.ndarray]
     lines: np.ndarray
+    stray: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
+
+    def take(self, mask: np.ndarray) -> RawBatch:
+        """The rows where ``mask`` is true."""
+        index = np.flatnonzero(mask)
+        remap = {int(old): new for new, old in enumerate(index)} if self.stray else {}
+        stray = {k: [(remap[i], v) for i, v in vals if i in remap] for k, vals in self.stray.items()}
+        return RawBatch({k: v[mask] for k, v in self.numeric.items()},
+                        {k: v[mask] for k, v in self.missing.items()},
+                        {k: v[mask] for k, v in self.text.items()}, self.lines[mask],
+                        {k: v for k, v in stray.items() if v})
 
     def __len__(self) -> int:
         return len(self.lines)

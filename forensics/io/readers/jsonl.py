@@ -10,13 +10,22 @@ Each chunk of whole lines takes the first of three parses that accepts it:
 2. **pyarrow**, which infers the columns of the whole chunk (and teaches them to step 1);
 3. **line by line**, for a chunk pyarrow rejects (a malformed line, a ``NaN`` spelled the Python
    way), so every bad line is reported with its number and reason and every good line is kept.
+
+The fast parses only see chunks they are safe on (:mod:`forensics.io.limits`): a line with more
+opening brackets than ``MAX_DEPTH`` (pyarrow overflows its stack on very deep nesting), a string
+with invalid UTF-8, or a float column holding values of 2**53 or more (integers there may have
+been rounded) sends the chunk line by line, where each bound is a reported reason to skip the
+row. A line longer than ``MAX_LINE_BYTES`` is skipped without being held. A log whose rows keep
+adding keys is read in smaller chunks, so that a chunk holds about ``CELL_BUDGET`` cells (rows x
+columns) at most: the cost stays linear in the rows.
 """
 
 from __future__ import annotations
 
-import gzip
+import functools
 import json
 import queue
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,17 +35,24 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from ...errors import InputError, StrictModeError
-from .arrow import frame_to_raw, rows_to_raw, table_to_raw
+from ...schema import canonical_name
+from ..inputs import BOM, open_binary, truncation
+from ..limits import CELL_BUDGET, MAX_DEPTH, MAX_LINE_BYTES, MAX_NUMBER_DIGITS
+from .arrow import budget_groups, frame_to_raw, rows_to_raw, table_to_raw
 from .base import RawBatch, ReadReport
 
 if TYPE_CHECKING:  # polars is imported on first use: a Parquet scan or `forensics --help` does not pay for it
     import polars as pl
 
-__all__ = ["JsonlSource", "parse_json_object"]
+__all__ = ["JsonlSource", "head_objects", "json_depth", "parse_json_object"]
 
+#: The first chunk: small, so that a file whose rows each add a key costs little before the
+#: chunk size adapts to it (later chunks aim at ``batch_rows`` rows within the cell budget).
+_FIRST_CHUNK = 64 << 10
 _MIN_CHUNK = 1 << 20
 #: Largest chunk (about 14k rows of a 22-field log). pyarrow's parse needs a few times a chunk's
 #: size while it runs, and up to ``_AHEAD + 2`` chunks are alive at once: larger chunks cost
@@ -97,35 +113,78 @@ def _ahead(items: Iterator[T], depth: int) -> Iterator[T]:
         thread.join()
 
 
-def _open(path: Path) -> IO[bytes]:
-    try:
-        if path.suffix == ".gz":
-            fh: IO[bytes] = gzip.open(path, "rb")  # type: ignore[assignment]
-            fh.peek(1)  # type: ignore[attr-defined]  # fail now on a non-gzip file
-            return fh
-        return open(path, "rb")
-    except OSError as exc:
-        raise InputError(f"cannot open: {exc.strerror or exc}", path=str(path)) from None
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_OPEN_OR_CLOSE = re.compile(rb"[\[\]{}]")
+
+
+def json_depth(raw: bytes) -> int:
+    """Deepest nesting of objects and lists in one JSON text (brackets in strings ignored).
+
+    >>> json_depth(b'{"a": [1, {"b": "[[["}]}'), json_depth(b'1')
+    (3, 0)
+    """
+    depth = deepest = 0
+    for m in _OPEN_OR_CLOSE.finditer(_STRING.sub(b'""', raw)):
+        if m.group() in (b"{", b"["):
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
 
 
 def parse_json_object(raw: bytes | str) -> tuple[dict[str, Any] | None, str]:
     """Parse one JSON line into an object; return ``(object, "")`` or ``(None, reason)``.
 
     orjson first (fast); Python's json for what it rejects, since trainers write the ``NaN``,
-    ``Infinity`` and ``-Infinity`` literals it accepts.
+    ``Infinity`` and ``-Infinity`` literals it accepts. The bounds of :mod:`forensics.io.limits`
+    (line length, nesting depth, digits of a number) are reasons, never crashes.
+
+    >>> parse_json_object('{"a": NaN}')
+    ({'a': nan}, '')
+    >>> parse_json_object('[1]')[1], parse_json_object('{"a": ' + '9' * 5000 + '}')[1]
+    ('expected a JSON object, got list', 'a number longer than 4300 digits')
     """
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    if len(data) > MAX_LINE_BYTES:
+        return None, f"line longer than {MAX_LINE_BYTES} bytes"
+    if data.count(b"{") + data.count(b"[") > MAX_DEPTH and json_depth(data) > MAX_DEPTH:
+        return None, f"nested deeper than {MAX_DEPTH} levels"
     try:
-        obj = orjson.loads(raw)
+        obj = orjson.loads(data)
     except orjson.JSONDecodeError:
         try:  # Python's json accepts NaN, Infinity and -Infinity, as trainers write them
-            obj = json.loads(raw)
+            obj = json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "not valid UTF-8"
             col = f" (column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
             return None, f"invalid JSON: {msg}{col}"
+        except ValueError:  # Python refuses to convert more digits than its int limit
+            return None, f"a number longer than {MAX_NUMBER_DIGITS} digits"
+        except RecursionError:
+            return None, f"nested deeper than {MAX_DEPTH} levels"
     if not isinstance(obj, dict):
         return None, f"expected a JSON object, got {type(obj).__name__}"
     return obj, ""
+
+
+def head_objects(head: bytes, lines: int = 64) -> tuple[int, int]:
+    """``(objects, others)``: how many of the first whole non-blank lines of ``head`` are JSON
+    objects and how many are not (comments, malformed lines); for format detection.
+
+    >>> head_objects(b'# comment\\n{"step": 1}\\n{"step": 2}\\n{"step"')
+    (2, 1)
+    """
+    objects = others = 0
+    for line in head.split(b"\n")[:-1][:lines]:
+        s = line.strip()
+        if not s:
+            continue
+        if s.startswith(b"{") and parse_json_object(s)[0] is not None:
+            objects += 1
+        else:
+            others += 1
+    return objects, others
 
 
 @dataclass
@@ -141,9 +200,84 @@ class _Chunk:
     raw: RawBatch | None = None
     body: bytes | None = None
     final: bool = False
+    too_long: bool = False  # line ``line0`` is longer than MAX_LINE_BYTES: skipped unread
 
 
 _COLON, _NEWLINE = ord(":"), ord("\n")
+#: Most keys the polars fast path parses against (see :class:`_KnownColumns`).
+_MAX_SCHEMA = 1024
+_EXACT = 2.0**53
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_step_key(name: str) -> bool:
+    hit = canonical_name(name)
+    return hit is not None and hit[0] == "step"
+
+
+def _exact_floats(columns: Any) -> bool:  # (name, column) pairs
+    """Whether every float column that holds the step keeps values below 2**53 in size: integer
+    steps there were not rounded on the way into float64 (pyarrow and polars widen an integer
+    column holding one float or one huge integer to float64). Other columns are metrics, read as
+    float64 anyway."""
+    import polars as pl
+
+    for name, col in columns:
+        if isinstance(col, pl.Series):
+            if col.dtype == pl.Float64 and _is_step_key(name) and col.len() > col.null_count():
+                lo, hi = col.min(), col.max()
+                if (lo is not None and float(lo) <= -_EXACT) or (hi is not None and float(hi) >= _EXACT):  # type: ignore[arg-type]
+                    return False
+        elif pa.types.is_floating(col.type) and col.null_count < len(col) and _is_step_key(name):
+            mm = pc.min_max(col)
+            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+            if (lo is not None and lo <= -_EXACT) or (hi is not None and hi >= _EXACT):
+                return False
+    return True
+
+
+def _valid_names(fields: Any) -> bool:
+    """Whether every (nested) field name is valid UTF-8."""
+    try:
+        for f in fields:
+            _ = f.name
+            t = f.type
+            if pa.types.is_struct(t) and not _valid_names([t.field(i) for i in range(t.num_fields)]):
+                return False
+            if (pa.types.is_list(t) or pa.types.is_large_list(t)) and not _valid_names([t.value_field]):
+                return False
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _valid_strings(table: pa.Table) -> bool:
+    """Whether the table's keys and strings are valid UTF-8 (pyarrow's JSON parse does not
+    check; the line-by-line parse reports such a line)."""
+    if not _valid_names(table.schema):
+        return False
+    for col in table.columns:
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            try:
+                col.validate(full=True)
+            except pa.ArrowInvalid:
+                return False
+    return True
+
+
+def _shallow(arr: np.ndarray, nl: np.ndarray) -> bool:
+    """Whether no line of the chunk ``arr`` (newlines at ``nl``) holds more opening brackets
+    than ``MAX_DEPTH``, so no line nests deeper: the fast parses are safe on it (pyarrow
+    overflows its stack on very deep nesting). Lines too short to hold that many cost nothing."""
+    n = len(arr)
+    bounds = np.concatenate([[-1], nl, [n]]) if not len(nl) or nl[-1] != n - 1 else np.concatenate([[-1], nl])
+    if int(np.diff(bounds).max()) <= 2 * MAX_DEPTH:
+        return True
+    opens = np.flatnonzero((arr | 0x20) == 0x7B)  # "{" and "[" (0x7B, 0x5B) and nothing else
+    if len(opens) <= MAX_DEPTH:
+        return True
+    per_line = np.diff(np.searchsorted(opens, bounds))
+    return int(per_line.max()) <= MAX_DEPTH
 
 
 class _ByteCounter:
@@ -161,6 +295,14 @@ class _ByteCounter:
         np.equal(arr, byte, out=out)
         return int(np.count_nonzero(out))
 
+    def positions(self, arr: np.ndarray, byte: int) -> np.ndarray:
+        """Offsets of ``byte`` in the uint8 array ``arr``."""
+        if len(self._scratch) < len(arr):
+            self._scratch = np.empty(len(arr), dtype=bool)
+        out = self._scratch[: len(arr)]
+        np.equal(arr, byte, out=out)
+        return np.flatnonzero(out)
+
 
 class _KnownColumns:
     """The flat columns of a file seen so far, as a polars schema, and the fast parse against it.
@@ -168,7 +310,8 @@ class _KnownColumns:
     pyarrow's parse of a chunk teaches the columns (:meth:`learn`); later chunks are parsed by
     polars against them (:meth:`parse`). Integers are read as floats (the trackers' type), so an
     int-then-float column needs no new schema. A nested value or a list anywhere in the file
-    leaves it to pyarrow for good (``usable`` is False).
+    leaves it to pyarrow for good (``usable`` is False), and so does a schema of more than
+    ``_MAX_SCHEMA`` keys. Integers are read as Int64 (exact) until a float shows up in the column.
     """
 
     def __init__(self, count: _ByteCounter) -> None:
@@ -180,10 +323,15 @@ class _KnownColumns:
     def learn(self, table: pa.Table) -> None:
         import polars as pl
 
+        if len(self.schema) + table.num_columns > _MAX_SCHEMA:
+            self.usable = False  # rows that keep adding keys: a schema parse would cost rows x keys
+            return
         for f in table.schema:
             t = f.type
-            if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_null(t):
-                dtype: Any = pl.Float64
+            if pa.types.is_integer(t):
+                dtype: Any = pl.Int64  # exact (steps); a float later widens it to Float64
+            elif pa.types.is_floating(t) or pa.types.is_null(t):
+                dtype = pl.Float64
             elif pa.types.is_boolean(t):
                 dtype = pl.Boolean
             elif pa.types.is_string(t) or pa.types.is_large_string(t):
@@ -195,7 +343,8 @@ class _KnownColumns:
             # a new key, or a known one that turned out numeric: a number column never becomes
             # text here (a metric logged once as the string "nan" would be lost for the rest of
             # the file); a chunk where it holds text goes to the other parses, as text there
-            if old is None or (old != dtype and dtype == pl.Float64 and not pa.types.is_null(t)):
+            if old is None or (old != dtype and dtype == pl.Float64 and not pa.types.is_null(t)) or (
+                    old == pl.Boolean and dtype == pl.Int64):
                 self.schema[f.name] = dtype
                 self.version += 1
 
@@ -217,6 +366,8 @@ class _KnownColumns:
             frame = pl.read_ndjson(data, schema=self.schema)
         except (pl.exceptions.PolarsError, pl.exceptions.PanicException, ValueError, OverflowError):
             return None  # a value of another type, NaN literals, bad lines: pyarrow decides
+        if not _exact_floats((c.name, c) for c in frame.get_columns()):
+            return None
         accounted = 0
         for col in frame.get_columns():
             present = col.len() - col.null_count()
@@ -269,7 +420,7 @@ def _join(pending: list[tuple[Any, np.ndarray]], size: int) -> Iterator[_Chunk]:
 
 
 class JsonlSource:
-    """Rows of a JSONL file (``.jsonl``, ``.json`` lines, or ``.gz``), in chunks of whole lines."""
+    """Rows of a JSONL file (``.jsonl``, ``.json`` lines, or gzip), in chunks of whole lines."""
 
     def __init__(self, path: Path, *, strict: bool = False) -> None:
         self.path = path
@@ -285,37 +436,53 @@ class JsonlSource:
         a multi-core machine the scan then costs about the larger of the two, not their sum.
         Everything that touches the read report stays in this (the caller's) thread.
         """
-        with _open(self.path) as fh:
+        with open_binary(self.path) as fh:
             for item in _ahead(self._chunks(fh, batch_rows), _AHEAD):
                 self.bytes_read += item.size
-                raw = item.raw
+                if item.too_long:
+                    self._bad(item.line0, f"line longer than {MAX_LINE_BYTES} bytes (skipped unread)",
+                              "line too long")
+                    continue
                 if item.body is not None:
-                    raw = self._parse_slow(item.body, item.line0, final=item.final)
-                elif raw is not None:
-                    self.report.rows_read += len(raw)
-                if raw is not None and len(raw):
-                    self.report.rows_kept += len(raw)
-                    yield raw
+                    for raw in self._parse_slow(item.body, item.line0, batch_rows, final=item.final):
+                        self.report.rows_kept += len(raw)
+                        yield raw
+                elif item.raw is not None and len(item.raw):
+                    self.report.rows_read += len(item.raw)
+                    self.report.rows_kept += len(item.raw)
+                    yield item.raw
+            why = truncation(fh)
+        if why:
+            self.report.notes.append(f"{why}: every complete line before the cut was read")
+
+    def _bad(self, line: int, reason: str, category: str) -> None:
+        if self.strict:
+            raise StrictModeError(reason, path=str(self.path), line=line)
+        self.report.rows_read += 1
+        self.report.skip(line, reason, category)
 
     def _chunks(self, fh: IO[bytes], batch_rows: int) -> Iterator[_Chunk]:
         """Parsed batches of about ``batch_rows`` rows (runs in the reader thread; pure: no report).
 
         The file is parsed in chunks of at most ``_MAX_CHUNK`` bytes (a parse needs a few times a
         chunk's size while it runs) and the parsed chunks are joined into batches of about
-        ``batch_rows`` rows (at most ``_BATCH_CAP``): the trackers pay a fixed cost per batch.
-        Only chunks of one parse (and one polars schema) are joined.
+        ``batch_rows`` rows (at most ``_BATCH_CAP``, and about ``CELL_BUDGET`` cells): the
+        trackers pay a fixed cost per batch. Only chunks of one parse (and one polars schema)
+        are joined.
         """
         batch_rows = max(min(batch_rows, _BATCH_CAP), 1)
         count = _ByteCounter()
         known = _KnownColumns(count)
-        chunk = _MIN_CHUNK
+        chunk = min(_FIRST_CHUNK, _MIN_CHUNK)
         line0 = 1  # 1-based number of the first line in the current chunk
         rest = b""
         size = 0  # bytes read since the last batch was handed on
         pending: list[tuple[Any, np.ndarray]] = []
         pending_kind = -1
-        n_pending = 0
+        n_pending = pending_cols = 0
         buf = bytearray()
+        start = True
+        skipping = False  # inside a line longer than MAX_LINE_BYTES
         while True:
             # read after the carried partial line into one buffer, kept from chunk to chunk (the
             # parses copy what they keep): no ``rest + block`` copy, no fresh pages per chunk
@@ -323,41 +490,69 @@ class JsonlSource:
                 buf = bytearray(len(rest) + chunk)
             buf[: len(rest)] = rest
             try:
-                got = fh.readinto(memoryview(buf)[len(rest) : len(rest) + chunk])  # type: ignore[attr-defined]
-            except (OSError, EOFError, gzip.BadGzipFile) as exc:
+                got = fh.readinto(memoryview(buf)[len(rest) : len(rest) + chunk]) or 0  # type: ignore[attr-defined]
+            except (OSError, EOFError) as exc:
                 raise InputError(f"read failed: {exc}", path=str(self.path)) from None
+            if start and got:
+                start = False
+                if bytes(buf[:3]) == BOM:  # a UTF-8 byte order mark is not part of the first line
+                    buf[: got - 3] = buf[3:got]
+                    got -= 3
+                    size += 3
             eof = not got
-            size += got or 0
-            end = len(rest) + (got or 0)
+            size += got
+            end = len(rest) + got
+            if skipping:  # drop the rest of an over-long line
+                at = buf.find(b"\n", 0, end)
+                rest = b"" if at < 0 else bytes(buf[at + 1 : end])
+                if at >= 0:
+                    skipping = False
+                    line0 += 1
+                if eof:
+                    break
+                continue
             if eof:
                 cut = end
             else:
                 cut = buf.rfind(b"\n", 0, end) + 1
                 if cut == 0:  # no line end yet: carry it all (a line longer than the chunk)
-                    rest, chunk = bytes(buf[:end]), chunk * 2
+                    if end > MAX_LINE_BYTES:
+                        yield from _join(pending, size)
+                        pending, n_pending, pending_cols, size = [], 0, 0, 0
+                        yield _Chunk(line0, 0, too_long=True)
+                        skipping, rest = True, b""
+                        continue
+                    rest, chunk = bytes(buf[:end]), min(chunk * 2, MAX_LINE_BYTES)
                     continue
             body = memoryview(buf)[:cut]
-            n_newlines = count(buf, _NEWLINE, cut)
+            arr = np.frombuffer(buf, dtype=np.uint8, count=cut)
+            nl = count.positions(arr, _NEWLINE)
+            n_newlines = len(nl)
             rest = bytes(buf[cut:end])
             if cut:
-                parsed = self._parse_fast(body, line0, n_newlines, known)
+                parsed = self._parse_fast(body, line0, n_newlines, known) if _shallow(arr, nl) else None
                 if parsed is None:  # line by line, in the caller's thread, after what is pending
                     yield from _join(pending, size)
                     yield _Chunk(line0, 0, body=bytes(body), final=eof)
-                    pending, n_pending, size = [], 0, 0
+                    pending, n_pending, pending_cols, size = [], 0, 0, 0
                 else:
                     kind, item, lines = parsed
-                    if kind != pending_kind:
+                    ncols = item.width if kind >= 0 else item.num_columns
+                    if kind != pending_kind or (n_pending + len(lines)) * (pending_cols + ncols) > CELL_BUDGET:
                         yield from _join(pending, size)
-                        pending, n_pending, size, pending_kind = [], 0, 0, kind
+                        pending, n_pending, pending_cols, size, pending_kind = [], 0, 0, 0, kind
                     pending.append((item, lines))
                     n_pending += len(lines)
-                    # aim the next chunk at about batch_rows rows, within the memory cap
+                    pending_cols += ncols
+                    # aim the next chunk at about batch_rows rows, within the memory cap and the
+                    # cell budget (rows that keep adding keys get small chunks)
                     per_row = max(cut // max(len(lines), 1), 1)
-                    chunk = int(min(max(per_row * batch_rows, _MIN_CHUNK), _MAX_CHUNK))
-                    if n_pending >= batch_rows:
+                    rows = min(batch_rows, max(CELL_BUDGET // max(ncols, 1), 64))
+                    floor = _MIN_CHUNK if rows == batch_rows else _FIRST_CHUNK
+                    chunk = int(min(max(per_row * rows, floor), _MAX_CHUNK))
+                    if n_pending >= batch_rows or n_pending * pending_cols >= CELL_BUDGET:
                         yield from _join(pending, size)
-                        pending, n_pending, size = [], 0, 0
+                        pending, n_pending, pending_cols, size = [], 0, 0, 0
                 line0 += n_newlines
             if eof:
                 break
@@ -379,6 +574,8 @@ class JsonlSource:
                 parsed = pj.read_json(pa.BufferReader(pa.py_buffer(body)))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 return None
+            if not (_valid_strings(parsed) and _exact_floats(zip(parsed.column_names, parsed.columns))):
+                return None
             kind, n_rows = -1, parsed.num_rows
             known.learn(parsed)
         if n_rows == n_lines:  # one object per line, no blank lines: the usual case
@@ -396,31 +593,25 @@ class JsonlSource:
             parts = parts[:-1]
         return np.array([line0 + i for i, p in enumerate(parts) if p.strip()], dtype=np.int64)
 
-    def _parse_slow(self, body: bytes, line0: int, *, final: bool) -> RawBatch | None:
+    def _parse_slow(self, body: bytes, line0: int, batch_rows: int, *, final: bool) -> Iterator[RawBatch]:
         parts = body.split(b"\n")
         if body.endswith(b"\n"):
             parts = parts[:-1]
-        rows: list[dict[str, Any]] = []
-        lines: list[int] = []
+        rows: list[tuple[int, dict[str, Any]]] = []
         last = len(parts) - 1
         for i, part in enumerate(parts):
             stripped = part.strip()
             if not stripped:
                 continue
-            self.report.rows_read += 1
             obj, reason = parse_json_object(stripped)
             if obj is None:
                 truncated = final and i == last and not body.endswith(b"\n")
                 if truncated:
                     reason = ("truncated final line (no newline at end of file: the writer "
                               "was probably stopped mid-write)")
-                if self.strict:
-                    raise StrictModeError(reason, path=str(self.path), line=line0 + i)
-                self.report.skip(line0 + i, reason,
-                                 "truncated final line" if truncated else "malformed line")
+                self._bad(line0 + i, reason, "truncated final line" if truncated else "malformed line")
                 continue
-            rows.append(obj)
-            lines.append(line0 + i)
-        if not rows:
-            return None
-        return rows_to_raw(rows, np.array(lines, dtype=np.int64))
+            self.report.rows_read += 1
+            rows.append((line0 + i, obj))
+        for group in budget_groups(rows, max(batch_rows, 1), lambda r: r[1].keys()):
+            yield rows_to_raw([r for _, r in group], np.array([ln for ln, _ in group], dtype=np.int64))

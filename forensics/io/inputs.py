@@ -1,0 +1,220 @@
+"""Opening inputs: gzip by content, truncated gzip, pipes and stdin, the detection head, lines
+of bounded length.
+
+* :func:`open_binary` opens a file for reading; gzip is recognised by its magic bytes (a ``.gz``
+  name is not needed, and a ``.gz`` file that is not gzip is an error). A gzip stream that ends
+  early (the writer was killed) yields every byte up to the cut and sets ``truncated`` on the
+  reader (see :func:`truncation`), instead of failing.
+* :func:`local_path` makes a non-seekable input (``-`` for stdin, a pipe, a process substitution
+  ``<(cat f)``, a FIFO) readable like a file: it is read once, to the end, into a private
+  temporary file, so format detection and the reader see the same bytes and nothing is lost.
+* :func:`read_head` gives the first bytes for format detection: 64 KiB, extended (up to
+  :data:`~forensics.io.limits.MAX_HEAD_BYTES`) until one whole line is in, without a UTF-8 BOM.
+* :func:`bounded_lines` iterates the lines of a binary stream, skipping (not holding) a line
+  longer than :data:`~forensics.io.limits.MAX_LINE_BYTES`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import os
+import shutil
+import stat
+import sys
+import tempfile
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from ..errors import InputError
+from .limits import MAX_HEAD_BYTES, MAX_LINE_BYTES
+
+__all__ = ["BOM", "HEAD_BYTES", "STDIN", "bounded_lines", "is_stream", "local_path", "open_binary", "read_head",
+           "truncation"]
+
+HEAD_BYTES = 64 * 1024
+BOM = b"\xef\xbb\xbf"
+GZIP_MAGIC = b"\x1f\x8b"
+#: The path that means standard input.
+STDIN = "-"
+
+
+class _Gunzip(io.RawIOBase):
+    """Decompresses a gzip stream (several members too), tolerating a cut end.
+
+    ``truncated`` is set when the compressed stream ends inside a member or a member is corrupt:
+    the bytes decompressed before that point have all been returned.
+    """
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.dec = zlib.decompressobj(31)
+        self.pending = memoryview(b"")
+        self.done = False
+        self.in_member = False
+        self.truncated = ""
+
+    def readable(self) -> bool:
+        return True
+
+    def _fill(self) -> None:
+        while not len(self.pending) and not self.done:
+            chunk = self.raw.read(1 << 16)
+            if not chunk:
+                if self.in_member:
+                    self.truncated = "the gzip stream ends before its end marker (cut off mid-write)"
+                self.done = True
+                return
+            out = b""
+            while chunk:
+                try:
+                    out += self.dec.decompress(chunk)
+                except zlib.error as exc:
+                    self.truncated = f"corrupt gzip data ({exc})"
+                    self.done = True
+                    break
+                self.in_member = not self.dec.eof
+                if not self.dec.eof:
+                    break
+                chunk = self.dec.unused_data
+                self.dec = zlib.decompressobj(31)
+                if chunk and not chunk.startswith(GZIP_MAGIC[: len(chunk)]):
+                    self.truncated = "bytes after the end of the gzip stream that are not gzip: ignored"
+                    self.done = True
+                    break
+            self.pending = memoryview(out)
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        self._fill()
+        n = min(len(b), len(self.pending))
+        b[:n] = self.pending[:n]
+        self.pending = self.pending[n:]
+        return n
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+class _GzipFile(io.BufferedReader):
+    """A buffered :class:`_Gunzip` (``readline``, iteration, ``peek``)."""
+
+    gunzip: _Gunzip
+
+
+def open_binary(path: Path) -> IO[bytes]:
+    """Open ``path`` for reading bytes, decompressing gzip (recognised by content)."""
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise InputError(f"cannot open: {exc.strerror or exc}", path=str(path)) from None
+    try:
+        magic = fh.read(2)
+        fh.seek(0)
+    except OSError as exc:
+        fh.close()
+        raise InputError(f"cannot read: {exc.strerror or exc}", path=str(path)) from None
+    if magic == GZIP_MAGIC:
+        gz = _Gunzip(fh)
+        out = _GzipFile(gz, buffer_size=1 << 16)
+        out.gunzip = gz
+        return out
+    if path.suffix == ".gz" and magic:
+        fh.close()
+        raise InputError("named .gz but not gzip (no gzip header)", path=str(path))
+    return fh
+
+
+def truncation(fh: IO[bytes]) -> str:
+    """Why a gzip stream opened by :func:`open_binary` stopped early ("" when it did not)."""
+    gz = getattr(fh, "gunzip", None)
+    return gz.truncated if gz is not None else ""
+
+
+def is_stream(path: Path) -> bool:
+    """Whether ``path`` is standard input or a non-seekable file (a pipe, a FIFO, a device)."""
+    if str(path) == STDIN:
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+_SPOOLED: dict[str, Path] = {}
+_SPOOL_DIR: list[str] = []
+
+
+def _spool_dir() -> Path:
+    if not _SPOOL_DIR:
+        d = tempfile.mkdtemp(prefix="forensics-stream-")
+        _SPOOL_DIR.append(d)
+        atexit.register(shutil.rmtree, d, True)
+    return Path(_SPOOL_DIR[0])
+
+
+def local_path(path: Path, *, consume: bool = False) -> Path:
+    """``path`` itself, or for a stream (stdin, pipe, FIFO) a temporary copy of all it held.
+
+    A stream can be read only once: it is copied to the end the first time it is asked for,
+    and later calls (format detection, then the reader) get the same copy, until a call with
+    ``consume`` (the reader's) hands the copy over: the next read of the path reads the stream
+    again (a FIFO written anew).
+    """
+    if not is_stream(path):
+        return path
+    key = str(path)
+    if key in _SPOOLED:
+        return _SPOOLED.pop(key) if consume else _SPOOLED[key]
+    name = "stdin" if key == STDIN else (path.name or "stream")
+    dest = _spool_dir() / f"{len(_SPOOLED)}-{name}"
+    try:
+        src: IO[bytes] = sys.stdin.buffer if key == STDIN else open(path, "rb")
+        with open(dest, "wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+        if key != STDIN:
+            src.close()
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", path=key) from None
+    if not consume:
+        _SPOOLED[key] = dest
+    return dest
+
+
+def read_head(path: Path) -> bytes:
+    """The first bytes of a file for format detection (decompressed, without a UTF-8 BOM):
+    64 KiB, or more (up to ``MAX_HEAD_BYTES``) until the first line is whole."""
+    with open_binary(path) as fh:
+        try:
+            head = fh.read(HEAD_BYTES)
+            while b"\n" not in head and len(head) < MAX_HEAD_BYTES:
+                more = fh.read(HEAD_BYTES)
+                if not more:
+                    break
+                head += more
+        except OSError as exc:
+            raise InputError(f"cannot read: {exc.strerror or exc}", path=str(path)) from None
+    return head[len(BOM):] if head.startswith(BOM) else head
+
+
+def bounded_lines(fh: IO[bytes], limit: int = MAX_LINE_BYTES) -> Iterator[bytes | None]:
+    """The lines of ``fh`` without their line end; ``None`` for a line longer than ``limit``
+    bytes (read past, never held whole). A BOM at the start of the stream is dropped."""
+    first = True
+    while True:
+        line = fh.readline(limit + 1)
+        if not line:
+            return
+        if first:
+            first = False
+            if line.startswith(BOM):
+                line = line[len(BOM):]
+        if len(line) > limit and not line.endswith(b"\n"):
+            while line and not line.endswith(b"\n"):  # skip the rest of the long line
+                line = fh.readline(1 << 20)
+            yield None
+            continue
+        yield line.rstrip(b"\n").rstrip(b"\r")
