@@ -381,21 +381,22 @@ RUNS: list[Run] = [
           checks=[("loss", "rise", "<", -0.015), ("loss", "min", ">", 0.4),
                   ("rewards/accuracies", "mean_last5", ">", 0.6), ("rewards/margins", "rise", ">", 0.02)],
           evidence=PREF_EVIDENCE) for s in (0, 1)],
-    *[Run(f"kto_healthy_s{s}", "kto", s, config=dict(KTO), steps=150,
+    *[Run(f"kto_healthy_s{s}", "kto", s, config=_with(KTO, learning_rate=3e-5), steps=150,
           description="Healthy KTO: the DPO pairs unpaired (chosen desirable, rejected undesirable), "
-          "beta 0.1, lr 5e-5: the loss creeps below 0.5 as the margin opens. KTO's `kl` is a "
+          "beta 0.1, lr 3e-5: the loss creeps below 0.5 as the margin opens. KTO's `kl` is a "
           "batch-level, per-sequence estimate clamped at 0 (often exactly 0 early on).",
           checks=[("loss", "rise", "<", -0.003), ("rewards/margins", "rise", ">", 0.015)],
           evidence=KTO_EVIDENCE) for s in (0, 2)],
     # generated with the healthy KTO settings, but seed 1 turns unstable at the end: labelled so
     Run("kto_unstable_s1", "kto", 1, "emergent_instability", 125, ["grad.explode", "grad.spike"],
         horizon_steps=20, config=dict(KTO), steps=150,
-        description="KTO with the healthy settings (beta 0.1, lr 5e-5, seed 1) that turns unstable in "
+        description="KTO at lr 5e-5 (1.7x the healthy runs', the top of the usual range for this tiny "
+        "model; beta 0.1, seed 1) that turns unstable in "
         "its last steps: the gradient norm, 0.10-0.2 for most of the run, climbs from step 125 (0.48; "
         "0.7-1.2 at 129-139) and jumps to 1.6-2.8 from step 140 (15x the trailing median at step "
         "142) while the entropy rises 1.35 -> 1.7. Made as "
         "a healthy run, relabelled as an emergent fault: the jump is real and a reader of the log "
-        "would want to know. KTO keeps two healthy seeds (0 and 2).",
+        "would want to know. The healthy KTO runs (seeds 0 and 2) use lr 3e-5.",
         checks=[("grad_norm", "max", ">", 1.5)], evidence=KTO_EVIDENCE),
     # ---------------------------------------------------------------- learning rate far too high
     Run("grpo_lr_high", "grpo", 0, "lr_high", 1, ["kl.excessive", "lr.out_of_range", "group.no_signal"],

@@ -58,7 +58,8 @@ class GradNormsParams:
     clip_far_k: int = param(3, "Rows out of 5 the grad norm must be clip_far x max_grad_norm.")
     spike_warning_ratio: float = param(10.0, "Spike peak / trailing median below which a "
                                        "gradient spike is information (healthy runs show 3-5x "
-                                       "spikes; the clip bounds their update).")
+                                       "spikes; the clip bounds their update). A one-step spike "
+                                       "below spike_critical_ratio is information too.")
     spike_critical_ratio: float = param(30.0, "Spike peak / trailing median that makes grad.spike "
                                         "critical.")
 
@@ -239,6 +240,10 @@ class GradNorms(Tracker):
                 return Severity.INFO
         if ep.peak >= p.spike_critical_ratio:
             return Severity.CRITICAL
+        if ep.n_rows < 2:
+            # one step, back at once: an isolated excursion (SIGNATURES section 1.1 downgrades
+            # single-metric, single-step events; the clip bounded its update)
+            return Severity.INFO
         return Severity.WARNING if ep.peak >= p.spike_warning_ratio else Severity.INFO
 
     def finish(self) -> TrackerResult:
