@@ -419,22 +419,24 @@ def test_one_gather_per_device_and_step_whatever_the_number_of_values(
              for _ in range(6)]
     counter = _Dispatched()
     w = RunWriter(tmp_path, flush_every=1000, timestamp=False, register_atexit=False)
-    w.log_step(0, steps[0], lr=1e-3)  # the first call also allocates the staging buffer
-    for step in range(1, 6):
+    for step in range(6):
         with counter as ops:
             w.log_step(step, steps[step], lr=1e-3)
-        assert ops == ["stack.out"], ops
+        assert ops == ["stack.default"], ops
     # mixed dtypes: one gather per dtype, still none per value
     mixed = {f"m{i}": v.to([torch.float32, torch.float64, torch.int64][i % 3])
              for i, v in enumerate(torch.rand(3 * n_values, generator=gen).unbind())}
     with counter as ops:
         w.log_step(6, mixed)
-    assert ops == ["stack.out"] * min(3, len(mixed)), ops
+    assert ops == ["stack.default"] * min(3, len(mixed)), ops
     columns = {"length": torch.arange(n_values), "group": torch.arange(n_values),
                "reward": torch.rand(n_values, generator=gen), "prompt": "p"}
     with counter as ops:
         w.log_samples(6, columns)
-    assert ops == ["cat.out", "cat.out"], ops  # int64 columns, float32 columns
+    assert ops == ["cat.default", "cat.default"], ops  # int64 columns, float32 columns
+    with counter as ops:  # the flush: one region per dtype in one buffer, read at once (CPU)
+        w.flush()
+    assert sorted(ops) == ["cat.out", "cat.out", "cat.out", "empty.memory_format"], ops
     w.close()
     rows = _lines(tmp_path / "steps.jsonl")
     assert [np.float32(rows[s][f"m{i}"]) for s in range(6) for i in range(n_values)] == [
@@ -517,9 +519,10 @@ def test_async_copy_is_written_once_it_lands_without_waiting(
     for step in range(4):
         acc += 1.0
         if step == 3:
-            with counter as ops:  # the flush: one copy, nothing else touches the data
+            with counter as ops:  # the flush: a region per dtype, then one copy to the host
                 w.log_step(step, loss=acc, n=torch.tensor(step))
-            assert ops.count("copy_.default") == 1 and "stack.out" in ops, ops
+            assert sorted(ops) == ["cat.out", "cat.out", "copy_.default", "empty.memory_format",
+                                   "empty.memory_format", "stack.default", "stack.default"], ops
         else:
             w.log_step(step, loss=acc, n=torch.tensor(step))
     assert w.flushes == 1 and len(async_device) == 1
@@ -573,25 +576,21 @@ def test_async_flush_and_public_flush_write_samples_too(
     w.close()
 
 
-def test_staging_grows_and_learns_its_size(tmp_path: Path) -> None:
+def test_many_values_in_one_flush_keep_their_places(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
-    from forensics.trainer import device_values
-
-    n_steps, n_values = 300, 40  # 300 * 40 * 8 bytes: several times the first buffer
-    assert n_steps * n_values * 8 > 2 * device_values.INITIAL_CAPACITY
+    n_steps, n_values = 300, 40  # 12,000 float64 values, and int64 and float32 between them
     values = torch.arange(n_steps * n_values, dtype=torch.float64).reshape(n_steps, n_values)
-    w = RunWriter(tmp_path, flush_every=n_steps, timestamp=False, register_atexit=False)
-    for step in range(n_steps):
-        w.log_step(step, {f"m{i}": v for i, v in enumerate(values[step].unbind())})
-        if step == n_steps - 2:
-            assert len(w._staging[torch.device("cpu")].chunks) >= 2
-    for step in range(n_steps, n_steps + 3):  # the next interval: one buffer large enough
-        w.log_step(step, {f"m{i}": v for i, v in enumerate(values[0].unbind())})
-    assert w._staging[torch.device("cpu")].chunks == []
-    w.close()
+    with RunWriter(tmp_path, flush_every=n_steps, timestamp=False) as w:
+        for step in range(n_steps):
+            w.log_step(step, {f"m{i}": v for i, v in enumerate(values[step].unbind())})
+            w.log_step(step, n=torch.tensor(step), f=torch.tensor(step / 4))
+            w.log_samples(step, {"length": torch.tensor([step, 2 * step])})
     rows = _lines(tmp_path / "steps.jsonl")
-    assert [rows[s][f"m{i}"] for s in range(n_steps) for i in range(n_values)] == [
+    assert [rows[2 * s][f"m{i}"] for s in range(n_steps) for i in range(n_values)] == [
         float(x) for x in range(n_steps * n_values)]
+    assert [(r["n"], r["f"]) for r in rows[1::2]] == [(s, s / 4) for s in range(n_steps)]
+    assert [r["length"] for r in _lines(tmp_path / "samples.jsonl")] == [
+        x for s in range(n_steps) for x in (s, 2 * s)]
 
 
 def test_tensor_values_round_trip_through_parquet(tmp_path: Path) -> None:

@@ -37,8 +37,6 @@ except ImportError:  # pragma: no cover - exercised only where torch is absent
 
 __all__ = ["Batch", "HostCopy", "Staging", "codec", "shortest_float32", "start_copy"]
 
-#: First byte capacity of a device's buffer; it then grows to what one flush interval used.
-INITIAL_CAPACITY = 1 << 14
 #: Byte alignment of every gathered group (any dtype's typed view of the buffer is aligned).
 _ALIGN = 8
 
@@ -112,10 +110,8 @@ def loggable(tensor: Any, what: str) -> Any:
 _POW10_MIN = -80
 #: Correctly rounded powers of ten (parsed, not computed): exact from 1e-22 to 1e22.
 _POW10 = np.array([float(f"1e{k}") for k in range(_POW10_MIN, -_POW10_MIN + 1)])
-
-
-def _pow10(k: np.ndarray) -> np.ndarray:
-    return _POW10[k - _POW10_MIN]
+#: Significant digits tried below seven, as a column (one row of candidates each).
+_FEW_DIGITS = np.arange(1, 7)[:, None]
 
 
 def shortest_float32(values: np.ndarray) -> list[float]:
@@ -123,139 +119,141 @@ def shortest_float32(values: np.ndarray) -> list[float]:
 
     A float32 widened to float64 prints as ``0.20000000298023224``; the shortest decimal that
     reads back as the same float32 (``0.2``) is the same number to float32 precision and a third
-    of the bytes. Computed for the whole array at once: for each value the least number of
-    significant digits ``p`` (1 to 9; 9 always suffice) whose rounding of the value reads back
-    as the same float32. Reading back is monotone in ``p``, and measured values mostly need 7 to
-    9 digits, so every value is tried at 6 digits, those that fail at 7, 8 and 9 in turn, and
-    those that pass are searched below 6. The decimal is then built in float64 with one correct
-    rounding (``mantissa * 10**a / 10**b``, with exact powers up to 1e22); values beyond that
-    (|exponent| > 22) are parsed from their digits. Non-finite values and zeros pass through.
+    of the bytes. Computed for the whole array at once, in a fixed number of numpy operations:
+    for each value the least number of significant digits ``p`` (1 to 9; 9 always suffice)
+    whose rounding of the value reads back as the same float32. Reading back is monotone in
+    ``p``, and measured values mostly need 7 or 8 digits: every value is tried at 8 and 7
+    digits, the few that fail at 8 at 9, and those that pass at 7 at 1 to 6 at once. The
+    decimal ``m * 10**-s`` is built in float64 with one correct rounding (``m / 10**s``, or
+    ``m * 10**-s`` for large values), exact while the power of ten is (up to 1e22); beyond that
+    its digits are parsed. Non-finite values and zeros pass through.
 
     >>> shortest_float32(np.array([0.1, 1 / 3, -2.5e-8, 3e38, float("nan")], dtype=np.float32))
     [0.1, 0.33333334, -2.5e-08, 3e+38, nan]
     """
     target = np.asarray(values, dtype=np.float32).reshape(-1)
     wide = target.astype(np.float64)
-    out = wide.copy()
-    idx = np.flatnonzero(np.isfinite(wide) & (wide != 0.0))
-    if idx.size == 0:
-        return out.tolist()
+    mag = np.abs(wide)
+    regular = (mag > 0.0) & (mag < np.inf)  # finite, non-zero (NaN compares false)
+    idx: Any = slice(None)
+    if not regular.all():
+        idx = np.flatnonzero(regular)
+        if not idx.size:
+            return wide.tolist()
+        mag = mag[idx]
     x = wide[idx]
     want = target[idx]
-    mag = np.abs(x)
     exp10 = np.floor(np.log10(mag)).astype(np.int64)
     # log10 may land one off next to a power of ten: make 10**exp10 <= mag < 10**(exp10 + 1)
-    exp10 += mag >= _pow10(exp10 + 1)
-    exp10 -= mag < _pow10(exp10)
-    best = x.copy()  # kept where even 9 digits fail (only through a rounded power of ten)
-    digits = np.full(idx.size, 9)
+    exp10 += mag >= _POW10[exp10 + (1 - _POW10_MIN)]
+    exp10 -= mag < _POW10[exp10 - _POW10_MIN]
+    base = (-1 - _POW10_MIN) - exp10  # p digits: x scaled by _POW10[base + p] = 10**(p-1-exp10)
 
-    def attempt(rows: np.ndarray, p: Any) -> np.ndarray:
-        """Try ``p`` digits on ``rows``; keep the passing candidates; return which passed."""
-        scale = p - 1 - exp10[rows]  # the value is about mantissa * 10**-scale
-        up = _pow10(np.maximum(scale, 0))
-        down = _pow10(np.maximum(-scale, 0))
-        mantissa = np.rint(x[rows] * up / down)
-        value = mantissa * down / up  # one of the two powers is 1: a single rounding
+    def attempt(p: int, rows: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The p-digit roundings of ``x[rows]`` (m / 10**s) and whether they read back."""
+        power = _POW10[base[rows] + p]
+        value = np.rint(x[rows] * power) / power
+        return value, value.astype(np.float32) == want[rows]
+
+    every = slice(None)
+    value8, good8 = attempt(8, every)
+    value7, good7 = attempt(7, every)
+    best = np.where(good7, value7, value8)
+    digits = np.where(good7, 7, 8)
+    if not good8.all():  # the few that need all 9 digits (x itself if even 9 fail)
+        rows = np.flatnonzero(~good8)
+        value9, good9 = attempt(9, rows)
+        best[rows] = np.where(good9, value9, x[rows])
+        digits[rows] = 9
+    rows = np.flatnonzero(good7)
+    if rows.size:  # fewer than 7 digits: 1 to 6 at once, the least that reads back
+        power = _POW10[base[rows] + _FEW_DIGITS]
+        value = np.rint(x[rows] * power) / power
         good = value.astype(np.float32) == want[rows]
-        best[rows[good]] = value[good]
-        digits[rows[good]] = p if np.isscalar(p) else p[good]
-        return good
-
-    rows = np.arange(idx.size)
-    good6 = attempt(rows, 6)
-    rest = rows[~good6]
-    for p in (7, 8, 9):
-        if not rest.size:
-            break
-        rest = rest[~attempt(rest, p)]
-    # below six digits: a binary search between 1 and 6 over the (few) values that passed at 6
-    low = rows[good6]
-    lo = np.ones(low.size, dtype=np.int64)
-    hi = np.full(low.size, 6)
-    while low.size:
-        mid = (lo + hi) // 2
-        good = attempt(low, mid)
-        hi = np.where(good, mid, hi)
-        lo = np.where(good, lo, mid + 1)
-        # a value whose search ended keeps the candidate of its last passing try
-        keep = lo < hi
-        low, lo, hi = low[keep], lo[keep], hi[keep]
-    # beyond 1e+-22 a power of ten was rounded: parse the digits instead
-    far = np.flatnonzero(np.abs(digits - 1 - exp10) > 22)
-    for j in far.tolist():
-        scale = int(digits[j]) - 1 - int(exp10[j])
-        parsed = float(f"{round(float(x[j]) * 10.0 ** scale)}e{-scale}")
-        if np.float32(parsed) == want[j]:
-            best[j] = parsed
-    out[idx] = best
-    return out.tolist()
+        fewer = good.any(axis=0)
+        least = good.argmax(axis=0)[fewer]
+        best[rows[fewer]] = value[least, np.flatnonzero(fewer)]
+        digits[rows[fewer]] = least + 1
+    # 10**s is inexact for s < 0 (large values) and beyond 1e+-22: rebuild those exactly
+    if exp10.max() >= 6 or exp10.min() < -13:
+        scale = digits - 1 - exp10
+        rows = np.flatnonzero((scale < 0) & (scale >= -22))
+        if rows.size:
+            power = _POW10[-scale[rows] - _POW10_MIN]
+            value = np.rint(x[rows] / power) * power
+            best[rows] = np.where(value.astype(np.float32) == want[rows], value, x[rows])
+        for j in np.flatnonzero((scale < -22) | (scale > 22)).tolist():
+            s = int(scale[j])
+            exact = float(f"{round(float(x[j]) * 10.0 ** s)}e{-s}")
+            best[j] = exact if np.float32(exact) == want[j] else x[j]
+    if isinstance(idx, slice):
+        return best.tolist()
+    wide[idx] = best
+    return wide.tolist()
 
 
 # --------------------------------------------------------------------------- device side
 class Staging:
-    """The bytes gathered on one device since the last flush.
+    """The tensor values gathered on one device since the last flush, by dtype.
 
-    Each gathered group of values lands at an 8-byte aligned offset of a ``uint8`` buffer,
-    written through a typed view of it (cached per dtype), so the gather itself is the one copy
-    a log call makes. A full buffer is kept as a finished chunk and a larger one started; the
-    next flush interval starts with one buffer as large as this interval needed.
+    Each log call adds one gathered 1-D tensor per dtype (the ``stack`` or ``cat`` of its values,
+    which is also the copy that makes in-place updates after logging harmless: :meth:`stack`,
+    :meth:`cat`). :meth:`pack`
+    lays them out, one region per dtype, in one byte buffer with one ``cat`` per dtype, which
+    then travels to the host in one copy.
     """
 
-    __slots__ = ("buf", "capacity", "chunks", "device", "typed", "used")
+    __slots__ = ("device", "groups")
 
-    def __init__(self, device: Any, capacity: int) -> None:
+    def __init__(self, device: Any) -> None:
         self.device = device
-        self.chunks: list[tuple[Any, int]] = []
-        self.capacity = capacity
-        self.buf = _torch.empty(capacity, dtype=_torch.uint8, device=device)
-        self.typed: dict[Any, Any] = {}
-        self.used = 0
+        # id(dtype) -> (dtype, gathered tensors in logging order, their total number of values)
+        self.groups: dict[int, tuple[Any, list[Any], list[int]]] = {}
 
-    def gather(self, dtype: Any, itemsize: int, values: Sequence[Any], stack: bool,
-               count: int) -> tuple[int, int]:
-        """Copy ``count`` values of one dtype into the buffer with one operation.
-
-        ``stack`` joins 0-d tensors (``torch.stack``), otherwise 1-D ones are concatenated
-        (``torch.cat``); either writes straight into a typed view of the buffer. Returns the
-        chunk index and byte offset of the values.
-        """
-        nbytes = count * itemsize
-        off = self.used
-        if off + nbytes > self.capacity:
-            self.chunks.append((self.buf, self.used))
-            self.capacity = max(2 * self.capacity, _round_up(nbytes))
-            self.buf = _torch.empty(self.capacity, dtype=_torch.uint8, device=self.device)
-            self.typed = {}
-            off = 0
-        view = self.typed.get(dtype)
-        if view is None:
-            view = self.typed[dtype] = self.buf.view(dtype)
-        start = off // itemsize
-        out = view[start:start + count]
-        # an out= copy refuses inputs that require grad while autograd records; the copy is
-        # the writer's, not the model's, and switching autograd off is cheaper than looking
-        # at every value (this is what torch.no_grad does, at a third of its cost)
-        grad = _torch.is_grad_enabled()
-        if grad:
+    def stack(self, dtype: Any, values: Sequence[Any]) -> None:
+        """Copy 0-d tensors of one dtype into one new tensor (one ``torch.stack``)."""
+        # the copy is the writer's, not the model's: autograd must not record it (switching
+        # it off is what torch.no_grad does, at a third of its cost)
+        if _torch.is_grad_enabled():
             _torch._C._set_grad_enabled(False)
-        try:
-            if stack:
-                _torch.stack(values, out=out)
-            else:
-                _torch.cat(values, out=out)
-        finally:
-            if grad:
+            try:
+                gathered = _torch.stack(values)
+            finally:
                 _torch._C._set_grad_enabled(True)
-        self.used = off + _round_up(nbytes)  # only once the copy succeeded
-        return len(self.chunks), off
+        else:
+            gathered = _torch.stack(values)
+        self._keep(dtype, gathered, len(values))
 
-    def finished(self) -> list[tuple[Any, int]]:
-        """Every chunk with its bytes used, the current one last."""
-        return [*self.chunks, (self.buf, self.used)]
+    def cat(self, dtype: Any, values: Sequence[Any]) -> int:
+        """Copy 1-D tensors of one dtype into one new tensor (one ``torch.cat``); their count."""
+        with _torch.no_grad():
+            gathered = _torch.cat(values)
+        count = int(gathered.shape[0])
+        self._keep(dtype, gathered, count)
+        return count
 
-    def bytes_used(self) -> int:
-        return sum(used for _, used in self.chunks) + self.used
+    def _keep(self, dtype: Any, gathered: Any, count: int) -> None:
+        group = self.groups.get(id(dtype))
+        if group is None:
+            self.groups[id(dtype)] = (dtype, [gathered], [count])
+        else:
+            group[1].append(gathered)
+            group[2][0] += count
+
+    def pack(self) -> tuple[Any, dict[int, tuple[int, int]]]:
+        """One byte buffer holding every dtype's values (one ``cat`` each), and where each
+        dtype's region is: ``id(dtype) -> (byte offset, number of values)``."""
+        layout: dict[int, tuple[int, int]] = {}
+        total = 0
+        for key, (_, _, (count,)) in self.groups.items():
+            layout[key] = (total, count)
+            total += _round_up(count * _CODECS_BY_ID[key].itemsize)
+        buf = _torch.empty(total, dtype=_torch.uint8, device=self.device)
+        for key, (dtype, parts, (count,)) in self.groups.items():
+            off = layout[key][0]
+            _torch.cat(parts, out=buf[off:off + count * _CODECS_BY_ID[key].itemsize].view(dtype))
+        self.groups = {}
+        return buf, layout
 
 
 def _round_up(nbytes: int) -> int:
@@ -291,7 +289,7 @@ class HostCopy:
             self.event.synchronize()
         words = self.host.view(_torch.int64).tolist()
         self.source = None
-        return np.array(words, dtype=np.int64).view(np.uint8)
+        return np.fromiter(words, dtype=np.int64, count=len(words)).view(np.uint8)
 
 
 def copies_async(device: Any) -> bool:
@@ -306,93 +304,63 @@ def record_event(device: Any) -> Any:
     return event
 
 
-def start_copy(buf: Any, used: int) -> HostCopy:
-    """Start moving ``buf[:used]`` to the host: no copy on the CPU, one per chunk elsewhere."""
-    src = buf[:used]
+def start_copy(buf: Any) -> HostCopy:
+    """Start moving a packed buffer to the host: no copy on the CPU, one copy elsewhere."""
     device = buf.device
-    if device.type == "cpu" and not copies_async(device):
-        return HostCopy(src)
-    if not copies_async(device):  # other accelerators: a blocking copy
-        host = _torch.empty(used, dtype=_torch.uint8)
-        host.copy_(src)
+    if not copies_async(device):
+        if device.type == "cpu":
+            return HostCopy(buf)
+        host = _torch.empty(buf.shape[0], dtype=_torch.uint8)
+        host.copy_(buf)  # other accelerators: a blocking copy
         return HostCopy(host)
     # pinned host memory makes the copy truly asynchronous (pageable memory would stage it)
-    host = _torch.empty(used, dtype=_torch.uint8, pin_memory=device.type == "cuda")
-    host.copy_(src, non_blocking=True)
+    host = _torch.empty(buf.shape[0], dtype=_torch.uint8, pin_memory=device.type == "cuda")
+    host.copy_(buf, non_blocking=True)
     return HostCopy(host, record_event(device), buf)
 
 
 # --------------------------------------------------------------------------- records
-class StepValues:
-    """Where one gathered group of a step row goes: ``keys`` of ``row``, in order."""
-
-    __slots__ = ("chunk", "count", "dtype", "keys", "offset", "row", "staging")
-
-    def __init__(self, row: dict[str, Any], keys: list[str], staging: Staging, chunk: int,
-                 offset: int, dtype: Any) -> None:
-        self.row = row
-        self.keys = keys
-        self.staging = staging
-        self.chunk = chunk
-        self.offset = offset
-        self.dtype = dtype
-        self.count = len(keys)
-
-    def fill(self, values: list[Any], pos: int, detokenize: Any) -> None:
-        self.row.update(zip(self.keys, values[pos:pos + self.count], strict=False))
+#: Where one gathered group goes, as a plain tuple (one is made per log call):
+#: ``(staging, dtype, count, target, layout)``. Its values follow those of the earlier records
+#: of the same staging and dtype. For a step row ``target`` is the row and ``layout`` its keys,
+#: in gather order; for samples ``target`` is the list of rows and ``layout`` lists
+#: ``(key, form, width)``: form ``"column"`` (one value a row), ``"scalar"`` (one value for every
+#: row) or ``"tokens"`` (``width`` token ids a row, decoded to text).
+Record = tuple[Staging, Any, int, Any, list[Any]]
 
 
-class SampleValues:
-    """Where one gathered group of sample columns goes.
-
-    ``parts`` lists ``(key, form, width)`` in gather order: form ``"column"`` (one value a row),
-    ``"scalar"`` (one value for every row) or ``"tokens"`` (``width`` token ids a row, decoded
-    to text).
-    """
-
-    __slots__ = ("chunk", "count", "dtype", "offset", "parts", "rows", "staging")
-
-    def __init__(self, rows: list[dict[str, Any]], parts: list[tuple[str, str, int]],
-                 staging: Staging, chunk: int, offset: int, dtype: Any, count: int) -> None:
-        self.rows = rows
-        self.parts = parts
-        self.staging = staging
-        self.chunk = chunk
-        self.offset = offset
-        self.dtype = dtype
-        self.count = count
-
-    def fill(self, values: list[Any], pos: int,
-             detokenize: Callable[[Sequence[int]], str] | None) -> None:
-        n = len(self.rows)
-        for key, form, width in self.parts:
-            if form == "scalar":
-                value = values[pos]
-                for row in self.rows:
-                    row[key] = value
-                pos += 1
-            elif form == "column":
-                for row, value in zip(self.rows, values[pos:pos + n], strict=True):
-                    row[key] = value
-                pos += n
-            else:
-                for i, row in enumerate(self.rows):
-                    ids = values[pos + i * width:pos + (i + 1) * width]
-                    row[key] = detokenize(ids) if detokenize is not None else _ids_text(ids)
-                pos += n * width
-
-
-def _ids_text(ids: list[Any]) -> str:
-    return json.dumps(ids)
+def _fill_samples(rows: list[dict[str, Any]], parts: list[tuple[str, str, int]],
+                  values: list[Any], pos: int,
+                  detokenize: Callable[[Sequence[int]], str] | None) -> None:
+    n = len(rows)
+    for key, form, width in parts:
+        if form == "scalar":
+            value = values[pos]
+            for row in rows:
+                row[key] = value
+            pos += 1
+        elif form == "column":
+            for row, value in zip(rows, values[pos:pos + n], strict=True):
+                row[key] = value
+            pos += n
+        else:
+            for i, row in enumerate(rows):
+                ids = values[pos + i * width:pos + (i + 1) * width]
+                row[key] = detokenize(ids) if detokenize is not None else json.dumps(ids)
+            pos += n * width
 
 
 class Batch:
-    """The rows of one flush and the host copies their device values travel in."""
+    """The rows of one flush and the host copy (one per device) their tensor values travel in.
+
+    ``copies`` maps each staging to its copy and the layout of its dtype regions.
+    """
 
     __slots__ = ("copies", "records", "samples", "steps")
 
     def __init__(self, steps: list[dict[str, Any]], samples: list[dict[str, Any]],
-                 records: list[Any], copies: dict[Staging, list[HostCopy]]) -> None:
+                 records: list[Record],
+                 copies: dict[Staging, tuple[HostCopy, dict[int, tuple[int, int]]]]) -> None:
         self.steps = steps
         self.samples = samples
         self.records = records
@@ -400,27 +368,30 @@ class Batch:
 
     def ready(self) -> bool:
         """Whether every copy has completed (never blocks)."""
-        return all(c.ready() for copies in self.copies.values() for c in copies)
+        return all(copy.ready() for copy, _ in self.copies.values())
 
     def resolve(self, detokenize: Callable[[Sequence[int]], str] | None) -> None:
         """Read the copies (waiting where needed) and put the values into the rows.
 
-        Values are decoded per dtype for the whole batch at once, then handed out in order.
+        Each device's region of a dtype is decoded at once, then handed out in logging order.
         """
         if not self.records:
             return
-        raw = {staging: [c.read() for c in copies] for staging, copies in self.copies.items()}
-        by_dtype: dict[Any, list[Any]] = {}
-        for rec in self.records:
-            by_dtype.setdefault(rec.dtype, []).append(rec)
-        for dtype, recs in by_dtype.items():
-            dec = _CODECS_BY_ID[id(dtype)]
-            size = dec.itemsize
-            parts = [raw[r.staging][r.chunk][r.offset:r.offset + r.count * size] for r in recs]
-            values = dec.decode(parts[0] if len(parts) == 1 else np.concatenate(parts))
-            pos = 0
-            for rec in recs:
-                rec.fill(values, pos, detokenize)
-                pos += rec.count
+        decoded: dict[tuple[Staging, int], list[Any]] = {}
+        for staging, (copy, regions) in self.copies.items():
+            raw = copy.read()
+            for key, (off, count) in regions.items():
+                codec = _CODECS_BY_ID[key]
+                decoded[(staging, key)] = codec.decode(raw[off:off + count * codec.itemsize])
+        cursor: dict[tuple[Staging, int], int] = {}
+        for staging, dtype, count, target, layout in self.records:
+            where = (staging, id(dtype))
+            values = decoded[where]
+            pos = cursor.get(where, 0)
+            if type(target) is dict:
+                target.update(zip(layout, values[pos:pos + count], strict=False))
+            else:
+                _fill_samples(target, layout, values, pos, detokenize)
+            cursor[where] = pos + count
         self.records = []
         self.copies = {}

@@ -335,8 +335,7 @@ class RunWriter:
         # tensor values logged since the last flush: a staging buffer per device, and where
         # each gathered group goes; then the flushes whose copies are still in flight
         self._staging: dict[Any, dv.Staging] = {}
-        self._capacity: dict[Any, int] = {}
-        self._records: list[Any] = []
+        self._records: list[dv.Record] = []
         self._in_flight: deque[dv.Batch] = deque()
         self._last_flush = time.monotonic()
         self._closed = False
@@ -384,19 +383,20 @@ class RunWriter:
         """
         if self._closed:
             raise UsageError("RunWriter is closed")
-        step_value = self._step_value(step)
+        step_value = step if type(step) is int else self._step_value(step)
         row: dict[str, Any] = {"step": step_value}
         tkeys: list[str] = []
         tvals: list[Any] = []
         for items in (metrics, kwargs):
             if not items:
                 continue
-            if set(map(type, items.values())) == _TENSORS_ONLY:
+            values = items.values()
+            if set(map(type, values)) == _TENSORS_ONLY:
                 # a mapping of tensors only (what the torch helpers return): placed in C, and
-                # checked for shape when they are gathered
+                # checked for shape and dtype when they are gathered
                 row.update(dict.fromkeys(items))  # places, in logging order, the flush fills
-                tkeys.extend(items)
-                tvals.extend(items.values())
+                tkeys += items
+                tvals += values
                 continue
             for key, value in items.items():
                 if type(value) in _PLAIN:  # the common host case first, and cheaply
@@ -471,9 +471,9 @@ class RunWriter:
                 self._put(row, key, v)
         for (device, dtype), (parts, flats) in groups.items():
             dtype, flats = self._carried(dtype, flats, parts[0][0])
-            chunk, off, staging = self._gather(device, dtype, dv.codec(dtype), flats, False)
-            count = sum(int(f.shape[0]) for f in flats)
-            self._records.append(dv.SampleValues(rows, parts, staging, chunk, off, dtype, count))
+            staging = self._staging.get(device) or self._open_staging(device)
+            count = staging.cat(dtype, flats)
+            self._records.append((staging, dtype, count, rows, parts))
         if self._samples is None:
             self._samples = _Stream(self._samples_path, self.format, self._resume)
         self._samples.rows.extend(rows)
@@ -544,12 +544,11 @@ class RunWriter:
             self._drain(wait=False)
 
     def _hand_off(self) -> None:
-        """Start a flush: the buffered rows and one host copy per device chunk become a batch."""
+        """Start a flush: the buffered rows and one host copy per device become a batch."""
         copies = {}
-        for device, staging in self._staging.items():
-            copies[staging] = [dv.start_copy(buf, used) for buf, used in staging.finished()]
-            # the next interval starts with one buffer as large as this one needed
-            self._capacity[device] = max(staging.capacity, staging.bytes_used())
+        for staging in self._staging.values():
+            buf, layout = staging.pack()
+            copies[staging] = (dv.start_copy(buf), layout)
         samples = self._samples.rows if self._samples is not None else []
         self._in_flight.append(dv.Batch(self._steps.rows, samples, self._records, copies))
         self._steps.rows = []
@@ -584,19 +583,19 @@ class RunWriter:
             return
         first = values[0]
         dtype = first.dtype
-        codec = dv.codec(dtype)
-        if codec is not None and first.ndim == 0 and len(set(map(_DTYPE, values))) == 1:
+        if not first.ndim and len(set(map(_DTYPE, values))) == 1 and dv.codec(dtype):
             # the common case: one dtype on one device, all 0-d. ``stack`` checks the rest
-            # before it writes anything (one device, one shape); anything else is sorted out
+            # before it copies anything (one device, one shape); anything else is sorted out
             # below, value by value.
+            device = first.device
+            staging = self._staging.get(device) or self._open_staging(device)
             try:
-                chunk, off, staging = self._gather(first.device, dtype, codec, values, True)
+                staging.stack(dtype, values)
             except RuntimeError:
-                if (len({v.device for v in values}) == 1
-                        and not any(v.ndim for v in values)):
+                if len({v.device for v in values}) == 1 and not any(v.ndim for v in values):
                     raise
             else:
-                self._records.append(dv.StepValues(row, keys, staging, chunk, off, dtype))
+                self._records.append((staging, dtype, len(values), row, keys))
                 return
         groups: dict[Any, tuple[list[str], list[Any]]] = {}
         for key, value in zip(keys, values, strict=True):
@@ -610,20 +609,13 @@ class RunWriter:
             group[1].append(value)
         for (device, dtype), (group_keys, group_values) in groups.items():
             dtype, group_values = self._carried(dtype, group_values, group_keys[0])
-            chunk, off, staging = self._gather(device, dtype, dv.codec(dtype), group_values,
-                                               True)
-            self._records.append(dv.StepValues(row, group_keys, staging, chunk, off, dtype))
+            staging = self._staging.get(device) or self._open_staging(device)
+            staging.stack(dtype, group_values)
+            self._records.append((staging, dtype, len(group_values), row, group_keys))
 
-    def _gather(self, device: Any, dtype: Any, codec: Any, values: list[Any],
-                stack: bool) -> tuple[int, int, dv.Staging]:
-        """Copy same-dtype tensors of one device into its staging buffer (one operation)."""
-        staging = self._staging.get(device)
-        if staging is None:
-            capacity = self._capacity.get(device, dv.INITIAL_CAPACITY)
-            staging = self._staging[device] = dv.Staging(device, capacity)
-        count = len(values) if stack else sum(int(v.shape[0]) for v in values)
-        chunk, off = staging.gather(dtype, codec.itemsize, values, stack, count)
-        return chunk, off, staging
+    def _open_staging(self, device: Any) -> dv.Staging:
+        staging = self._staging[device] = dv.Staging(device)
+        return staging
 
     def _carried(self, dtype: Any, values: list[Any], key: str) -> tuple[Any, list[Any]]:
         """The dtype the buffer carries the values in, and the values in it (float8: float32)."""
