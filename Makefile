@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test check bench eval fixtures clean
+.PHONY: demo test check bench bench-writer eval fixtures clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,9 @@ check: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/bench_scan.py
+
+bench-writer: $(STAMP)
+	$(PY) bench/bench_writer.py
 
 eval: $(STAMP)
 	$(PY) -m forensics.verdicts.evaluation fixtures/runs reports/detection_quality.json

@@ -1,22 +1,25 @@
 """How :class:`~forensics.trainer.writer.RunWriter` moves tensor values to the host.
 
 Logging a tensor must not synchronise the device, must not cost a kernel per value, and must copy
-the value (the caller may update the tensor in place afterwards). So each log call **gathers** its
-tensors with one ``torch.stack``/``torch.cat`` per device and dtype straight into a byte buffer on
-that device (a typed view of it: the gather is the copy), and each flush moves a device's buffer to
-the host with **one** asynchronous copy into pinned memory, followed by one read on the host:
+the value (the caller may update the tensor in place afterwards, and a 0-d view must not keep a
+large tensor alive). So:
 
-* a step whose tensors share one dtype costs one kernel; a step mixing dtypes costs one kernel per
-  dtype, never one per value. (One kernel for mixed dtypes is not possible with stock PyTorch:
-  ``cat``/``stack``/``_foreach_copy_`` fall back to a copy per input on CUDA when the dtypes
-  differ, and viewing every value as bytes first costs a dispatch per value.)
-* the buffer keeps every dtype's own bytes, so the host decodes them exactly: int64 in full
-  range, float64 as is, float32/float16/bfloat16 written as the shortest decimal that reads back
-  as the same float32, booleans as 0/1.
-* on CUDA the copy is ``non_blocking`` into pinned memory with an event recorded behind it; the
-  writer reads it once the event has completed (checked without blocking on later log calls) or
-  when it must (``flush()``, ``close()``). On the CPU the buffer is host memory already and is
-  read at once; other devices get a blocking copy.
+* each log call **gathers** its tensors with one ``torch.stack`` (``log_step``) or ``torch.cat``
+  (``log_samples``) per device and dtype into a new 1-D tensor on that device: the gather is the
+  copy. A step whose tensors share one dtype costs one kernel; a step mixing dtypes one kernel
+  per dtype, never one per value. (One kernel for mixed dtypes is not possible with stock
+  PyTorch: ``cat``/``stack``/``_foreach_copy_`` fall back to a copy per input, on CUDA as on
+  the CPU, when the dtypes differ, and viewing every value as bytes first costs a dispatch per
+  value.)
+* each flush **packs** a device's gathered tensors into one byte buffer, a region per dtype (one
+  ``cat`` per dtype), and moves it to the host in **one** copy, read there once: on CUDA a
+  ``non_blocking`` copy into pinned memory with an event recorded behind it, read once the event
+  has completed (the writer checks without blocking on later log calls, and waits only in
+  ``flush()`` and ``close()``); on the CPU the buffer is host memory already; other devices get
+  a blocking copy.
+* every dtype keeps its own bytes, so the host decodes them exactly: int64 in full range, float64
+  as is, float32/float16/bfloat16 as the shortest decimal that reads back as the same float32,
+  booleans as 0/1.
 
 Torch is optional: this module imports without it (the writer then logs host values only).
 """
@@ -37,7 +40,8 @@ except ImportError:  # pragma: no cover - exercised only where torch is absent
 
 __all__ = ["Batch", "HostCopy", "Staging", "codec", "shortest_float32", "start_copy"]
 
-#: Byte alignment of every gathered group (any dtype's typed view of the buffer is aligned).
+#: Byte alignment of each dtype's region in a packed buffer (so that any dtype's view of it is
+#: aligned, and the buffer reads as whole int64 words).
 _ALIGN = 8
 
 
@@ -196,11 +200,8 @@ def shortest_float32(values: np.ndarray) -> list[float]:
 class Staging:
     """The tensor values gathered on one device since the last flush, by dtype.
 
-    Each log call adds one gathered 1-D tensor per dtype (the ``stack`` or ``cat`` of its values,
-    which is also the copy that makes in-place updates after logging harmless: :meth:`stack`,
-    :meth:`cat`). :meth:`pack`
-    lays them out, one region per dtype, in one byte buffer with one ``cat`` per dtype, which
-    then travels to the host in one copy.
+    Each log call adds one gathered 1-D tensor per dtype (:meth:`stack`, :meth:`cat`); :meth:`pack`
+    lays them out in one byte buffer, a region per dtype, with one ``cat`` per dtype.
     """
 
     __slots__ = ("device", "groups")

@@ -13,8 +13,9 @@ landed. Logging therefore never synchronises the GPU, and values stay exact in t
 
 Crash safety: rows are buffered in memory and written every ``flush_every`` rows. A JSONL flush
 writes whole lines and flushes the OS buffer, so a crash loses at most the rows logged since the
-last flush, and a half-written last line (a kill in the middle of a write) is the only damage a
-reader has to skip; reopening a file in ``resume`` mode trims it. A Parquet flush writes one row
+last flush (on CUDA also those of a flush whose device-to-host copy had not landed), and a
+half-written last line (a kill in the middle of a write) is the only damage a reader has to
+skip; reopening a file in ``resume`` mode trims it. A Parquet flush writes one row
 group; the footer is written when the writer is closed, which ``close()``, leaving a ``with``
 block (also on an exception) and interpreter exit (``atexit``) all do. A hard kill (SIGKILL, OOM)
 before that leaves a Parquet file without footer, so prefer JSONL where hard kills are likely.
@@ -293,12 +294,14 @@ class RunWriter:
     Notes
     -----
     ``log_step`` and ``log_samples`` never move a tensor to the host: they copy the call's
-    tensors into a buffer on their device with one ``stack``/``cat`` per device and dtype (an
-    in-place update of a tensor after it was logged cannot change the logged value). A flush
-    hands each device's buffer to the host with one asynchronous copy; on CUDA its rows are
-    written as soon as the copy has landed (checked, without waiting, on later log calls), so a
-    flush does not stall the GPU. :meth:`flush` and :meth:`close` wait for it.
-    ``flushes`` counts the flushes handed off.
+    tensors on their device with one ``stack``/``cat`` per device and dtype (so an in-place
+    update of a tensor after it was logged cannot change the logged value). A flush packs each
+    device's copies into one buffer and hands it to the host in one asynchronous copy. On CUDA
+    the flushed rows are written as soon as that copy has landed (checked, without waiting, on
+    the next log calls), so a flush does not stall the GPU, and a crash can also lose the rows
+    whose copy was still in flight (at most ``_MAX_IN_FLIGHT`` flushes; the writer waits for the
+    oldest beyond that). :meth:`flush` and :meth:`close` wait. ``flushes`` counts the flushes
+    handed off.
     """
 
     def __init__(
