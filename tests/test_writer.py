@@ -443,7 +443,7 @@ def test_one_gather_per_device_and_step_whatever_the_number_of_values(
         v.item() for s in range(6) for v in steps[s].values()]
 
 
-def test_one_batched_kernel_per_gather_no_copy_per_value() -> None:
+def test_one_batched_kernel_per_gather_no_copy_per_value(tmp_path: Path) -> None:
     """The profiler sees the kernels under each gather: a batched cat, never a copy a value.
 
     ``torch.cat`` falls back to one copy per input when dtypes differ (on CUDA as on the CPU),
@@ -456,7 +456,7 @@ def test_one_batched_kernel_per_gather_no_copy_per_value() -> None:
 
     values = {f"m{i}": torch.tensor(float(i)).to([torch.float32, torch.float64][i % 2])
               for i in range(40)}
-    with tempfile_writer() as w:
+    with RunWriter(tmp_path, flush_every=1000, timestamp=False) as w:
         w.log_step(0, values)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             w.log_step(1, values)
@@ -467,13 +467,6 @@ def test_one_batched_kernel_per_gather_no_copy_per_value() -> None:
         torch.stack(list(values.values()))
     # (a copy for each of the 20 float32 inputs: the float64 ones match the result's dtype)
     assert Counter(e.name for e in prof.events())["aten::copy_"] == 20
-
-
-def tempfile_writer() -> RunWriter:
-    import tempfile
-
-    return RunWriter(tempfile.mkdtemp(), flush_every=1000, timestamp=False,
-                     register_atexit=False)
 
 
 class _FakeEvent:
@@ -626,3 +619,12 @@ def test_shortest_float32_matches_numpy_and_round_trips() -> None:
     expected = [float(str(v)) for v in values]
     assert [g for g, e in zip(got, expected, strict=True) if g != e
             and not (math.isnan(g) and math.isnan(e))] == []
+
+
+def test_keywords_win_over_the_mapping_for_tensors_too(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    with RunWriter(tmp_path, timestamp=False) as w:
+        w.log_step(0, {"a": torch.tensor(1.0), "b": 2.0}, a=0.5, b=torch.tensor(3))
+        w.log_step(1, {"a": 1.0}, a=torch.tensor(0.25))
+    assert _lines(tmp_path / "steps.jsonl") == [{"step": 0, "a": 0.5, "b": 3},
+                                                {"step": 1, "a": 0.25}]

@@ -388,20 +388,18 @@ class RunWriter:
             raise UsageError("RunWriter is closed")
         step_value = step if type(step) is int else self._step_value(step)
         row: dict[str, Any] = {"step": step_value}
+        if kwargs:  # keywords win over the mapping, as in dict(mapping, **kwargs)
+            metrics = {**metrics, **kwargs} if metrics else kwargs
         tkeys: list[str] = []
         tvals: list[Any] = []
-        for items in (metrics, kwargs):
-            if not items:
-                continue
-            values = items.values()
-            if set(map(type, values)) == _TENSORS_ONLY:
-                # a mapping of tensors only (what the torch helpers return): placed in C, and
-                # checked for shape and dtype when they are gathered
-                row.update(dict.fromkeys(items))  # places, in logging order, the flush fills
-                tkeys += items
-                tvals += values
-                continue
-            for key, value in items.items():
+        if metrics and set(map(type, metrics.values())) == _TENSORS_ONLY:
+            # a mapping of tensors only (what the torch helpers return): placed in C, and
+            # checked for shape and dtype when they are gathered
+            row.update(dict.fromkeys(metrics))  # places, in logging order, the flush fills
+            tkeys += metrics
+            tvals += metrics.values()
+        elif metrics:
+            for key, value in metrics.items():
                 if type(value) in _PLAIN:  # the common host case first, and cheaply
                     row[key] = value
                 elif isinstance(value, _Tensor):
