@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test check bench eval fixtures fixtures-trl fuzz screenshots clean
+.PHONY: demo test check bench bench-writer eval fixtures fixtures-trl fuzz screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ fuzz: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/bench_scan.py
+
+bench-writer: $(STAMP)
+	$(PY) bench/bench_writer.py
 
 # The real logs have no labels: each gets one line of findings. Skipped with a note when missing.
 REAL_LOGS ?= ../shared/real-logs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -250,9 +251,45 @@ def test_fault_changes_what_it_should(tmp_path: Path, fault: str) -> None:
     assert meta["config"]["fault"] == fault and meta["config"]["onset"] == ONSET
 
 
+def test_reference_policy_copy_is_flattened(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The frozen reference (a deep copy) re-flattens its GRU weights once, at the copy.
+
+    On the CPU ``flatten_parameters`` has nothing to do, so this checks the bookkeeping: the
+    copy's GRU is flattened after the copy is made; on CUDA ``test_cuda_run`` checks that the
+    warning it prevents stays away.
+    """
+    from forensics.trainer.reference.trainer import _Run
+
+    flattened: list[int] = []
+    original = torch.nn.GRU.flatten_parameters
+
+    def spy(self: torch.nn.GRU) -> None:
+        flattened.append(id(self))
+        original(self)
+
+    monkeypatch.setattr(torch.nn.GRU, "flatten_parameters", spy)
+    torch.set_num_threads(1)
+    run = _Run(TrainConfig(algo="ppo", steps=1, **{**SMALL, "sft_steps": 2}), tmp_path / "r")
+    try:
+        assert id(run.ref.gru) in flattened
+        assert run.ref.gru is not run.model.gru
+        run.step(0)  # the flattened copy still serves as the reference
+    finally:
+        run.writer.close()
+    assert len(_steps(tmp_path / "r")) == 1
+
+
 def test_cuda_run(tmp_path: Path) -> None:
-    """The trainer runs on a GPU when one is available (skipped on CPU-only machines)."""
+    """The trainer runs on a GPU when one is available (skipped on CPU-only machines).
+
+    Without the contiguity warning of a deep-copied GRU ("RNN module weights are not part of
+    single contiguous chunk of memory"), which would otherwise come on every step.
+    """
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    folder = _run(tmp_path, "ppo", steps=4, device="cuda")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        folder = _run(tmp_path, "ppo", steps=4, device="cuda")
     assert len(_steps(folder)) == 4
+    assert not [w for w in caught if "contiguous chunk of memory" in str(w.message)]

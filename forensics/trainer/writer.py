@@ -5,15 +5,17 @@ A run folder holds ``steps.jsonl`` (or ``steps.parquet``), optionally ``samples.
 the canonical ones of :mod:`forensics.schema` (``kl``, ``grad_norm``, ``reward/<component>``, ...).
 
 Values may be Python numbers, numpy numbers and arrays, or torch tensors (torch is optional: this
-module imports without it). Tensors are kept where they live until a flush; the flush moves every
-pending tensor of both streams to the host in **one** transfer per device (they are flattened,
-cast to float64 and concatenated on the device, then read with a single ``.tolist()``). Logging
-therefore never forces a GPU synchronisation; only the flush does, once.
+module imports without it). A log call gathers its tensors on their device with one ``stack`` (or
+``cat``) per device and dtype into a byte buffer, never a kernel per value, and a flush moves each
+device's buffer to the host in **one** asynchronous copy (pinned memory on CUDA), read once it has
+landed. Logging therefore never synchronises the GPU, and values stay exact in their own dtype
+(:mod:`forensics.trainer.device_values` has the details).
 
 Crash safety: rows are buffered in memory and written every ``flush_every`` rows. A JSONL flush
 writes whole lines and flushes the OS buffer, so a crash loses at most the rows logged since the
-last flush, and a half-written last line (a kill in the middle of a write) is the only damage a
-reader has to skip; reopening a file in ``resume`` mode trims it. A Parquet flush writes one row
+last flush (on CUDA also those of a flush whose device-to-host copy had not landed), and a
+half-written last line (a kill in the middle of a write) is the only damage a reader has to
+skip; reopening a file in ``resume`` mode trims it. A Parquet flush writes one row
 group; the footer is written when the writer is closed, which ``close()``, leaving a ``with``
 block (also on an exception) and interpreter exit (``atexit``) all do. A hard kill (SIGKILL, OOM)
 before that leaves a Parquet file without footer, so prefer JSONL where hard kills are likely.
@@ -36,11 +38,12 @@ from __future__ import annotations
 
 import atexit
 import json
-import math
+import operator
 import os
 import shutil
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
@@ -49,6 +52,7 @@ import numpy as np
 
 from ..config import RunMeta
 from ..errors import UsageError
+from . import device_values as dv
 
 __all__ = ["RunWriter", "to_host"]
 
@@ -62,31 +66,26 @@ FORMATS = ("jsonl", "parquet")
 
 #: Columns that are written as integers (everything else numeric is float64).
 _INT_COLUMNS = frozenset({"step", "group"})
+#: Host values a row takes as they are (bool is not among them: it is written as 0/1).
+_PLAIN = frozenset({float, int, str, type(None)})
+#: ``set(map(type, values))`` of a mapping of plain tensors (torch is optional).
+_TENSORS_ONLY = {_torch.Tensor} if _torch is not None else set()
+_DTYPE = operator.attrgetter("dtype")
+#: Flushes whose device copies may be in flight before the writer waits for the oldest.
+_MAX_IN_FLIGHT = 2
+
+
+
+
+class _NoTensor:
+    """Stands for ``torch.Tensor`` where torch is absent: nothing is an instance of it."""
+
+
+_Tensor: Any = _torch.Tensor if _torch is not None else _NoTensor
 
 
 def _is_tensor(value: Any) -> bool:
-    return _torch is not None and isinstance(value, _torch.Tensor)
-
-
-class _DeviceRef:
-    """A place in a pending row that a tensor will fill after the flush's transfer.
-
-    ``index`` is its position in the device's pending list (hence its slice of the concatenated
-    buffer) and ``shape`` its original shape; ``tokens`` marks 2-D token ids; ``integral`` says
-    whether the tensor was an integer or boolean tensor (values come back as float64), ``narrow``
-    whether it had fewer than 64 bits of float precision.
-    """
-
-    __slots__ = ("device", "index", "integral", "narrow", "shape", "tokens")
-
-    def __init__(self, device: Any, index: int, shape: tuple[int, ...], integral: bool,
-                 narrow: bool, tokens: bool) -> None:
-        self.device = device
-        self.index = index
-        self.shape = shape
-        self.integral = integral
-        self.narrow = narrow
-        self.tokens = tokens
+    return isinstance(value, _Tensor)
 
 
 def to_host(value: Any) -> Any:
@@ -294,9 +293,15 @@ class RunWriter:
 
     Notes
     -----
-    ``log_step`` and ``log_samples`` never move a tensor to the host: they detach it, flatten it
-    and cast it to float64 *on its device* (asynchronous kernels), and keep a reference. The
-    flush concatenates all of them per device and reads them with a single ``tolist()``.
+    ``log_step`` and ``log_samples`` never move a tensor to the host: they copy the call's
+    tensors on their device with one ``stack``/``cat`` per device and dtype (so an in-place
+    update of a tensor after it was logged cannot change the logged value). A flush packs each
+    device's copies into one buffer and hands it to the host in one asynchronous copy. On CUDA
+    the flushed rows are written as soon as that copy has landed (checked, without waiting, on
+    the next log calls), so a flush does not stall the GPU, and a crash can also lose the rows
+    whose copy was still in flight (at most ``_MAX_IN_FLIGHT`` flushes; the writer waits for the
+    oldest beyond that). :meth:`flush` and :meth:`close` wait. ``flushes`` counts the flushes
+    handed off.
     """
 
     def __init__(
@@ -330,8 +335,11 @@ class RunWriter:
         self._samples_path = self.path / f"samples.{ext}"
         self._samples: _Stream | None = None
         self._resume = resume
-        # device tensors waiting for the flush, per device: list of flattened float64 tensors
-        self._pending: dict[Any, list[Any]] = {}
+        # tensor values logged since the last flush: a staging buffer per device, and where
+        # each gathered group goes; then the flushes whose copies are still in flight
+        self._staging: dict[Any, dv.Staging] = {}
+        self._records: list[dv.Record] = []
+        self._in_flight: deque[dv.Batch] = deque()
         self._last_flush = time.monotonic()
         self._closed = False
         self.flushes = 0
@@ -374,20 +382,42 @@ class RunWriter:
         """Buffer one step row: ``step`` plus canonical metrics (a mapping and/or keywords).
 
         Scalars may be Python or numpy numbers or 0-d/1-element tensors; ``None`` means "not
-        logged". Tensors are not read here.
+        logged". Tensors are not read here: they are copied on their device (see Notes).
         """
-        self._check_open()
-        row: dict[str, Any] = {"step": self._step_value(step)}
-        items = list(metrics.items()) if metrics is not None else []
-        items.extend(kwargs.items())
-        for key, value in items:
-            if key == "step":
-                continue
-            self._put(row, key, value)
+        if self._closed:
+            raise UsageError("RunWriter is closed")
+        step_value = step if type(step) is int else self._step_value(step)
+        row: dict[str, Any] = {"step": step_value}
+        if kwargs:  # keywords win over the mapping, as in dict(mapping, **kwargs)
+            metrics = {**metrics, **kwargs} if metrics else kwargs
+        tkeys: list[str] = []
+        tvals: list[Any] = []
+        if metrics and set(map(type, metrics.values())) == _TENSORS_ONLY:
+            # a mapping of tensors only (what the torch helpers return): placed in C, and
+            # checked for shape and dtype when they are gathered
+            row.update(dict.fromkeys(metrics))  # places, in logging order, the flush fills
+            tkeys += metrics
+            tvals += metrics.values()
+        elif metrics:
+            for key, value in metrics.items():
+                if type(value) in _PLAIN:  # the common host case first, and cheaply
+                    row[key] = value
+                elif isinstance(value, _Tensor):
+                    row[key] = None
+                    tkeys.append(key)
+                    tvals.append(value)
+                else:
+                    self._put(row, key, value)
+        if tvals:
+            if row["step"] is None and "step" in tkeys:  # a tensor under "step": not a metric
+                i = tkeys.index("step")
+                del tkeys[i], tvals[i]
+            self._stage_step(row, tkeys, tvals)
+        row["step"] = step_value  # a "step" among the metrics does not replace the step
         if self.timestamp and "timestamp" not in row:
             row["timestamp"] = time.time()
         self._steps.rows.append(row)
-        self._maybe_flush()
+        self._after_log()
 
     def log_samples(self, step: int, columns: Mapping[str, Any], /) -> None:
         """Buffer per-response rows of one step from columns of equal length.
@@ -409,45 +439,54 @@ class RunWriter:
                 raise UsageError(f"log_samples: column {key!r} has {size} rows, expected {n}")
         if n is None:
             n = 1
-        rows: list[dict[str, Any]] = [{"step": self._step_value(step)} for _ in range(n)]
+        step_value = self._step_value(step)
+        rows: list[dict[str, Any]] = [{"step": step_value} for _ in range(n)]
+        # (device, dtype) -> the parts of one gather: (key, form, width) and 1-D tensors
+        groups: dict[Any, tuple[list[tuple[str, str, int]], list[Any]]] = {}
         for key, value in columns.items():
             if key == "step":
+                continue
+            if _is_tensor(value):
+                dim = value.dim()
+                if dim == 0:
+                    part, flat = (key, "scalar", 1), value.reshape(1)
+                elif dim == 1:
+                    part, flat = (key, "column", 1), value
+                elif dim == 2 and not value.is_floating_point():
+                    part, flat = (key, "tokens", int(value.shape[1])), value.reshape(-1)
+                else:
+                    raise UsageError(f"log_samples: column {key!r} must be 1-D (or 2-D token "
+                                     f"ids), got shape {tuple(value.shape)}")
+                for row in rows:
+                    row[key] = None  # keeps the column order; the flush fills it
+                group = groups.setdefault((flat.device, flat.dtype), ([], []))
+                group[0].append(part)
+                group[1].append(flat)
                 continue
             if _leading_len(value) is None:
                 for row in rows:
                     self._put(row, key, value)
                 continue
-            if _is_tensor(value):
-                tokens = value.dim() == 2
-                if value.dim() not in (1, 2) or (tokens and value.is_floating_point()):
-                    raise UsageError(f"log_samples: column {key!r} must be 1-D (or 2-D token "
-                                     f"ids), got shape {tuple(value.shape)}")
-                ref = self._defer(value, tokens=tokens)
-                # every row points at the same buffer slot; the flush slices it per row
-                for i, row in enumerate(rows):
-                    row[key] = (ref, i)
-                continue
             seq = value.tolist() if isinstance(value, np.ndarray) else list(value)
             for row, v in zip(rows, seq, strict=True):
                 self._put(row, key, v)
+        for (device, dtype), (parts, flats) in groups.items():
+            dtype, flats = self._carried(dtype, flats, parts[0][0])
+            staging = self._staging.get(device) or self._open_staging(device)
+            count = staging.cat(dtype, flats)
+            self._records.append((staging, dtype, count, rows, parts))
         if self._samples is None:
             self._samples = _Stream(self._samples_path, self.format, self._resume)
         self._samples.rows.extend(rows)
-        self._maybe_flush()
+        self._after_log()
 
     # ------------------------------------------------------------------ flushing
     def flush(self) -> None:
-        """Move pending device values to the host (one transfer per device) and write rows."""
+        """Write every row logged so far, waiting for device copies still in flight."""
         if self._closed:
             return
-        self._resolve()
-        self._steps.write(self._steps.rows)
-        self._steps.rows = []
-        if self._samples is not None:
-            self._samples.write(self._samples.rows)
-            self._samples.rows = []
-        self._last_flush = time.monotonic()
-        self.flushes += 1
+        self._hand_off()
+        self._drain(wait=True)
 
     def close(self) -> None:
         """Flush what is buffered and close the files (idempotent)."""
@@ -486,27 +525,110 @@ class RunWriter:
             raise UsageError("RunWriter is closed")
 
     def _step_value(self, step: Any) -> Any:
+        if type(step) is int:
+            return step
         if _is_tensor(step):
             # the step counter is a key, not a metric: a device step would need a sync anyway
             raise UsageError("log_step: pass the step as a Python int, not a tensor")
         return int(step)
 
-    def _maybe_flush(self) -> None:
+    def _after_log(self) -> None:
+        if self._in_flight:
+            self._drain(wait=False)
         due = (len(self._steps.rows) >= self.flush_every
                or (self._samples is not None
                    and len(self._samples.rows) >= self.samples_flush_every)
                or (self.flush_seconds is not None
                    and time.monotonic() - self._last_flush >= self.flush_seconds))
         if due:
-            self.flush()
+            self._hand_off()
+            self._drain(wait=False)
+
+    def _hand_off(self) -> None:
+        """Start a flush: the buffered rows and one host copy per device become a batch."""
+        copies = {}
+        for staging in self._staging.values():
+            buf, layout = staging.pack()
+            copies[staging] = (dv.start_copy(buf), layout)
+        samples = self._samples.rows if self._samples is not None else []
+        self._in_flight.append(dv.Batch(self._steps.rows, samples, self._records, copies))
+        self._steps.rows = []
+        if self._samples is not None:
+            self._samples.rows = []
+        self._records = []
+        self._staging = {}
+        self._last_flush = time.monotonic()
+        self.flushes += 1
+
+    def _drain(self, *, wait: bool) -> None:
+        """Write the batches whose copies have landed, oldest first (all of them if ``wait``).
+
+        More than ``_MAX_IN_FLIGHT`` batches in flight means the device is far behind: then
+        the oldest is waited for, which bounds the rows a crash can lose.
+        """
+        while self._in_flight:
+            batch = self._in_flight[0]
+            if not (wait or len(self._in_flight) > _MAX_IN_FLIGHT or batch.ready()):
+                return
+            self._in_flight.popleft()
+            batch.resolve(self.detokenize)
+            self._steps.write(batch.steps)
+            if batch.samples:
+                if self._samples is None:  # pragma: no cover - rows imply the stream exists
+                    self._samples = _Stream(self._samples_path, self.format, self._resume)
+                self._samples.write(batch.samples)
+
+    def _stage_step(self, row: dict[str, Any], keys: list[str], values: list[Any]) -> None:
+        """Gather a step's scalar tensors: one ``stack`` per device and dtype."""
+        if not values:
+            return
+        first = values[0]
+        dtype = first.dtype
+        if not first.ndim and len(set(map(_DTYPE, values))) == 1 and dv.codec(dtype):
+            # the common case: one dtype on one device, all 0-d. ``stack`` checks the rest
+            # before it copies anything (one device, one shape); anything else is sorted out
+            # below, value by value.
+            device = first.device
+            staging = self._staging.get(device) or self._open_staging(device)
+            try:
+                staging.stack(dtype, values)
+            except RuntimeError:
+                if len({v.device for v in values}) == 1 and not any(v.ndim for v in values):
+                    raise
+            else:
+                self._records.append((staging, dtype, len(values), row, keys))
+                return
+        groups: dict[Any, tuple[list[str], list[Any]]] = {}
+        for key, value in zip(keys, values, strict=True):
+            if value.ndim:
+                if value.numel() != 1:
+                    raise UsageError(f"metric {key!r} must be a scalar, got a tensor of "
+                                     f"shape {tuple(value.shape)}")
+                value = value.reshape(())
+            group = groups.setdefault((value.device, value.dtype), ([], []))
+            group[0].append(key)
+            group[1].append(value)
+        for (device, dtype), (group_keys, group_values) in groups.items():
+            dtype, group_values = self._carried(dtype, group_values, group_keys[0])
+            staging = self._staging.get(device) or self._open_staging(device)
+            staging.stack(dtype, group_values)
+            self._records.append((staging, dtype, len(group_values), row, group_keys))
+
+    def _open_staging(self, device: Any) -> dv.Staging:
+        staging = self._staging[device] = dv.Staging(device)
+        return staging
+
+    def _carried(self, dtype: Any, values: list[Any], key: str) -> tuple[Any, list[Any]]:
+        """The dtype the buffer carries the values in, and the values in it (float8: float32)."""
+        if dv.codec(dtype) is not None:
+            return dtype, values
+        try:
+            values = [dv.loggable(v, f"metric {key!r}") for v in values]
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        return values[0].dtype, values
 
     def _put(self, row: dict[str, Any], key: str, value: Any) -> None:
-        if _is_tensor(value):
-            if value.numel() != 1:
-                raise UsageError(f"metric {key!r} must be a scalar, got a tensor of shape "
-                                 f"{tuple(value.shape)}")
-            row[key] = (self._defer(value, tokens=False), None)
-            return
         if isinstance(value, np.ndarray):
             if value.size != 1:
                 raise UsageError(f"metric {key!r} must be a scalar, got an array of shape "
@@ -520,71 +642,6 @@ class RunWriter:
             row[key] = value
         else:
             raise UsageError(f"metric {key!r}: cannot log a value of type {type(value).__name__}")
-
-    def _defer(self, tensor: Any, *, tokens: bool) -> _DeviceRef:
-        assert _torch is not None
-        t = tensor.detach()
-        integral = not (t.is_floating_point() or t.is_complex())
-        narrow = t.is_floating_point() and t.dtype != _torch.float64
-        # float64 keeps int64 token ids and lengths exact up to 2**53; MPS has no float64
-        dtype = _torch.float32 if t.device.type == "mps" else _torch.float64
-        # copy=True: the caller may update the tensor in place after logging it
-        flat = t.reshape(-1).to(dtype, copy=True)
-        bucket = self._pending.setdefault(t.device, [])
-        ref = _DeviceRef(t.device, len(bucket), tuple(t.shape), integral, narrow, tokens)
-        bucket.append(flat)
-        return ref
-
-    def _resolve(self) -> None:
-        """The one transfer of a flush: concatenate per device, ``tolist()`` once, scatter."""
-        if not self._pending:
-            return
-        assert _torch is not None
-        host: dict[Any, list[float]] = {}
-        offsets: dict[Any, list[int]] = {}
-        for device, flats in self._pending.items():
-            buf = flats[0] if len(flats) == 1 else _torch.cat(flats)
-            sizes = [int(f.shape[0]) for f in flats]  # shapes are host metadata: no sync
-            offs = [0]
-            for s in sizes:
-                offs.append(offs[-1] + s)
-            offsets[device] = offs
-            host[device] = buf.tolist()
-        cache: dict[int, Any] = {}
-        for stream in (self._steps, self._samples):
-            if stream is None:
-                continue
-            for row in stream.rows:
-                for key, value in row.items():
-                    if not (isinstance(value, tuple) and len(value) == 2
-                            and isinstance(value[0], _DeviceRef)):
-                        continue
-                    ref, i = value
-                    values = cache.get(id(ref))
-                    if values is None:
-                        start = offsets[ref.device][ref.index]
-                        stop = offsets[ref.device][ref.index + 1]
-                        values = _unflatten(host[ref.device][start:stop], ref, self.detokenize)
-                        cache[id(ref)] = values
-                    row[key] = values[0] if i is None else values[i]
-        self._pending = {}
-
-
-def _unflatten(flat: list[float], ref: _DeviceRef,
-               detokenize: Callable[[Sequence[int]], str] | None) -> list[Any]:
-    if ref.tokens:
-        width = ref.shape[1]
-        rows = [[int(x) for x in flat[i * width:(i + 1) * width]] for i in range(ref.shape[0])]
-        if detokenize is None:
-            return [json.dumps(r) for r in rows]
-        return [detokenize(r) for r in rows]
-    if ref.integral:
-        return [int(x) if math.isfinite(x) else x for x in flat]
-    if ref.narrow:
-        # a float32 value widened to float64 prints as 0.20000000298023224; its shortest
-        # float32 repr (0.2) is the same number to float32 precision and a third of the bytes
-        return [float(str(v)) for v in np.asarray(flat, dtype=np.float32)]
-    return flat
 
 
 def _leading_len(value: Any) -> int | None:

@@ -201,6 +201,10 @@ class _Run:
             torch.nn.init.zeros_(self.model.value.weight)
             torch.nn.init.zeros_(self.model.value.bias)
         self.ref = copy.deepcopy(self.model).eval()
+        # a deep copy gives the GRU's weights tensors of their own, no longer views of one
+        # contiguous buffer: on CUDA every forward then warns ("RNN module weights are not part
+        # of single contiguous chunk of memory") and compacts them anew; compact them once
+        self.ref.gru.flatten_parameters()
         for p in self.ref.parameters():
             p.requires_grad_(False)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, eps=1e-5)
