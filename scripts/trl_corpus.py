@@ -491,12 +491,17 @@ RUNS: list[Run] = [
         "inferred from these sums to see it.",
         checks=[("objective/entropy", "rise", ">", 3.0), ("objective/scores", "rise", ">", 0.8)],
         evidence=PPO_EVIDENCE + ["val/num_eos_tokens"]),
-    Run("ppo_kl_off_hack", "ppo", 0, "kl_off_hackable_reward", 1, ["kl.runaway", "kl.excessive"],
-        horizon_steps=60, config=_with(PPO, kl_coef=0.0), reward="keyword_great", steps=80,
+    # the fault is there from the first step, but it shows only as the KL leaves what the healthy
+    # runs reach (1.6 nats/sequence over 80 updates): step 31 (1.9), the onset labelled
+    Run("ppo_kl_off_hack", "ppo", 0, "kl_off_hackable_reward", 31,
+        ["kl.runaway", "kl.excessive", "kl.spike"],
+        horizon_steps=40, config=_with(PPO, kl_coef=0.0), reward="keyword_great", steps=80,
         description="PPO with kl_coef 0 and a weak, hackable reward (the share of words that are "
         "'great'): nothing holds the policy near the reference. The per-sequence KL climbs "
         "without bound (0 -> ~2 by step 24, ~8 at 64, ~23 at 80) while the score moves only "
-        "from 0.008 to 0.13; the responses lengthen until most no longer end (EOS in 32 -> 14 of 32).",
+        "from 0.008 to 0.13; the responses lengthen until most no longer end (EOS in 32 -> 14 of 32). "
+        "Onset: step 31, where the KL (1.9) first leaves the healthy runs' range; it jumps 3.6 -> "
+        "7.8 over steps 61-66.",
         checks=[("objective/kl", "max", ">", 10.0), ("objective/scores", "rise", ">", 0.05)],
         evidence=PPO_EVIDENCE + ["val/num_eos_tokens"]),
     Run("grpo_kl_off_hack", "grpo", 0, "kl_off_hackable_reward", 1,

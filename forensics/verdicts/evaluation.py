@@ -190,6 +190,7 @@ def evaluate(runs: list[LabelledRun]) -> Quality:
         rec.update(detected=bool(hits),
                    delay=int(hits[0]["onset_step"] - t0) if hits else None,
                    first_rule=hits[0]["rule"] if hits else None,
+                   detected_by=sorted({f["rule"] for f in hits}),
                    primary_first=bool(hits) and hits[0]["rule"] == run.expected_rules[0],
                    false_alarms=[f["rule"] for f in early],
                    other=sorted({f["rule"] for f in other}))

@@ -54,6 +54,9 @@ class LengthBiasParams:
     collapse_factor: float = param(10.0, "Mean length this many times below its highest earlier "
                                    "level (5-row median) is a collapse.")
     collapse_critical: float = param(100.0, "Fall factor that makes length.collapse critical.")
+    collapse_floor: float = param(1.5, "Mean length (tokens) at or below which answers are empty (the "
+                                  "end-of-sequence token alone): a collapse once the length had been "
+                                  "at least 4 times higher.")
     persist_k: int = param(5, "Persistence: rows out of persist_m.")
     persist_m: int = param(8, "Persistence window (rows).")
     max_overall_samples: int = param(200_000, "Responses kept (deterministic hash sample) for the "
@@ -93,7 +96,7 @@ RULES = (
        "Roll back to the checkpoint before the onset and lower the learning rate 50%; check for a "
        "reward or penalty that a short answer escapes (format penalties, length penalties, KL "
        "summed over tokens).",
-       ("collapse_factor", "collapse_critical"), "veRL GRPO failure cases; SIGNATURES #4"),
+       ("collapse_factor", "collapse_critical", "collapse_floor"), "veRL GRPO failure cases; SIGNATURES #4"),
 )
 
 
@@ -211,7 +214,8 @@ class LengthBias(Tracker):
         self.len_peak = float(peak[-1])
         with np.errstate(divide="ignore", invalid="ignore"):
             fall = peak[:-1] / length
-        self.ep["length.collapse"].update(rows, steps, np.isfinite(fall) & (fall >= p.collapse_factor),
+        empty = (length <= p.collapse_floor) & (fall >= 4.0)
+        self.ep["length.collapse"].update(rows, steps, np.isfinite(fall) & ((fall >= p.collapse_factor) | empty),
                                           fall, {"length": length, "before": peak[:-1]})
         return None
 
