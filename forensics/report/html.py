@@ -450,7 +450,7 @@ def render_html(d: dict[str, Any], plotly_js: str | None = None, script: str = "
     domino = tl.get("first_domino")
     chain = [by_id[i] for i in (domino or {}).get("chain", []) if i in by_id]
     rec = d.get("recommendations") if isinstance(d.get("recommendations"), dict) else None
-    v = verdict(d.get("findings") or [], tl, rec)
+    v = verdict(d.get("findings") or [], tl, rec, d.get("coverage"))
     figures = build_figures(d)
     tfig = _timeline_figure(tl, d.get("steps") or {})
     all_figs = figures + ([tfig] if tfig else [])

@@ -64,7 +64,7 @@ def render_markdown(d: dict[str, Any], top: int = 15) -> str:
         out.append(f"| {_md(area)} (area) | {_score(v)} |")
     tl = timeline_from_dict(d)
     rec = d.get("recommendations") if isinstance(d.get("recommendations"), dict) else None
-    v = verdict(d.get("findings") or [], tl, rec)
+    v = verdict(d.get("findings") or [], tl, rec, d.get("coverage"))
     out[2:2] = [f"**{_md(v['headline'])}**", ""]
     dom = tl.get("first_domino")
     if dom:

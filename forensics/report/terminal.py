@@ -43,7 +43,8 @@ def render_summary(analysis: Analysis, top: int = 8) -> str:
         lines.append(f"        {area:<12} {_score(v)}")
     timeline = timeline_section(analysis)
     advice = advice_sections(analysis, timeline)
-    v = verdict([f.to_dict() for f in analysis.findings], timeline, advice.get("recommendations"))
+    v = verdict([f.to_dict() for f in analysis.findings], timeline, advice.get("recommendations"),
+                analysis.coverage)
     lines += ["", f"verdict: {v['headline']}"]
     if v.get("domino"):
         lines.append(f"first domino: {v['domino']}")
@@ -60,7 +61,7 @@ def render_summary(analysis: Analysis, top: int = 8) -> str:
     if len(analysis.findings) > top:
         lines.append(f"  ... {len(analysis.findings) - top} more in findings.csv")
     lines.extend(_training_health(analysis, advice))
-    notes = [n for r in analysis.results for n in r.notes]
+    notes = [n for r in analysis.results if r.active for n in r.notes]
     if notes:
         lines.append("")
         lines.extend(f"note: {n}" for n in notes)

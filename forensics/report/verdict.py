@@ -21,18 +21,34 @@ def _titles() -> dict[str, str]:
 
 
 def verdict(findings: list[Mapping[str, Any]], timeline: Mapping[str, Any] | None,
-            recommendations: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``state`` (healthy / warning / critical), ``headline``, the first domino in words
-    (``domino``, with its finding), and ``do_now`` (the immediate recommendations).
+            recommendations: Mapping[str, Any] | None,
+            coverage: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``state`` (healthy / warning / critical / unchecked), ``headline``, the first domino in
+    words (``domino``, with its finding), ``do_now`` (the immediate recommendations) and
+    ``checked`` (what the analysis could judge, from its coverage).
 
     >>> verdict([], {}, None)["headline"]
     'Healthy: no warning or critical finding.'
+    >>> verdict([], {}, None, {"checked": False, "columns": {"unmapped": 4}})["state"]
+    'unchecked'
     """
     crit = sum(1 for f in findings if f.get("severity") == "critical")
     warn = sum(1 for f in findings if f.get("severity") == "warning")
     out: dict[str, Any] = {"state": "critical" if crit else ("warning" if warn else "healthy"),
                            "critical": crit, "warning": warn, "domino": None, "domino_finding": None,
                            "chain": [], "do_now": []}
+    cov = coverage or {}
+    if cov:
+        judging = list(cov.get("trackers_judging") or [])
+        out["checked"] = (f"{len(judging)} trackers on {(cov.get('columns') or {}).get('mapped', 0)} "
+                          "recognised column(s)" + (f" ({', '.join(judging)})" if judging else ""))
+    if not crit and not warn and cov.get("checked") is False:
+        unread = (cov.get("columns") or {}).get("unmapped", 0)
+        out["state"] = "unchecked"
+        out["headline"] = (f"Nothing checked: none of the {unread} logged column(s) is a training metric "
+                           "forensics knows. This is not a healthy verdict; name the keys with the "
+                           "canonical names (forensics rules --metrics).")
+        return out
     if not crit and not warn:
         info = len(findings)
         out["headline"] = "Healthy: no warning or critical finding." + (
