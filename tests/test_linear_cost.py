@@ -196,7 +196,7 @@ def test_the_meter_sees_work_that_grows_with_the_history() -> None:
             np.median(history)
 
     for keep_all in (False, True):
-        counts = {rows: meter.run(lambda rows=rows: meter.wrap("tracker", feed)(rows, keep_all))
+        counts = {rows: meter.run(lambda rows=rows, k=keep_all: meter.wrap("tracker", feed)(rows, k))
                   for rows in (10 * BATCH, 20 * BATCH, 100 * BATCH)}
         if keep_all:
             with pytest.raises(AssertionError, match="tracker: elements"):

@@ -43,7 +43,7 @@ from .trackers.base import TrackerResult
 if TYPE_CHECKING:  # pandas is imported when a DataFrame is asked for, not by every scan
     pass
 
-__all__ = ["Scan", "scan_path"]
+__all__ = ["Scan", "run_inputs", "scan_path"]
 
 @dataclass
 class Replay:
@@ -348,6 +348,17 @@ def _find_run_files(path: Path) -> tuple[Path, Path | None, Path | None]:
     return path, cands[0] if cands else None, meta_file if meta_file.exists() else None
 
 
+def run_inputs(path: Path | str, samples: Path | str | None = None) -> list[Path]:
+    """The files a scan of ``path`` reads: the step log, and the sample stream if any (for
+    progress estimates; an unreadable path gives what can be told without reading it)."""
+    try:
+        steps, found, _ = _find_run_files(Path(path))
+    except InputError:
+        return [Path(path)]
+    sample = Path(samples) if samples is not None else found
+    return [steps] + ([sample] if sample is not None else [])
+
+
 def scan_path(
     path: Path | str,
     *,
@@ -358,7 +369,10 @@ def scan_path(
     progress: Callable[[int], None] | None = None,
     trackers: Iterable[str] | None = None,
 ) -> Analysis:
-    """Scan a step file or a run folder and return the analysis."""
+    """Scan a step file or a run folder and return the analysis.
+
+    ``progress(rows)`` is called after each batch of either stream (rows of the batch).
+    """
     config = config or Config()
     steps_path, samples_path, meta_path = _find_run_files(Path(path))
     if samples is not None:
@@ -378,6 +392,8 @@ def scan_path(
         sample_source = open_source(samples_path, None, strict=config.strict)
         for raw in _read_ahead(sample_source.batches(config.batch_rows)):
             scan.feed_samples(raw, sample_source.report)
+            if progress is not None:
+                progress(len(raw))
         if sample_source.report not in scan.reports:
             scan.reports.append(sample_source.report)
     if scan.rows == 0:
