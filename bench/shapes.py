@@ -123,7 +123,7 @@ def sample_chunks(steps: int, per_step: int = 2000, seed: int = 0, bias_from: in
         reward = 0.5 + 0.1 * rng.normal(0, 1, n)
         if bias_from is not None:
             reward = reward + np.where(step >= bias_from, bias * (length - 200), 0.0)
-        yield {"step": step, "length": length, "reward": reward,
+        yield {"step": step, "length": length.astype(np.int64), "reward": reward,
                "truncated": (length >= 1024).astype(np.int64),
                "advantage": rng.normal(0, 1, n)}
 
@@ -159,18 +159,14 @@ def write_parquet(path: Path, chunks: Iterator[dict[str, np.ndarray]],
 
 
 def write_jsonl(path: Path, chunks: Iterator[dict[str, np.ndarray]]) -> Path:
-    """Write the chunks as JSON lines (integers for ``step``, ``truncated`` and ``length``)."""
+    """Write the chunks as JSON lines (polars' writer: floats in full precision, as Python's
+    ``json`` writes them; integers as integers)."""
+    import polars as pl
+
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    ints = {"step", "truncated", "length"}
-    with open(tmp, "w") as fh:
-        fmt = None
+    with open(tmp, "wb") as fh:
         for chunk in chunks:
-            names = list(chunk)
-            if fmt is None:
-                fmt = "{" + ", ".join(f'"{k}": %d' if k in ints else f'"{k}": %.9g'
-                                      for k in names) + "}\n"
-            mat = np.column_stack([chunk[k] for k in names])
-            fh.write("".join(fmt % tuple(r) for r in mat.tolist()))
+            pl.DataFrame(chunk).write_ndjson(fh)
     tmp.replace(path)
     return path

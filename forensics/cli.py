@@ -358,10 +358,12 @@ def diff(run_a: Path, run_b: Path, out_fmt: str, tolerance: float, samples: Path
 @click.option("--strict", is_flag=True, help="A malformed row makes that run unreadable.")
 @click.option("--metrics", "metrics_fmt", type=click.Choice(METRICS_CHOICES), default="auto",
               show_default=True, help="Each run's per-step table (as for scan).")
+@click.option("--no-html", is_flag=True, help="No report.html/report.md per run (thousands of "
+              "runs); `forensics report OUT/<run>` renders one later.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the paths written (no progress).")
 def fleet(paths: tuple[Path, ...], out_dir: Path, engine: str, address: str | None,
           policy_path: Path | None, workers: int | None, config_path: Path | None, strict: bool,
-          metrics_fmt: str, quiet: bool) -> None:
+          metrics_fmt: str, no_html: bool, quiet: bool) -> None:
     """Scan every run under PATH... and write one table of them all, worst first.
 
     A run is a folder with steps.* or trainer_state.json (or a TensorBoard folder), or a log
@@ -378,7 +380,7 @@ def fleet(paths: tuple[Path, ...], out_dir: Path, engine: str, address: str | No
     progress = FleetProgress(len(runs), enabled=not quiet)
     try:
         result = run_fleet(paths, out_dir, engine=engine, address=address, workers=workers,
-                           config=cfg, policy=policy, metrics=metrics_fmt, runs=runs,
+                           config=cfg, policy=policy, metrics=metrics_fmt, html=not no_html, runs=runs,
                            policy_name=str(policy_path) if policy_path else None, on_result=progress)
     finally:
         progress.close()

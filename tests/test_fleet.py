@@ -133,8 +133,10 @@ def test_unreadable_runs_are_rows_not_crashes_and_the_gate_decides_the_exit(tmp_
     assert gates == {"broken": "error", "lr<b>high&": "failed", "seed0": "passed"}
     assert res.output.startswith("wrote ")  # -q: only the paths
     res = CliRunner().invoke(main, ["fleet", str(root / "sweep" / "seed0"), "-o", str(tmp_path / "ok"),
-                                    "--policy", "examples/gate-policy.toml"])
+                                    "--policy", "examples/gate-policy.toml", "--no-html"])
     assert res.exit_code == 0, res.output
+    row = json.loads((tmp_path / "ok" / "fleet.json").read_text())["runs"][0]
+    assert row["report"] == "seed0/analysis.json" and not (tmp_path / "ok" / "seed0" / "report.html").exists()
 
 
 def test_no_runs_is_an_input_error(tmp_path: Path) -> None:

@@ -46,11 +46,13 @@ class FleetResult:
 def run_fleet(paths: Iterable[Path | str], out: Path | str, *, engine: str = "local",
               address: str | None = None, workers: int | None = None, config: Config | None = None,
               policy: Policy | None = None, policy_name: str | None = None, metrics: str = "auto",
-              runs: list[Run] | None = None, on_result: OnResult | None = None) -> FleetResult:
+              html: bool = True, runs: list[Run] | None = None,
+              on_result: OnResult | None = None) -> FleetResult:
     """Find the runs under ``paths`` (or take ``runs``), scan each on ``engine``, write
     ``OUT/<run>/``, ``OUT/fleet.csv``, ``OUT/fleet.json`` and ``OUT/fleet.html``.
 
-    ``on_result(row)`` is called as each run finishes (progress). A run that cannot be read is a
+    ``html=False`` leaves each run's report.html and report.md out (the table links its
+    analysis.json). ``on_result(row)`` is called as each run finishes (progress). A run that cannot be read is a
     row with its error; the fleet itself fails only on a usage error (unknown engine, Ray
     missing) or when there is no run at all.
     """
@@ -65,7 +67,7 @@ def run_fleet(paths: Iterable[Path | str], out: Path | str, *, engine: str = "lo
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create output folder {out}: {exc.strerror or exc}") from None
-    tasks = [RunTask(r, str(out), config or Config(), policy, metrics) for r in runs]
+    tasks = [RunTask(r, str(out), config or Config(), policy, metrics, html) for r in runs]
     if engine == "ray":
         rows = run_ray(tasks, address, workers, on_result)
     else:

@@ -15,7 +15,7 @@ from typing import Any
 from ..analysis.engine import scan_path
 from ..config import Config
 from ..errors import ForensicsError
-from ..report.files import HTML_FILE, write_reports
+from ..report.files import ANALYSIS_FILE, HTML_FILE, write_reports
 from ..verdicts.gate import Policy, evaluate
 from .discover import Run
 
@@ -33,6 +33,7 @@ class RunTask:
     config: Config = field(default_factory=Config)
     policy: Policy | None = None
     metrics: str = "auto"
+    html: bool = True
 
 
 def _base(run: Run) -> dict[str, Any]:
@@ -83,9 +84,9 @@ def scan_run(task: RunTask) -> dict[str, Any]:
     try:
         analysis = scan_path(run.path, config=task.config)
         out = Path(task.out) / run.name
-        paths = write_reports(analysis, out, task.metrics)
+        paths = write_reports(analysis, out, task.metrics, rendered=task.html)
         d = json.loads(paths["analysis"].read_text(encoding="utf-8"))  # as written, NaN as null
-        report = f"{run.name}/{HTML_FILE}" if "html" in paths else None
+        report = f"{run.name}/{HTML_FILE if 'html' in paths else ANALYSIS_FILE}"
         return row_from_analysis(run, d, task.policy, report)
     except ForensicsError as exc:
         return error_row(run, str(exc), task.policy)

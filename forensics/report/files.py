@@ -127,12 +127,14 @@ def write_findings_csv(analysis: Analysis, path: Path) -> None:
             w.writerow([d[c] for c in cols])
 
 
-def write_reports(analysis: Analysis, out_dir: Path, metrics: str = "auto") -> dict[str, Path]:
+def write_reports(analysis: Analysis, out_dir: Path, metrics: str = "auto",
+                  rendered: bool = True) -> dict[str, Path]:
     """Write the reports into ``out_dir``; return their paths by kind.
 
     ``metrics`` chooses the per-step table: ``auto`` writes metrics.csv up to
     :data:`METRICS_PARQUET_ROWS` steps and metrics.parquet above; ``csv``, ``parquet`` or
-    ``both`` on request.
+    ``both`` on request. ``rendered=False`` leaves out report.html and report.md (a fleet of
+    thousands of runs; ``forensics report`` renders them later from analysis.json).
     """
     tables = metrics_formats(analysis.steps.get("rows") or 0, metrics)
     try:
@@ -157,7 +159,8 @@ def write_reports(analysis: Analysis, out_dir: Path, metrics: str = "auto") -> d
             write_metrics_parquet(analysis, paths["metrics_parquet"])
         write_findings_csv(analysis, paths["findings"])
         paths.update(write_training_files(analysis, out_dir))
-        paths.update(write_rendered(json.loads(text), out_dir))
+        if rendered:
+            paths.update(write_rendered(json.loads(text), out_dir))
     except OSError as exc:
         raise UsageError(f"cannot write reports to {out_dir}: {exc.strerror or exc}") from None
     return paths
