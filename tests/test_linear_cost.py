@@ -120,7 +120,7 @@ def meter(monkeypatch: pytest.MonkeyPatch) -> OpMeter:
     for name in WRITERS:
         if hasattr(files, name):
             monkeypatch.setattr(files, name, m.wrap(name, getattr(files, name)))
-    monkeypatch.setattr(store.MetricsStore.__init__, "__defaults__", (500,))
+    monkeypatch.setattr(store.MetricsStore.__init__, "__defaults__", (500, 500 * 20))
     return m
 
 

@@ -348,6 +348,44 @@ def _find_run_files(path: Path) -> tuple[Path, Path | None, Path | None]:
     return path, cands[0] if cands else None, meta_file if meta_file.exists() else None
 
 
+#: Most values (rows x columns) in one batch of the step stream. A 20-metric log keeps the full
+#: ``batch_rows``; a 200-metric one (veRL) gets about 10,000 rows a batch: a batch is held
+#: several times while it is analysed, and 65,536 rows of 200 columns peaked near 500 MB.
+BATCH_CELLS = 1 << 21
+
+
+def _row_width(path: Path) -> int | None:
+    """Columns of a Parquet file (its schema) or keys of a JSON-lines log's first row (None:
+    another format, or unknown)."""
+    try:
+        if not path.is_file():
+            return None
+        with open(path, "rb") as fh:
+            head = fh.read(1 << 16)
+        if head.startswith(b"PAR1"):
+            import pyarrow.parquet as pq
+
+            return len(pq.read_schema(path).names)
+        if head.lstrip().startswith(b"{"):
+            return head.lstrip().split(b"\n", 1)[0].count(b'":') or None
+    except Exception:  # an estimate only: the reader reports what is wrong with the file
+        return None
+    return None
+
+
+def batch_rows_for(path: Path, batch_rows: int) -> int:
+    r"""``batch_rows``, fewer for a wide log (at most :data:`BATCH_CELLS` values a batch).
+
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "steps.jsonl"
+    >>> _ = p.write_text("{" + ", ".join(f'"m{i}": 1' for i in range(256)) + "}\n")
+    >>> batch_rows_for(p, 65_536)
+    8192
+    """
+    width = _row_width(path)
+    return batch_rows if not width else max(1024, min(batch_rows, BATCH_CELLS // width))
+
+
 def run_inputs(path: Path | str, samples: Path | str | None = None) -> list[Path]:
     """The files a scan of ``path`` reads: the step log, and the sample stream if any (for
     progress estimates; an unreadable path gives what can be told without reading it)."""
@@ -382,7 +420,7 @@ def scan_path(
     run_meta = load_run_meta(meta_path) if meta_path else RunMeta()
     scan = Scan(config, run_meta, trackers)
     source = open_source(steps_path, fmt, strict=config.strict)
-    for raw in source.batches(config.batch_rows):
+    for raw in source.batches(batch_rows_for(steps_path, config.batch_rows)):
         scan.feed(raw, source.report)
         if progress is not None:
             progress(len(raw))
