@@ -215,3 +215,34 @@ def test_sample_stream_work_is_linear(tmp_path: Path, meter: OpMeter) -> None:
         counts[n_steps] = meter.run(lambda s=samples, d=d: _scan_and_write(steps, d / "out", s))
     seen = _assert_linear(counts)
     assert "length_bias calls" in seen and "length_bias elements" in seen, seen
+
+
+def test_plots_streamed_part_by_part_equal_the_whole_column_envelope() -> None:
+    """The plots section reads the per-step store a part at a time (bounded memory at 10M rows)
+    and picks the same points as :func:`envelope` over the whole column: ties, NaN, spikes."""
+    from forensics.analysis.series import _stream_plots, envelope, paired_sample
+
+    rng = np.random.default_rng(3)
+    n = 25_000
+    steps = np.arange(n, dtype=np.int64) * 2
+    frame = {"step": steps,
+             "kl": np.round(rng.normal(0, 1, n), 1).astype(np.float32),  # many ties
+             "reward_mean": rng.normal(0, 1, n).astype(np.float32),
+             "response_length_mean": rng.normal(200, 5, n).astype(np.float32),
+             "grad_norm": np.full(n, np.nan, dtype=np.float32),
+             "step_time": np.full(n, 0.5, dtype=np.float32)}
+    frame["kl"][rng.choice(n, 3000, replace=False)] = np.nan
+    frame["reward_mean"][12_345] = 40.0
+    frame["response_length_mean"][::5] = np.nan
+    cuts = [0, *sorted(rng.choice(n, 30, replace=False)), n]
+    parts = [{k: v[a:b] for k, v in frame.items()} for a, b in zip(cuts, cuts[1:])]
+    got = _stream_plots(lambda: parts, list(frame), 500)
+    assert "grad_norm" not in got["series"] and got["rows"] == n
+    for name in ("kl", "reward_mean", "response_length_mean", "step_time"):
+        x, y = envelope(steps, frame[name], 500)
+        assert got["series"][name]["x"] == x.tolist(), name
+        assert got["series"][name]["y"] == [float(f"{v:.6g}") for v in y.tolist()], name
+    assert 24_690 in got["series"]["reward_mean"]["x"]  # the spike survives
+    want = paired_sample(steps, frame["response_length_mean"], frame["reward_mean"], 250)
+    assert got["pairs"]["length_reward"] == want
+    assert got["duration"] == {"seconds": n * 0.5, "source": "sum of step_time"}
