@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import sys
 from pathlib import Path
 from typing import Any
@@ -235,7 +236,7 @@ def test_plots_streamed_part_by_part_equal_the_whole_column_envelope() -> None:
     frame["reward_mean"][12_345] = 40.0
     frame["response_length_mean"][::5] = np.nan
     cuts = [0, *sorted(rng.choice(n, 30, replace=False)), n]
-    parts = [{k: v[a:b] for k, v in frame.items()} for a, b in zip(cuts, cuts[1:])]
+    parts = [{k: v[a:b] for k, v in frame.items()} for a, b in itertools.pairwise(cuts)]
     got = _stream_plots(lambda: parts, list(frame), 500)
     assert "grad_norm" not in got["series"] and got["rows"] == n
     for name in ("kl", "reward_mean", "response_length_mean", "step_time"):
