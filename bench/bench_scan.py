@@ -19,7 +19,7 @@ and whether time per row stays within 10% from the smallest size to the largest.
 (DESIGN.md): step JSONL 1.5x, step Parquet 8x, sample stream 4x, peak < 400 MB.
 
 Usage: ``python bench/bench_scan.py [--full] [--repeat K] [--only steps|samples] [--rows N ...]
-[--skip-trackers NAME,...]``.
+[--match NAME] [--format jsonl|parquet] [--skip-trackers NAME,...]``.
 """
 
 from __future__ import annotations
@@ -147,6 +147,9 @@ def main() -> None:
                     "over 1 GB are run once")
     ap.add_argument("--only", choices=["steps", "samples"])
     ap.add_argument("--rows", type=int, nargs="*", help="step-stream sizes instead of the defaults")
+    ap.add_argument("--match", default="", help="only the cases whose data file name holds this "
+                    "(e.g. steps_20m_epoch)")
+    ap.add_argument("--format", choices=["jsonl", "parquet"], help="only this format")
     ap.add_argument("--skip-trackers", default="", help="comma-separated trackers left out of the "
                     "scan (to measure the rest without one)")
     args = ap.parse_args()
@@ -157,7 +160,9 @@ def main() -> None:
     per_row: dict[tuple[str, str], list[tuple[int, float]]] = {}
     print(f"{'input':34} {'rows':>11} {'MB':>7} {'pyarrow':>8} {'forensics':>9} {'ratio':>6} "
           f"{'budget':>6} {'us/row':>7} {'peak MB':>8}  notes")
-    for case in cases(args.full, args.only, args.rows):
+    chosen = [c for c in cases(args.full, args.only, args.rows)
+              if args.match in c.name and args.format in (None, c.fmt)]
+    for case in chosen:
         t0 = time.perf_counter()
         read, scan = prepare(case)
         prep = time.perf_counter() - t0
