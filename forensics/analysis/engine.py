@@ -379,11 +379,11 @@ def batch_rows_for(path: Path, batch_rows: int) -> int:
     >>> import tempfile
     >>> p = Path(tempfile.mkdtemp()) / "steps.jsonl"
     >>> _ = p.write_text("{" + ", ".join(f'"m{i}": 1' for i in range(256)) + "}\n")
-    >>> batch_rows_for(p, 65_536)
-    8192
+    >>> batch_rows_for(p, 65_536), batch_rows_for(p, 100)
+    (8192, 100)
     """
     width = _row_width(path)
-    return batch_rows if not width else max(1024, min(batch_rows, BATCH_CELLS // width))
+    return batch_rows if not width else min(batch_rows, max(1024, BATCH_CELLS // width))
 
 
 def run_inputs(path: Path | str, samples: Path | str | None = None) -> list[Path]:
