@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +44,7 @@ from .trackers.base import TrackerResult
 if TYPE_CHECKING:  # pandas is imported when a DataFrame is asked for, not by every scan
     pass
 
-__all__ = ["Scan", "scan_path"]
+__all__ = ["Scan", "run_inputs", "scan_path"]
 
 @dataclass
 class Replay:
@@ -111,6 +111,23 @@ def _tracker_pool() -> ThreadPoolExecutor | None:
         if _POOL is None:
             _POOL = ThreadPoolExecutor(workers, thread_name_prefix="forensics-tracker")
     return _POOL
+
+
+def _read_ahead(batches: Iterator[RawBatch]) -> Iterator[RawBatch]:
+    """The batches, each read on a helper thread while the one before it is analysed.
+
+    A 10,000,000-row sample stream spends about as long decoding as analysing; both release the
+    GIL (pyarrow's decode, numpy's sorts and sums), so on two cores they overlap. One batch is
+    read ahead at most (memory: two batches).
+    """
+    with ThreadPoolExecutor(1, thread_name_prefix="forensics-read-ahead") as ex:
+        fut = ex.submit(next, batches, None)
+        try:
+            while (raw := fut.result()) is not None:
+                fut = ex.submit(next, batches, None)
+                yield raw
+        finally:
+            fut.cancel()
 
 
 def _timed(tracker: Tracker, batch: Batch) -> tuple[dict[str, np.ndarray] | None, float]:
@@ -386,6 +403,55 @@ def _find_run_files(path: Path) -> tuple[Path, Path | None, Path | None]:
     return path, cands[0] if cands else None, meta_file if meta_file.exists() else None
 
 
+#: Most values (rows x columns) in one batch of the step stream. A 20-metric log keeps the full
+#: ``batch_rows``; a 200-metric one (veRL) gets about 10,000 rows a batch: a batch is held
+#: several times while it is analysed, and 65,536 rows of 200 columns peaked near 500 MB.
+BATCH_CELLS = 1 << 21
+
+
+def _row_width(path: Path) -> int | None:
+    """Columns of a Parquet file (its schema) or keys of a JSON-lines log's first row (None:
+    another format, or unknown)."""
+    try:
+        if not path.is_file():
+            return None
+        with open(path, "rb") as fh:
+            head = fh.read(1 << 16)
+        if head.startswith(b"PAR1"):
+            import pyarrow.parquet as pq
+
+            return len(pq.read_schema(path).names)
+        if head.lstrip().startswith(b"{"):
+            return head.lstrip().split(b"\n", 1)[0].count(b'":') or None
+    except Exception:  # an estimate only: the reader reports what is wrong with the file
+        return None
+    return None
+
+
+def batch_rows_for(path: Path, batch_rows: int) -> int:
+    r"""``batch_rows``, fewer for a wide log (at most :data:`BATCH_CELLS` values a batch).
+
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "steps.jsonl"
+    >>> _ = p.write_text("{" + ", ".join(f'"m{i}": 1' for i in range(256)) + "}\n")
+    >>> batch_rows_for(p, 65_536), batch_rows_for(p, 100)
+    (8192, 100)
+    """
+    width = _row_width(path)
+    return batch_rows if not width else min(batch_rows, max(1024, BATCH_CELLS // width))
+
+
+def run_inputs(path: Path | str, samples: Path | str | None = None) -> list[Path]:
+    """The files a scan of ``path`` reads: the step log, and the sample stream if any (for
+    progress estimates; an unreadable path gives what can be told without reading it)."""
+    try:
+        steps, found, _ = _find_run_files(Path(path))
+    except InputError:
+        return [Path(path)]
+    sample = Path(samples) if samples is not None else found
+    return [steps] + ([sample] if sample is not None else [])
+
+
 def scan_path(
     path: Path | str,
     *,
@@ -396,7 +462,10 @@ def scan_path(
     progress: Callable[[int], None] | None = None,
     trackers: Iterable[str] | None = None,
 ) -> Analysis:
-    """Scan a step file or a run folder and return the analysis."""
+    """Scan a step file or a run folder and return the analysis.
+
+    ``progress(rows)`` is called after each batch of either stream (rows of the batch).
+    """
     config = config or Config()
     steps_path, samples_path, meta_path = _find_run_files(Path(path))
     if samples is not None:
@@ -406,7 +475,7 @@ def scan_path(
     run_meta = load_run_meta(meta_path) if meta_path else RunMeta()
     scan = Scan(config, run_meta, trackers)
     source = open_source(steps_path, fmt, strict=config.strict)
-    for raw in source.batches(config.batch_rows):
+    for raw in source.batches(batch_rows_for(steps_path, config.batch_rows)):
         scan.feed(raw, source.report)
         if progress is not None:
             progress(len(raw))
@@ -414,8 +483,10 @@ def scan_path(
         scan.reports.append(source.report)
     if samples_path is not None:
         sample_source = open_source(samples_path, None, strict=config.strict)
-        for raw in sample_source.batches(config.batch_rows):
+        for raw in _read_ahead(sample_source.batches(config.batch_rows)):
             scan.feed_samples(raw, sample_source.report)
+            if progress is not None:
+                progress(len(raw))
         if sample_source.report not in scan.reports:
             scan.reports.append(sample_source.report)
     if scan.rows == 0:
