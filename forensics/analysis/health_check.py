@@ -113,7 +113,7 @@ class HealthCheckParams:
     min_windows: int = param(2, "Earlier windows needed before run-relative checks (loss high, "
                              "variance high) are made.")
     variance_min_share: float = param(0.1, "Variance high also needs the reward's standard deviation "
-                                      "above this share of the range of window means so far.")
+                                      "above this share of the range of window means so far.", le=1)
     kl_rise_factor: float = param(2.0, "Window median KL this many times the previous window's is "
                                   "kl_rising.")
     loss_level_sigmas: float = param(2.0, "A window's loss is a progress signal only where |median| "

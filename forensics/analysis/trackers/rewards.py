@@ -73,21 +73,21 @@ def diff_sigma(x: np.ndarray, window: int, min_periods: int) -> np.ndarray:
 class RewardsParams:
     smooth: int = param(20, "Rows in the trailing block median that defines the reward level.")
     window: int = param(100, "Trailing window (rows) of the noise estimate.")
-    probation: int = param(50, "Rows at the start on which stagnation and decline do not fire.")
+    probation: int = param(50, "Rows at the start on which stagnation and decline do not fire.", ge=0)
     trend_window: int = param(50, "Rows compared (last vs previous) for trend alerts.")
     trend_share: float = param(0.10, "A level change above this share of the previous level (or of "
                                "the run's spread, when larger) is a trend alert.")
     trend_z: float = param(6.0, "...and more than this many standard errors of the difference of the "
                            "two block medians (from the spread around the level).")
     stagnation_window: int = param(300, "Rows over which the best reward level must improve.")
-    stagnation_share: float = param(0.25, "...or this share of the rows so far, when longer.")
+    stagnation_share: float = param(0.25, "...or this share of the rows so far, when longer.", le=1)
     stagnation_gap: int = param(3000, "Stagnant stretches at most this many rows apart are one "
-                                "finding (the condition flickers around its threshold).")
+                                "finding (the condition flickers around its threshold).", ge=0)
     stagnation_sigmas: float = param(2.0, "Minimum rise of the window's second-half mean over its "
                                      "first half, in standard errors of that difference.")
     decline_sigmas: float = param(4.0, "Fall from the best level, in noise sigmas, that is a decline.")
     decline_share: float = param(0.10, "...and at least this share of the range the run's level "
-                                 "covered (best minus lowest).")
+                                 "covered (best minus lowest).", le=1)
     decline_k: int = param(15, "Decline persistence: rows out of decline_m.")
     decline_m: int = param(20, "Decline persistence window (rows).")
     target: float = param(float("nan"), "Reward target ([rewards] target); NaN: none configured.")

@@ -34,7 +34,7 @@ class WindowsParams(HealthCheckParams):
     """The health check's parameters (:class:`forensics.analysis.health_check.HealthCheckParams`), plus
     the window size for logs without an epoch column."""
 
-    window_steps: int = param(100, "Steps per window when the log has no epoch column.")
+    window_steps: int = param(100, "Steps per window when the log has no epoch column.", le=10**12)
 
 
 def window_keys(steps: np.ndarray, epoch: np.ndarray | None, first_step: int, window_steps: int,
