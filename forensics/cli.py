@@ -51,7 +51,7 @@ class Checked(click.ParamType):
     (:class:`forensics.config.Allowed`): ``--kl-target nan`` is refused like ``kl_target = nan``."""
 
     def __init__(self, allowed: Allowed) -> None:
-        self.allowed = allowed
+        self.allowed = dataclasses.replace(allowed, optional=False)  # an option left out is unset
         self.name = "integer" if allowed.type is int else "number"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:

@@ -76,7 +76,9 @@ def show_value(value: Any, width: int = 60) -> str:
     >>> show_value("x" * 100, 12), show_value(10**5000)
     ("'xxxxxxxx...", 'an integer of about 5001 digits')
     """
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+    if isinstance(value, bool) or value is None:  # as TOML and JSON spell them
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, int) and value.bit_length() > 200:
         return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
     text = repr(value)
     return text if len(text) <= width else text[: width - 3] + "..."
@@ -400,7 +402,7 @@ def load_run_meta(path: Path) -> RunMeta:
     if not isinstance(data, dict):
         raise InputError(f"run metadata must be a JSON object, not {type(data).__name__}",
                          path=str(path))
-    return RunMeta.from_dict(data, source=str(path))
+    return RunMeta.from_dict(data, source=f"{path}:")
 
 
 def load_config(path: Path | None) -> Config:

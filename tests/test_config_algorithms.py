@@ -20,5 +20,5 @@ def test_known_algorithms_normalise() -> None:
 
 @pytest.mark.parametrize("name", ["grpoo", "", 5])
 def test_unknown_algorithm_is_an_error_that_lists_the_valid_ones(name: object) -> None:
-    with pytest.raises(ConfigError, match="valid: .*grpo.*ppo"):
+    with pytest.raises(ConfigError, match=r"valid: .*grpo.*ppo"):
         RunMeta.from_dict({"algorithm": name}, source="forensics.toml [run]")

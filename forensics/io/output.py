@@ -89,6 +89,9 @@ class Outputs:
             lst = path.lstat()
         except FileNotFoundError:
             return
+        except NotADirectoryError:
+            blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), path.parent)
+            raise UsageError(f"cannot write {path}: {blocker} is a file, not a folder") from None
         except OSError as exc:
             raise UsageError(f"cannot write {path}: {_reason(exc)}") from None
         for test, kind in _KINDS:
@@ -111,11 +114,9 @@ class Outputs:
         not a folder or cannot be created."""
         try:
             path.mkdir(parents=True, exist_ok=True)
-        except FileExistsError:
-            raise UsageError(f"cannot write into {path}: it is not a folder") from None
-        except NotADirectoryError:
-            raise UsageError(f"cannot create the output folder {path}: a parent is a file, not a "
-                             "folder") from None
+        except (FileExistsError, NotADirectoryError):
+            blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), path)
+            raise UsageError(f"cannot write into {path}: {blocker} is a file, not a folder") from None
         except OSError as exc:
             raise UsageError(f"cannot create the output folder {path}: {_reason(exc)}") from None
         if not path.is_dir():
@@ -130,8 +131,9 @@ class Outputs:
         parent = path.parent
         if not parent.exists():
             self.folder(parent)
+            self.check(path)  # a path through the new folder ("new/../input") may reach an input
         elif not parent.is_dir():
-            raise UsageError(f"cannot write {path}: {parent} is not a folder")
+            raise UsageError(f"cannot write {path}: {parent} is a file, not a folder")
         try:
             fd, name = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
         except OSError as exc:

@@ -86,10 +86,13 @@ class Bool(Node):
 class Num(Node):
     """A finite number (not a boolean), an integer when ``integer``, within ``[lo, hi]``."""
 
-    def __init__(self, lo: float | None = None, hi: float | None = None, integer: bool = False) -> None:
+    def __init__(self, lo: float | None = None, hi: float | None = None, integer: bool = False,
+                 what: str | None = None) -> None:
         self.lo, self.hi, self.integer = lo, hi, integer
         noun = "an integer" if integer else "a finite number"
-        if lo is not None and hi is not None:
+        if what:
+            self.what = what
+        elif lo is not None and hi is not None:
             self.what = f"{noun} from {lo:g} to {hi:g}"
         elif lo is not None:
             self.what = f"{noun} >= {lo:g}"
@@ -159,6 +162,51 @@ class MapOf(Node):
         return None
 
 
+class AllOf(Node):
+    """Every one of ``nodes`` holds (the first problem found)."""
+
+    def __init__(self, *nodes: Node) -> None:
+        self.nodes = nodes
+        self.what = nodes[0].what
+
+    def problem(self, value: Any, path: str) -> str | None:
+        return next((p for p in (n.problem(value, path) for n in self.nodes) if p), None)
+
+
+class Tables(Node):
+    """Any JSON value in which a list that starts with an object holds only objects (the report
+    draws such a list as a table, one row per object). Walked without recursion: any depth."""
+
+    what = "a JSON value"
+
+    def problem(self, value: Any, path: str) -> str | None:
+        stack: list[tuple[Any, str]] = [(value, path)]
+        while stack:
+            v, p = stack.pop()
+            if isinstance(v, dict):
+                stack.extend((x, _key(p, k)) for k, x in reversed(list(v.items())))
+            elif isinstance(v, list):
+                if v and isinstance(v[0], dict):
+                    bad = next((i for i, x in enumerate(v) if not isinstance(x, dict)), None)
+                    if bad is not None:
+                        return (f"{p}[{bad}]: expected an object like the list's first item, "
+                                f"got {_kind(v[bad])}")
+                stack.extend((x, f"{p}[{i}]") for i, x in reversed(list(enumerate(v))))
+        return None
+
+
+class Either(Node):
+    """At least one of ``nodes`` holds."""
+
+    def __init__(self, *nodes: Node) -> None:
+        self.nodes = nodes
+        self.what = " or ".join(n.what for n in nodes)
+
+    def problem(self, value: Any, path: str) -> str | None:
+        problems = [n.problem(value, path) for n in self.nodes]
+        return None if None in problems else self.expected(value, path)
+
+
 class Obj(Node):
     """An object with ``required`` and ``optional`` keys (others are allowed: newer versions may
     add some); ``rule`` is a check across keys, run once the keys are valid."""
@@ -203,28 +251,28 @@ def _same_length(*keys: str) -> Callable[[dict[str, Any]], str | None]:
 
 
 STR, BOOL, ANY = Str(), Bool(), Anything()
-INT = Num(integer=True)
+INT = Num(-(2**63), 2**63 - 1, integer=True, what="a 64-bit integer")  # steps are int64
 COUNT = Num(lo=0, integer=True)
 NUM = Num()
 SCORE = Nullable(Num(0, 1))
 SEVERITY = OneOf("info", "warning", "critical")
 STRINGS = ListOf(STR)
+TABLE = MapOf(ANY)
 
 FINDING = Obj(
     required={"rule": STR, "severity": SEVERITY, "first_step": INT, "last_step": INT, "onset_step": INT,
               "message": STR},
-    optional={"tracker": STR, "explanation": STR, "remedy": STR, "evidence": MapOf(ANY)},
+    optional={"tracker": STR, "explanation": STR, "remedy": STR, "evidence": TABLE},
     rule=_steps_in_order)
 
 HEALTH = Obj(optional={"overall": SCORE, "stability": SCORE, "convergence": SCORE, "areas": MapOf(SCORE)})
 
 INPUT = Obj(
-    required={"path": STR},
-    optional={"format": Nullable(STR), "rows_read": COUNT, "rows_skipped": COUNT, "rows_kept": COUNT,
-              "notes": STRINGS, "issues": ListOf(ANY), "issues_truncated": BOOL,
-              "skipped_by_reason": MapOf(COUNT)})
+    required={"path": STR, "format": Nullable(STR), "rows_read": COUNT, "rows_kept": COUNT, "rows_skipped": COUNT,
+              "issues": ListOf(ANY), "notes": STRINGS},
+    optional={"issues_truncated": BOOL, "skipped_by_reason": MapOf(COUNT)})
 
-STEPS = Obj(optional={"rows": COUNT, "first": Nullable(INT), "last": Nullable(INT), "replays": ANY})
+STEPS = Obj(optional={"rows": COUNT, "first": Nullable(INT), "last": Nullable(INT), "replays": ListOf(ANY)})
 
 EVENT = Obj(required={"id": STR, "rule": STR, "severity": SEVERITY, "first_step": INT, "last_step": INT,
                       "onset_step": INT},
@@ -233,26 +281,31 @@ LINK = Obj(required={"cause": STR, "effect": STR}, optional={"lag": NUM, "why": 
                                                              "effect_rule": STR})
 TIMELINE = Obj(optional={
     "events": ListOf(EVENT), "links": ListOf(LINK),
-    "first_domino": Nullable(Obj(required={"rule": STR, "onset_step": INT},
-                                 optional={"id": STR, "chain": STRINGS, "chain_rules": STRINGS,
-                                           "linked": BOOL, "severity": SEVERITY}))})
+    "first_domino": Nullable(Obj(required={"rule": STR, "onset_step": INT, "chain": STRINGS},
+                                 optional={"id": STR, "chain_rules": STRINGS, "linked": BOOL,
+                                           "severity": SEVERITY}))})
 
-SERIES = Obj(required={"x": ListOf(INT), "y": ListOf(Nullable(NUM))},
-             optional={"downsampled": BOOL, "n": COUNT}, rule=_same_length("x", "y"))
-PAIR = Obj(required={"x": ListOf(Nullable(NUM)), "y": ListOf(Nullable(NUM)), "step": ListOf(INT)},
-           rule=_same_length("x", "y", "step"))
+SERIES = Obj(required={"x": ListOf(INT), "y": ListOf(NUM)}, optional={"downsampled": BOOL, "n": COUNT},
+             rule=_same_length("x", "y"))
+PAIR = Obj(required={"x": ListOf(NUM), "y": ListOf(NUM), "step": ListOf(INT)}, rule=_same_length("x", "y", "step"))
+DURATION = Nullable(Obj(required={"seconds": Nullable(NUM)}, optional={"source": Nullable(STR)}))
 PLOTS = Obj(optional={"series": MapOf(SERIES), "pairs": MapOf(PAIR), "max_points": COUNT, "rows": COUNT,
-                      "method": STR,
-                      "duration": Nullable(Obj(optional={"seconds": Nullable(NUM), "source": Nullable(STR)}))})
+                      "method": STR, "duration": DURATION})
 
 TRACKER = Obj(optional={"name": STR, "area": STR, "active": BOOL, "score": SCORE, "findings": COUNT,
-                        "notes": STRINGS, "summary": MapOf(ANY)})
+                        "notes": STRINGS, "summary": TABLE})
 
 MAPPING = Obj(optional={"mapping": MapOf(STR), "unmapped": STRINGS, "shadowed": ListOf(ANY),
-                        "notes": MapOf(ANY), "transforms": MapOf(ANY)})
+                        "notes": TABLE, "transforms": TABLE})
 
 WINDOW = Obj(optional={"first_step": Nullable(INT), "last_step": Nullable(INT), "status": Nullable(STR),
-                       "issues": ANY})
+                       "issues": Either(STR, ListOf(ANY)), "reward_direction": Nullable(STR),
+                       "loss_direction": Nullable(STR)})
+
+# the report draws these two sections whole, a list of objects as a table
+RECOMMENDATIONS = AllOf(Obj(optional={"priorities": MapOf(ListOf(Either(STR, TABLE))), "adjustments": ListOf(ANY),
+                                      "monitoring": ListOf(ANY)}), Tables())
+GENERATION = AllOf(Obj(optional={"examples": TABLE, "windows": ListOf(TABLE)}), Tables())
 
 #: The analysis JSON (schema 1.x) as report, gate and diff read it.
 ANALYSIS_SCHEMA = Obj(
@@ -266,13 +319,14 @@ ANALYSIS_SCHEMA = Obj(
         "steps": STEPS,
         "trackers": MapOf(TRACKER),
         "findings_by_severity": Obj(optional={"info": COUNT, "warning": COUNT, "critical": COUNT}),
-        "params": MapOf(MapOf(ANY)),
+        # the report draws the KL target band from these two
+        "params": AllOf(MapOf(TABLE), Obj(optional={"kl_schedule": Obj(optional={"band_low": NUM,
+                                                                                "band_high": NUM})})),
         "timeline": TIMELINE,
         "plots": PLOTS,
         "windows": ListOf(WINDOW),
-        "recommendations": Obj(optional={"priorities": MapOf(ListOf(ANY)), "adjustments": ListOf(ANY),
-                                         "monitoring": ListOf(ANY)}),
-        "generation": Obj(optional={"examples": MapOf(ANY)}),
+        "recommendations": RECOMMENDATIONS,
+        "generation": GENERATION,
     })
 
 
