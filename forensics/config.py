@@ -273,35 +273,27 @@ class RunMeta:
         "doc": "Trainer config (any keys; read for the recommendations' config patch).",
         "allowed": Allowed(dict)})
 
+    def __post_init__(self) -> None:
+        # a RunMeta is valid however it was made (a config, run.json, the CLI, a library call)
+        self._check("run metadata")
+
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "run metadata") -> RunMeta:
         """Run metadata from a mapping (run.json, a config's ``[run]``); every field is checked
         (:class:`ConfigError` naming ``source``, the key and the value). Unknown keys are kept
         under ``config``, never dropped."""
         names = {f.name: f for f in dataclasses.fields(cls)}
-        known = {k: allowed_of(names[k]).check(v, f"{source} {k}")
-                 for k, v in data.items() if k in names and k != "algorithm"}
-        if "algorithm" in data:
-            known["algorithm"] = data["algorithm"]
-        meta = cls(**known)
+        meta = cls(**{k: _field_value(names[k], v, f"{source} {k}") for k, v in data.items() if k in names})
         unknown = sorted(set(data) - set(names))
         if unknown:
             # keep what we do not know as trainer config, never drop it
             meta.config = {**{k: data[k] for k in unknown}, **meta.config}
-        meta._check(source)
         return meta
 
     def _check(self, source: str) -> None:
         """Check every field (a ConfigError naming ``source``); normalise the algorithm's name."""
-        if self.algorithm is not None:
-            known = normalise_algorithm(self.algorithm) if isinstance(self.algorithm, str) else None
-            if known is None:
-                raise ConfigError(f"{source} algorithm = {show_value(self.algorithm)} is not known; valid: "
-                                  + ", ".join(sorted(ALGORITHMS)))
-            self.algorithm = known
         for f in dataclasses.fields(self):
-            if f.name != "algorithm":
-                allowed_of(f).check(getattr(self, f.name), f"{source} {f.name}")
+            setattr(self, f.name, _field_value(f, getattr(self, f.name), f"{source} {f.name}"))
 
     def merged(self, other: RunMeta) -> RunMeta:
         """Fields set in ``other`` override this one's."""
@@ -319,6 +311,16 @@ class RunMeta:
         return {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, {})}
 
 
+def _field_value(f: dataclasses.Field[Any], value: Any, where: str) -> Any:
+    """A run metadata field's value once checked (the algorithm's name normalised)."""
+    if f.name != "algorithm" or value is None:
+        return allowed_of(f).check(value, where)
+    known = normalise_algorithm(value) if isinstance(value, str) else None
+    if known is None:
+        raise ConfigError(f"{where} = {show_value(value)} is not known; valid: " + ", ".join(sorted(ALGORITHMS)))
+    return known
+
+
 @dataclass
 class Config:
     """Everything a scan is configured by: run metadata, per-tracker parameters, scan options."""
@@ -329,6 +331,10 @@ class Config:
                                    "bounded by the batch.", le=1 << 24)
     strict: bool = param(False, "A malformed row is fatal ([scan] strict, --strict).")
     source: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in SCAN_OPTIONS:
+            scan_option(name).check(getattr(self, name), f"scan option {name}")
 
 
 #: What ``forensics diff --tolerance`` accepts: the largest drop of a health score (scores lie in
