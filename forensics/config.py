@@ -153,6 +153,8 @@ class Allowed:
             return value
         if not self._ok(value):
             raise ConfigError(f"{where} = {show_value(value)}: expected {self.describe()}")
+        if self.type is float and isinstance(value, int):
+            return float(value)  # numpy takes 10**30 as an object, not a number
         if self.regex:
             try:
                 re.compile(value)
@@ -168,6 +170,11 @@ class Allowed:
             return False
         if self.type is int and not isinstance(value, int):
             return False
+        if self.type is float and isinstance(value, int):
+            try:
+                value = float(value)
+            except OverflowError:  # beyond any float: not a finite number
+                return False
         if isinstance(value, float) and not math.isfinite(value):
             return self.nan and math.isnan(value)
         return ((self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt)

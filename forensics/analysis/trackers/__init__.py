@@ -105,6 +105,7 @@ def build_params(tables: dict[str, dict[str, Any]], source: str | None = None) -
     key, the value and what is allowed.
     """
     where = f"{source}: " if source else ""
+    checked: dict[str, dict[str, Any]] = {}
     for section, values in tables.items():
         if section not in TRACKERS:
             raise ConfigError(f"{where}unknown section [{section}]; known: run, scan, "
@@ -117,8 +118,8 @@ def build_params(tables: dict[str, dict[str, Any]], source: str | None = None) -
             if key not in known:
                 raise ConfigError(f"{where}[{section}] has no parameter {key!r}; known: "
                                   + ", ".join(sorted(known)))
-            allowed_of(known[key]).check(value, f"{where}[{section}] {key}")
-    params = {name: cls.Params(**tables.get(name, {})) for name, cls in TRACKERS.items()}
+            checked.setdefault(section, {})[key] = allowed_of(known[key]).check(value, f"{where}[{section}] {key}")
+    params = {name: cls.Params(**checked.get(name, {})) for name, cls in TRACKERS.items()}
     for tracker, a, op, times, b in PARAM_RELATIONS:
         va, vb = getattr(params[tracker], a), getattr(params[tracker], b)
         if not _OPS[op](va, times * vb):
