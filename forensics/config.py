@@ -153,8 +153,8 @@ class Allowed:
             return value
         if not self._ok(value):
             raise ConfigError(f"{where} = {show_value(value)}: expected {self.describe()}")
-        if self.type is float and isinstance(value, int):
-            return float(value)  # numpy takes 10**30 as an object, not a number
+        if self.type is float and isinstance(value, int) and abs(value) >= 2**63:
+            return float(value)  # numpy takes an int beyond int64 as an object, not a number
         if self.regex:
             try:
                 re.compile(value)

@@ -124,6 +124,8 @@ def test_non_utf8_config_names_the_line_and_byte(log: Path, tmp_path: Path) -> N
     "[advantages]\npersist_k = 8\npersist_m = 8\n[throughput]\nrun_window = 100\nrun_block = 50\n",
     '[generation]\nthink_pattern = "<t>(.*)</t>"\n[windows]\nwindow_steps = 1000000\n',
     '[run]\nalgorithm = "Reinforce++"\nkl_coef_init = 0\nconfig = {lr = 1e-5}\n[scan]\nbatch_rows = 1\n',
+    # an int beyond int64 where a float is asked for: a float (numpy cannot take it as an int)
+    "[rewards]\ntarget = 1000000000000000000000000000000\n[run]\nmax_length = 1000000000000000000000\n",
 ])
 def test_values_at_the_edge_of_their_range_are_accepted(log: Path, tmp_path: Path, text: str) -> None:
     res = scan_with(log, tmp_path, text)
