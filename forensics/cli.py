@@ -25,13 +25,44 @@ from typing import Any
 import click
 
 from . import __version__
-from .config import Config, RunMeta, load_config, params_doc
-from .errors import ForensicsError
+from .config import (
+    DIFF_TOLERANCE,
+    Allowed,
+    Config,
+    RunMeta,
+    allowed_of,
+    load_config,
+    run_field,
+    scan_option,
+    show_value,
+)
+from .errors import ConfigError, ForensicsError
+from .io.output import Outputs
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
 
 #: ``scan --metrics`` (forensics.report.files.METRICS_FORMATS, not imported: --help stays light).
 METRICS_CHOICES = ("auto", "csv", "parquet", "both")
+
+
+class Checked(click.ParamType):
+    """A command-line number checked against the same schema as its config-file twin
+    (:class:`forensics.config.Allowed`): ``--kl-target nan`` is refused like ``kl_target = nan``."""
+
+    def __init__(self, allowed: Allowed) -> None:
+        self.allowed = dataclasses.replace(allowed, optional=False)  # an option left out is unset
+        self.name = "integer" if allowed.type is int else "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str):
+            try:
+                value = int(value) if self.allowed.type is int else float(value)
+            except ValueError:
+                self.fail(f"{show_value(value)} is not {self.allowed.describe()}", param, ctx)
+        try:
+            return self.allowed.check(value, "value")
+        except ConfigError:
+            self.fail(f"{show_value(value)} is not {self.allowed.describe()}", param, ctx)
 
 
 class _Group(click.Group):
@@ -75,11 +106,12 @@ def scan_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--config", "config_path", type=click.Path(path_type=Path),
                      help="TOML config: [run] metadata, tracker parameters, [scan] options."),
         click.option("--format", "fmt", help="Input format (default: detected from content)."),
-        click.option("--kl-target", type=float, help="Target KL (in the unit of --kl-unit)."),
+        click.option("--kl-target", type=Checked(run_field("kl_target")),
+                     help="Target KL (in the unit of --kl-unit)."),
         click.option("--kl-unit", type=click.Choice(["token", "sequence"]),
                      help="Unit of --kl-target (default token)."),
         click.option("--strict", is_flag=True, help="A malformed row is fatal (exit 3)."),
-        click.option("--batch-rows", type=click.IntRange(min=1),
+        click.option("--batch-rows", type=Checked(scan_option("batch_rows")),
                      help="Rows per batch (memory is bounded by the batch)."),
     ]
     for opt in reversed(opts):
@@ -92,8 +124,6 @@ def build_config(config_path: Path | None, kl_target: float | None, kl_unit: str
     cfg = load_config(config_path)
     overrides: dict[str, Any] = {}
     if kl_target is not None:
-        if kl_target <= 0:
-            raise click.BadParameter("must be positive", param_hint="--kl-target")
         overrides["kl_target"] = kl_target
     if kl_unit is not None:
         overrides["kl_target_unit"] = kl_unit
@@ -103,6 +133,11 @@ def build_config(config_path: Path | None, kl_target: float | None, kl_unit: str
     if batch_rows:
         cfg.batch_rows = batch_rows
     return cfg
+
+
+def _inputs(*paths: Path | None) -> Outputs:
+    """Where this command may write: never over one of ``paths`` (see forensics.io.output)."""
+    return Outputs(paths)
 
 
 def run_scan(path: Path, samples: Path | None, meta: Path | None, config_path: Path | None,
@@ -144,10 +179,14 @@ def scan(path: Path, out_dir: Path, samples: Path | None, meta: Path | None,
     steps.*, samples.* and run.json.
     """
     from .report import render_summary, write_reports
+    from .report.files import REPORT_FILES
 
+    outputs = _inputs(None if path.is_dir() else path, samples, meta, config_path)
+    for name in REPORT_FILES:  # refuse before a long scan; checked again with the files it read
+        outputs.check(out_dir / name)
     analysis = run_scan(path, samples, meta, config_path, fmt, kl_target, kl_unit, strict,
                         batch_rows, show_progress=not quiet)
-    paths = write_reports(analysis, out_dir, script=plotly_js, metrics=metrics_fmt)
+    paths = write_reports(analysis, out_dir, script=plotly_js, metrics=metrics_fmt, outputs=outputs)
     if not quiet:
         click.echo(render_summary(analysis, top=top))
         click.echo("")
@@ -160,7 +199,7 @@ def scan(path: Path, out_dir: Path, samples: Path | None, meta: Path | None,
 @click.option("--metrics", is_flag=True, help="List the canonical metric names instead.")
 def rules(as_json: bool, markdown: bool, metrics: bool) -> None:
     """List every rule, and every tracker parameter with its default and meaning."""
-    from .analysis.trackers import TRACKERS, all_rules
+    from .analysis.trackers import TRACKERS, all_rules, param_rows
 
     if metrics:
         from .schema import METRICS
@@ -184,11 +223,11 @@ def rules(as_json: bool, markdown: bool, metrics: bool) -> None:
                  "source": r.source}
                 for t, r in all_rules()  # type: ignore[attr-defined]
             ],
-            "params": {name: [{"name": n, "default": d, "doc": doc}
-                              for n, d, doc in params_doc(cls.Params)]
-                       for name, cls in TRACKERS.items()},
-            "run": [{"name": f.name, "doc": f.metadata.get("doc", "")}
-                    for f in dataclasses.fields(RunMeta)],
+            "params": {name: [{"name": n, "default": d, "doc": doc, "allowed": allowed}
+                              for n, d, doc, allowed in param_rows(name)]
+                       for name in TRACKERS},
+            "run": [{"name": f.name, "doc": f.metadata.get("doc", ""),
+                     "allowed": allowed_of(f).describe()} for f in dataclasses.fields(RunMeta)],
         }
         click.echo(json.dumps(data, indent=2))
         return
@@ -200,15 +239,15 @@ def rules(as_json: bool, markdown: bool, metrics: bool) -> None:
         cls = TRACKERS.get(tracker)
         if cls is not None:
             click.echo(f"   parameters ([{tracker}] in a --config TOML file):")
-            for n, d, doc in params_doc(cls.Params):
-                click.echo(f"     {n} = {d!r}  - {doc}")
+            for n, d, doc, allowed in param_rows(tracker):
+                click.echo(f"     {n} = {d!r}  - {doc} (allowed: {allowed})")
         for r in by_tracker.get(tracker, []):
             click.echo(f"  {r.id}  [{r.severity.value}]  {r.title}")
             click.echo(f"      {r.explanation}")
             click.echo(f"      remedy: {r.remedy}")
     click.echo("\n== run metadata ([run] in a config file, or run.json) ==")
     for f in dataclasses.fields(RunMeta):
-        click.echo(f"  {f.name}  - {f.metadata.get('doc', '')}")
+        click.echo(f"  {f.name}  - {f.metadata.get('doc', '')} (allowed: {allowed_of(f).describe()})")
 
 
 
@@ -228,10 +267,11 @@ def _analysis_dict(path: Path, samples: Path | None, meta: Path | None, config_p
                    fmt: str | None, kl_target: float | None, kl_unit: str | None, strict: bool,
                    batch_rows: int | None) -> dict[str, Any]:
     """A saved analysis (analysis.json, or a report folder holding one), or a fresh scan of logs."""
-    from .verdicts.diff import is_saved_analysis, load_analysis_json
+    from .verdicts.diff import is_saved_analysis
+    from .verdicts.saved import load_analysis
 
     if is_saved_analysis(path):
-        return load_analysis_json(path / "analysis.json" if path.is_dir() else path)
+        return load_analysis(path / "analysis.json" if path.is_dir() else path)
     return run_scan(path, samples, meta, config_path, fmt, kl_target, kl_unit, strict,
                     batch_rows).to_dict()
 
@@ -250,12 +290,12 @@ def report(analysis_path: Path, out_dir: Path | None, out_fmt: str, plotly_js: s
 
     ANALYSIS.json is the file `forensics scan` wrote, or the folder holding it.
     """
-    from .errors import UsageError
     from .report.files import write_rendered
-    from .verdicts.diff import load_analysis_json
+    from .verdicts.saved import load_analysis
 
     file = analysis_path / "analysis.json" if analysis_path.is_dir() else analysis_path
-    data = load_analysis_json(file)
+    outputs = _inputs(file, file.parent / "metrics.csv")
+    data = load_analysis(file)
     if not data.get("plots"):  # an analysis saved without plot series: use metrics.csv beside it
         from .analysis.series import plots_from_frame
         from .verdicts.diff import read_metrics_csv
@@ -263,13 +303,9 @@ def report(analysis_path: Path, out_dir: Path | None, out_fmt: str, plotly_js: s
         frame = read_metrics_csv(file.parent / "metrics.csv")
         if frame is not None:
             data["plots"] = plots_from_frame(frame)
-    out_dir = out_dir or file.parent
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        formats = ("html", "md") if out_fmt == "both" else (out_fmt,)
-        paths = write_rendered(data, out_dir, formats, script=plotly_js)
-    except OSError as exc:
-        raise UsageError(f"cannot write reports to {out_dir}: {exc.strerror or exc}") from None
+    out_dir = outputs.folder(out_dir or file.parent)
+    formats = ("html", "md") if out_fmt == "both" else (out_fmt,)
+    paths = write_rendered(data, out_dir, formats, script=plotly_js, outputs=outputs)
     click.echo("wrote " + ", ".join(str(p) for p in paths.values()))
 
 
@@ -290,9 +326,11 @@ def gate(path: Path, policy_path: Path, out_fmt: str, output: Path | None, sampl
 
     PATH is a log file or run folder (scanned) or a saved analysis.json / report folder.
     """
-    from .errors import UsageError
     from .verdicts.gate import evaluate, load_policy, render_github, render_json, render_junit, render_text
 
+    outputs = _inputs(path, policy_path, samples, meta, config_path)
+    if output is not None:
+        outputs.check(output)
     policy = load_policy(policy_path)
     data = _analysis_dict(path, samples, meta, config_path, fmt, kl_target, kl_unit, strict,
                           batch_rows)
@@ -301,10 +339,8 @@ def gate(path: Path, policy_path: Path, out_fmt: str, output: Path | None, sampl
               "github": render_github}[out_fmt]
     text = render(result)
     if output is not None:
-        try:
-            output.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+        outputs.add(*(i.get("path") for i in data.get("inputs") or []))
+        outputs.write_text(output, text if text.endswith("\n") else text + "\n")
         click.echo(f"gate {'passed' if result.passed else 'FAILED'}; wrote {output}")
     else:
         click.echo(text.rstrip("\n"))
@@ -317,7 +353,7 @@ def gate(path: Path, policy_path: Path, out_fmt: str, output: Path | None, sampl
 @click.argument("run_b", type=click.Path(path_type=Path))
 @click.option("--format", "out_fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
-@click.option("--tolerance", type=click.FloatRange(min=0.0), default=0.05, show_default=True,
+@click.option("--tolerance", type=Checked(DIFF_TOLERANCE), default=0.05, show_default=True,
               help="Largest health-score drop that is not a regression.")
 @_scan_options_for_output_format
 def diff(run_a: Path, run_b: Path, out_fmt: str, tolerance: float, samples: Path | None,
@@ -443,12 +479,12 @@ def convert(src: Path, out_path: Path, fmt: str | None, strict: bool, quiet: boo
 @click.option("--format", "fmt", help="Input format (default: detected from content).")
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="TOML config: [run] metadata, tracker parameters.")
-@click.option("--kl-target", type=float, help="Target KL (in the unit of --kl-unit).")
+@click.option("--kl-target", type=Checked(run_field("kl_target")), help="Target KL (in the unit of --kl-unit).")
 @click.option("--kl-unit", type=click.Choice(["token", "sequence"]), help="Unit of --kl-target.")
-@click.option("--interval", type=click.FloatRange(min=0.01), default=2.0, show_default=True,
+@click.option("--interval", type=Checked(Allowed(float, ge=0.01, le=86400)), default=2.0, show_default=True,
               help="Seconds between polls.")
 @click.option("--once", is_flag=True, help="Read what is there now, report, and exit.")
-@click.option("--timeout", type=click.FloatRange(min=0.0), help="Stop after this many seconds.")
+@click.option("--timeout", type=Checked(Allowed(float, ge=0)), help="Stop after this many seconds.")
 @click.option("--min-severity", type=click.Choice(["info", "warning", "critical"]), default="info",
               show_default=True, help="Print findings of at least this severity.")
 def watch(path: Path, fmt: str | None, config_path: Path | None, kl_target: float | None,

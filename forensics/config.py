@@ -20,15 +20,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, InputError
+from .errors import ConfigError, ForensicsError, InputError
 
-__all__ = ["ALGORITHMS", "Config", "RunMeta", "algorithm_family", "load_config", "load_run_meta",
-           "normalise_algorithm", "param"]
+__all__ = ["ALGORITHMS", "DIFF_TOLERANCE", "LM_MIN_PARAMS", "MAX_COUNT", "Allowed", "Config", "RunMeta",
+           "algorithm_family", "allowed_of", "load_config", "load_run_meta", "normalise_algorithm", "param",
+           "read_json", "read_toml", "run_field", "scan_option"]
 
 #: The algorithms forensics knows, by name, and the family that decides which rules apply:
 #: ``critic`` (PPO: a value model, KL in the reward, approx_kl and clip fractions), ``group``
@@ -66,10 +69,192 @@ def algorithm_family(name: str | None) -> str | None:
 #: fine-tuning (KL, entropy and learning-rate levels) do not apply to it.
 LM_MIN_PARAMS = 1e6
 
+#: The largest count (rows, steps, characters) an integer parameter accepts unless it says
+#: otherwise: beyond any real run, small enough that no buffer sized by it can exhaust memory.
+MAX_COUNT = 100_000
 
-def param(default: Any, doc: str) -> Any:
-    """Declare a tracker parameter with its default and a one-line meaning."""
-    return field(default=default, metadata={"doc": doc})
+
+def show_value(value: Any, width: int = 60) -> str:
+    """``repr(value)`` cut to ``width`` characters, safe for any value (even a 5,000-digit int).
+
+    >>> show_value("x" * 100, 12), show_value(10**5000)
+    ("'xxxxxxxx...", 'an integer of about 5001 digits')
+    """
+    if isinstance(value, bool) or value is None:  # as TOML and JSON spell them
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, int) and value.bit_length() > 200:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _num(x: float) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """The values a parameter accepts: a type and, for numbers, a range; for text, choices or a
+    regular expression. ``describe()`` says it in words (``forensics rules`` lists it) and
+    ``check()`` applies it.
+
+    Numbers: ``bool`` is never a number; an ``int`` parameter takes integers only; a ``float``
+    takes ints and floats, finite unless ``nan`` is set (then NaN means "not set"; infinities are
+    never accepted). ``optional`` accepts ``None``.
+
+    >>> Allowed(int, ge=1, le=10).describe()
+    'an integer from 1 to 10'
+    >>> Allowed(float, gt=0, le=1).check(0.5, "x")
+    0.5
+    >>> Allowed(float, gt=0).check(float("nan"), "[kl_schedule] spike_z")
+    Traceback (most recent call last):
+    ...
+    forensics.errors.ConfigError: [kl_schedule] spike_z = nan: expected a finite number > 0
+    """
+
+    type: type
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    choices: tuple[Any, ...] | None = None
+    nan: bool = False
+    optional: bool = False
+    regex: bool = False
+
+    def describe(self) -> str:
+        """What is allowed, in words."""
+        if self.type is bool:
+            text = "true or false"
+        elif self.type is dict:
+            text = "a table (a JSON object)"
+        elif self.type is list:
+            text = "a list"
+        elif self.choices is not None:
+            text = "one of " + ", ".join(repr(c) for c in self.choices)
+        elif self.type is str:
+            text = "a regular expression (a string)" if self.regex else "a string"
+        else:
+            noun = "an integer" if self.type is int else "a finite number"
+            lo = (">=", self.ge) if self.ge is not None else (">", self.gt) if self.gt is not None else None
+            hi = ("<=", self.le) if self.le is not None else ("<", self.lt) if self.lt is not None else None
+            if lo and hi and lo[0] == ">=" and hi[0] == "<=":
+                text = f"{noun} from {_num(lo[1])} to {_num(hi[1])}"
+            elif lo and hi:
+                text = (f"{noun} in {'[' if lo[0] == '>=' else '('}{_num(lo[1])}, "
+                        f"{_num(hi[1])}{']' if hi[0] == '<=' else ')'}")
+            elif lo or hi:
+                op, bound = lo or hi  # type: ignore[misc]
+                text = f"{noun} {op} {_num(bound)}"
+            else:
+                text = noun
+            if self.nan:
+                text += " (or nan: not set)"
+        return text + (" (or unset)" if self.optional and self.type not in (dict, list) else "")
+
+    def check(self, value: Any, where: str) -> Any:
+        """``value`` when it is allowed, else a :class:`ConfigError` naming ``where`` (the file and
+        key), the value and what is allowed."""
+        if value is None and self.optional:
+            return value
+        if not self._ok(value):
+            raise ConfigError(f"{where} = {show_value(value)}: expected {self.describe()}")
+        if self.type is float and isinstance(value, int) and abs(value) >= 2**63:
+            return float(value)  # numpy takes an int beyond int64 as an object, not a number
+        if self.regex:
+            try:
+                re.compile(value)
+            except (re.error, RecursionError, OverflowError) as exc:
+                raise ConfigError(f"{where} = {show_value(value)}: not a valid regular expression "
+                                  f"({exc})") from None
+        return value
+
+    def _ok(self, value: Any) -> bool:
+        if self.type in (bool, dict, str, list):
+            return isinstance(value, self.type) and (self.choices is None or value in self.choices)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if self.type is int and not isinstance(value, int):
+            return False
+        if self.type is float and isinstance(value, int):
+            try:
+                value = float(value)
+            except OverflowError:  # beyond any float: not a finite number
+                return False
+        if isinstance(value, float) and not math.isfinite(value):
+            return self.nan and math.isnan(value)
+        return ((self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt)
+                and (self.le is None or value <= self.le) and (self.lt is None or value < self.lt))
+
+
+def infer_allowed(default: Any, *, type: type | None = None, ge: float | None = None,
+                  gt: float | None = None, le: float | None = None, lt: float | None = None,
+                  choices: tuple[Any, ...] | None = None, regex: bool = False) -> Allowed:
+    """What a parameter accepts: what is declared, the rest inferred from its default.
+
+    An ``int`` parameter is a count: an integer from 1 to :data:`MAX_COUNT` unless declared
+    otherwise. A ``float`` is finite and keeps the sign of its default (a positive default: > 0;
+    a negative one: < 0); a NaN default means "not set", so NaN is accepted. A ``None`` default
+    makes the parameter optional (its type must then be declared).
+
+    >>> infer_allowed(100).describe(), infer_allowed(6.0).describe(), infer_allowed(-0.01).describe()
+    ('an integer from 1 to 100000', 'a finite number > 0', 'a finite number < 0')
+    >>> infer_allowed(10, ge=0).describe(), infer_allowed(0.3, le=1).describe()
+    ('an integer from 0 to 100000', 'a finite number in (0, 1]')
+    """
+    kind = type or (bool if isinstance(default, bool) else builtins_type(default))
+    if kind is None:
+        raise TypeError(f"param({default!r}): declare its type")
+    nan = False
+    if kind is int:
+        if ge is None and gt is None:
+            ge = 1
+        if le is None and lt is None:
+            le = MAX_COUNT
+    elif kind is float and ge is None and gt is None and le is None and lt is None:
+        if isinstance(default, (int, float)) and not isinstance(default, bool):
+            if math.isnan(default):
+                nan = True
+            elif default > 0:
+                gt = 0
+            elif default < 0:
+                lt = 0
+    elif kind is float and gt is None and ge is None and isinstance(default, (int, float)) and default > 0:
+        gt = 0  # a declared upper bound keeps the inferred lower one
+    return Allowed(kind, ge=ge, gt=gt, le=le, lt=lt, choices=choices, nan=nan,
+                   optional=default is None, regex=regex)
+
+
+def builtins_type(default: Any) -> type | None:
+    for kind in (bool, int, float, str, dict):
+        if isinstance(default, kind):
+            return kind
+    return None
+
+
+def param(default: Any, doc: str, *, type: type | None = None, ge: float | None = None,
+          gt: float | None = None, le: float | None = None, lt: float | None = None,
+          choices: tuple[Any, ...] | None = None, regex: bool = False) -> Any:
+    """Declare a parameter with its default, a one-line meaning and what it accepts.
+
+    What is not declared is inferred from the default (see :func:`infer_allowed`): an ``int`` is
+    a count >= 1, a ``float`` is finite with the sign of its default. Declare ``ge=0`` for a count
+    that may be zero, ``le=1`` for a share, ``choices`` for an enum, ``regex=True`` for a pattern.
+    Rules between parameters (``persist_k <= persist_m``) live in
+    :data:`forensics.analysis.trackers.PARAM_RELATIONS`.
+    """
+    allowed = infer_allowed(default, type=type, ge=ge, gt=gt, le=le, lt=lt, choices=choices,
+                            regex=regex)
+    return field(default=default, metadata={"doc": doc, "allowed": allowed})
+
+
+def allowed_of(f: dataclasses.Field[Any]) -> Allowed:
+    """What a dataclass field declared with :func:`param` accepts (inferred for older fields)."""
+    allowed = f.metadata.get("allowed")
+    if allowed is None:
+        default = f.default if f.default is not dataclasses.MISSING else None
+        allowed = infer_allowed(default, type=builtins_type(default) or str)
+    return allowed
 
 
 @dataclass
@@ -80,75 +265,70 @@ class RunMeta:
     field was missing.
     """
 
-    name: str | None = param(None, "Run name.")
+    name: str | None = param(None, "Run name.", type=str)
     algorithm: str | None = param(None, "The algorithm (ppo, grpo, rloo, dpo, ...: forensics.config.ALGORITHMS); "
-                                        "gates algorithm-specific rules.")
+                                        "gates algorithm-specific rules.", type=str,
+                                        choices=tuple(ALGORITHMS))
     family: str | None = param(None, "'critic', 'group' or 'preference' (see ALGORITHMS); set from "
-                               "the algorithm when it is known.")
-    kl_target: float | None = param(None, "Target KL to the reference policy.")
-    kl_target_unit: str = param("token", "'token' (per-token mean, column kl) or 'sequence' (kl_seq).")
-    kl_controller: str | None = param(None, "'adaptive' (Ziegler et al. 2019) or 'fixed'.")
-    kl_horizon: float | None = param(None, "Adaptive controller horizon H (episodes).")
-    kl_batch_size: float | None = param(None, "Episodes per controller update n_t.")
-    kl_coef_init: float | None = param(None, "Initial KL coefficient beta_0.")
-    max_grad_norm: float | None = param(None, "Gradient clipping threshold.")
-    learning_rate: float | None = param(None, "Learning rate of the policy optimizer, as configured.")
-    clip_range: float | None = param(None, "PPO clip range epsilon of the policy ratio.")
+                               "the algorithm when it is known.", type=str,
+                               choices=("critic", "group", "preference"))
+    kl_target: float | None = param(None, "Target KL to the reference policy.", type=float, gt=0)
+    kl_target_unit: str = param("token", "'token' (per-token mean, column kl) or 'sequence' (kl_seq).",
+                                choices=("token", "sequence"))
+    kl_controller: str | None = param(None, "'adaptive' (Ziegler et al. 2019) or 'fixed'.", type=str,
+                                      choices=("adaptive", "fixed"))
+    kl_horizon: float | None = param(None, "Adaptive controller horizon H (episodes).", type=float, gt=0)
+    kl_batch_size: float | None = param(None, "Episodes per controller update n_t.", type=float, gt=0)
+    kl_coef_init: float | None = param(None, "Initial KL coefficient beta_0.", type=float, ge=0)
+    max_grad_norm: float | None = param(None, "Gradient clipping threshold.", type=float, gt=0)
+    learning_rate: float | None = param(None, "Learning rate of the policy optimizer, as configured.",
+                                        type=float, gt=0)
+    clip_range: float | None = param(None, "PPO clip range epsilon of the policy ratio.", type=float, gt=0)
     kl_penalty: str | None = param(None, "Where the KL regularisation sits: 'reward' (PPO style), "
                                    "'loss' (GRPO style) or 'none' (KL to the reference is not "
-                                   "penalised: KL rules report, they do not warn).")
-    group_size: float | None = param(None, "Responses sampled per prompt (GRPO, RLOO).")
+                                   "penalised: KL rules report, they do not warn).", type=str,
+                                   choices=("reward", "loss", "none"))
+    group_size: float | None = param(None, "Responses sampled per prompt (GRPO, RLOO).", type=float, gt=0)
     beta: float | None = param(None, "Preference-loss beta (DPO, IPO, ORPO, KTO, SimPO); not a KL "
-                               "coefficient.")
-    max_length: float | None = param(None, "Maximum response length in tokens.")
-    advantage_normalization: bool | None = param(None, "Whether advantages are whitened.")
-    param_count: float | None = param(None, "Trainable parameters (for MFU).")
+                               "coefficient.", type=float, gt=0)
+    max_length: float | None = param(None, "Maximum response length in tokens.", type=float, gt=0)
+    advantage_normalization: bool | None = param(None, "Whether advantages are whitened.", type=bool)
+    param_count: float | None = param(None, "Trainable parameters (for MFU).", type=float, gt=0)
     language_model: bool | None = param(None, "Whether the policy is a language model, so the priors "
                                         "of LM fine-tuning apply (levels of KL, entropy and learning "
                                         "rate no healthy run reaches). Default: yes, unless "
-                                        "param_count is below 1e6 (a toy policy).")
-    peak_flops: float | None = param(None, "Peak FLOP/s of the hardware (for MFU).")
-    config: dict[str, Any] = field(default_factory=dict, metadata={"doc": "Trainer config."})
+                                        "param_count is below 1e6 (a toy policy).", type=bool)
+    peak_flops: float | None = param(None, "Peak FLOP/s of the hardware (for MFU).", type=float, gt=0)
+    config: dict[str, Any] = field(default_factory=dict, metadata={
+        "doc": "Trainer config (any keys; read for the recommendations' config patch).",
+        "allowed": Allowed(dict)})
     assumed: list[str] = field(default_factory=list, metadata={
-        "doc": "Fields filled with the trainer framework's default, not read from the run."})
+        "doc": "Fields filled with the trainer framework's default, not read from the run.",
+        "allowed": Allowed(list)})
+
+    def __post_init__(self) -> None:
+        # a RunMeta is valid however it was made (a config, run.json, the CLI, a library call)
+        self._check("run metadata")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "run metadata") -> RunMeta:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        known = {k: v for k, v in data.items() if k in names}
-        meta = cls(**known)
+        """Run metadata from a mapping (run.json, a config's ``[run]``); every field is checked
+        (:class:`ConfigError` naming ``source``, the key and the value). Unknown keys are kept
+        under ``config``, never dropped."""
+        names = {f.name: f for f in dataclasses.fields(cls)}
+        meta = cls(**{k: _field_value(names[k], v, f"{source} {k}") for k, v in data.items() if k in names})
+        unknown = sorted(set(data) - set(names))
         if unknown:
             # keep what we do not know as trainer config, never drop it
             meta.config = {**{k: data[k] for k in unknown}, **meta.config}
-        meta._check(source)
         return meta
 
     def _check(self, source: str) -> None:
+        """Check every field (a ConfigError naming ``source``); normalise the algorithm's name."""
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, _field_value(f, getattr(self, f.name), f"{source} {f.name}"))
         if self.algorithm is not None:
-            known = normalise_algorithm(self.algorithm) if isinstance(self.algorithm, str) else None
-            if known is None:
-                raise ConfigError(f"{source}: algorithm {self.algorithm!r} is not known; valid: "
-                                  + ", ".join(sorted(ALGORITHMS)))
-            self.algorithm = known
-            self.family = ALGORITHMS[known]
-        if self.family not in (None, "critic", "group", "preference"):
-            raise ConfigError(f"{source}: family must be 'critic', 'group' or 'preference', "
-                              f"not {self.family!r}")
-        if self.kl_target_unit not in ("token", "sequence"):
-            raise ConfigError(f"{source}: kl_target_unit must be 'token' or 'sequence', "
-                              f"not {self.kl_target_unit!r}")
-        if self.kl_controller not in (None, "adaptive", "fixed"):
-            raise ConfigError(f"{source}: kl_controller must be 'adaptive' or 'fixed', "
-                              f"not {self.kl_controller!r}")
-        if self.kl_penalty not in (None, "reward", "loss", "none"):
-            raise ConfigError(f"{source}: kl_penalty must be 'reward', 'loss' or 'none', "
-                              f"not {self.kl_penalty!r}")
-        for name in ("kl_target", "kl_horizon", "kl_batch_size", "max_grad_norm", "max_length",
-                     "learning_rate", "clip_range", "group_size", "beta"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, (int, float)) or value <= 0):
-                raise ConfigError(f"{source}: {name} must be a positive number, not {value!r}")
+            self.family = ALGORITHMS[self.algorithm]
 
     @property
     def lm_priors(self) -> bool:
@@ -173,62 +353,130 @@ class RunMeta:
         return {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, {}, [])}
 
 
+def _field_value(f: dataclasses.Field[Any], value: Any, where: str) -> Any:
+    """A run metadata field's value once checked (the algorithm's name normalised)."""
+    if f.name != "algorithm" or value is None:
+        return allowed_of(f).check(value, where)
+    known = normalise_algorithm(value) if isinstance(value, str) else None
+    if known is None:
+        raise ConfigError(f"{where} = {show_value(value)} is not known; valid: " + ", ".join(sorted(ALGORITHMS)))
+    return known
+
+
 @dataclass
 class Config:
     """Everything a scan is configured by: run metadata, per-tracker parameters, scan options."""
 
     run: RunMeta = field(default_factory=RunMeta)
     trackers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    batch_rows: int = 65536
-    strict: bool = False
+    batch_rows: int = param(65536, "Rows per batch ([scan] batch_rows, --batch-rows); memory is "
+                                   "bounded by the batch.", le=1 << 24)
+    strict: bool = param(False, "A malformed row is fatal ([scan] strict, --strict).")
     source: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in SCAN_OPTIONS:
+            scan_option(name).check(getattr(self, name), f"scan option {name}")
+
+
+#: What ``forensics diff --tolerance`` accepts: the largest drop of a health score (scores lie in
+#: [0, 1]) that is not a regression.
+DIFF_TOLERANCE = Allowed(float, ge=0, le=1)
+
+#: The ``[scan]`` options of a config file: the :class:`Config` fields of the same name.
+SCAN_OPTIONS = ("batch_rows", "strict")
+
+
+def scan_option(name: str) -> Allowed:
+    """What the ``[scan]`` option ``name`` (and its command-line twin) accepts."""
+    return allowed_of(next(f for f in dataclasses.fields(Config) if f.name == name))
+
+
+def run_field(name: str) -> Allowed:
+    """What the run metadata field ``name`` (and its command-line twin) accepts."""
+    return allowed_of(next(f for f in dataclasses.fields(RunMeta) if f.name == name))
+
+
+def read_text(path: Path, what: str, error: type[ForensicsError]) -> str:
+    """A UTF-8 text file, or ``error`` naming the file and what was wrong (never a traceback)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{path}: {what} not found") from None
+    except IsADirectoryError:
+        raise error(f"{path}: {what} is a folder; give a file") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise error(f"{path}:{line}: {what} is not UTF-8 text (byte {exc.start}: "
+                    f"{raw[exc.start:exc.start + 1]!r})") from None
+
+
+def read_toml(path: Path, what: str) -> dict[str, Any]:
+    """A TOML file as a dict; a :class:`ConfigError` (exit 2) when it cannot be read or parsed."""
+    text = read_text(path, what, ConfigError)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML in {what}: {exc}") from None
+    except (RecursionError, ValueError, MemoryError) as exc:  # nesting too deep, a 5,000-digit number
+        raise ConfigError(f"{path}: {what} cannot be parsed: {type(exc).__name__}: "
+                          f"{show_value(str(exc), 120)}") from None
+
+
+def read_json(path: Path, what: str) -> Any:
+    """A JSON file's value; an :class:`InputError` (exit 3) naming the file (and the line) when it
+    cannot be read or parsed (also for nesting too deep to parse or a number too long to convert).
+    ``NaN`` and ``Infinity`` parse as floats; the caller checks where they make sense."""
+    text = read_text(path, what, InputError)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{what} is not valid JSON: {exc.msg}", path=str(path),
+                         line=exc.lineno) from None
+    except (RecursionError, ValueError, MemoryError) as exc:
+        raise InputError(f"{what} cannot be parsed: {type(exc).__name__}: "
+                         f"{show_value(str(exc), 120)}", path=str(path)) from None
 
 
 def load_run_meta(path: Path) -> RunMeta:
-    """Read a ``run.json`` file."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read run metadata: {exc}", path=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"run metadata is not valid JSON: {exc.msg}", path=str(path),
-                         line=exc.lineno) from None
+    """Read a ``run.json`` file: unreadable or not JSON is an :class:`InputError` (exit 3); a
+    field of the wrong type or out of range is a :class:`ConfigError` (exit 2) naming the file,
+    the key, the value and what is allowed."""
+    data = read_json(path, "run metadata")
     if not isinstance(data, dict):
-        raise InputError("run metadata must be a JSON object", path=str(path))
-    try:
-        return RunMeta.from_dict(data, source=str(path))
-    except ConfigError as exc:
-        raise InputError(str(exc), path=str(path)) from None
+        raise InputError(f"run metadata must be a JSON object, not {type(data).__name__}",
+                         path=str(path))
+    return RunMeta.from_dict(data, source=f"{path}:")
 
 
 def load_config(path: Path | None) -> Config:
-    """Read a TOML config; ``None`` gives the defaults. Unknown tracker parameters are errors."""
+    """Read a TOML config; ``None`` gives the defaults. Every value is checked (a
+    :class:`ConfigError` naming the file, the key, the value and what is allowed); tracker tables
+    are checked against the tracker registry when a scan is built
+    (:func:`forensics.analysis.trackers.build_params`: this module does not know the trackers)."""
     if path is None:
         return Config()
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    data = read_toml(path, "config")
     cfg = Config(source=str(path))
     run = data.pop("run", {})
     if not isinstance(run, dict):
-        raise ConfigError(f"{path}: [run] must be a table")
-    cfg.run = RunMeta.from_dict(run, source=f"{path} [run]")
+        raise ConfigError(f"{path}: run = {show_value(run)}: [run] must be a table")
+    cfg.run = RunMeta.from_dict(run, source=f"{path}: [run]")
     scan = data.pop("scan", {})
+    if not isinstance(scan, dict):
+        raise ConfigError(f"{path}: scan = {show_value(scan)}: [scan] must be a table")
     for key, value in scan.items():
-        if key == "batch_rows" and isinstance(value, int) and value > 0:
-            cfg.batch_rows = value
-        elif key == "strict" and isinstance(value, bool):
-            cfg.strict = value
-        else:
-            raise ConfigError(f"{path}: [scan] {key} = {value!r} is not a valid scan option")
+        if key not in SCAN_OPTIONS:
+            raise ConfigError(f"{path}: [scan] has no option {key!r}; known: " + ", ".join(SCAN_OPTIONS))
+        setattr(cfg, key, scan_option(key).check(value, f"{path}: [scan] {key}"))
     for section, values in data.items():
-        # tracker tables are checked against the tracker registry when a scan is built
-        # (forensics.analysis.trackers.build_params); this module does not know the trackers
         if not isinstance(values, dict):
-            raise ConfigError(f"{path}: [{section}] must be a table")
+            raise ConfigError(f"{path}: {section} = {show_value(values)}: [{section}] must be a table "
+                              "(a tracker's parameters)")
         cfg.trackers[section] = dict(values)
     return cfg
 

@@ -87,6 +87,15 @@ def test_saved_reports_use_metrics_csv(logs: dict[str, Path]) -> None:
 def test_tolerance_and_unreadable(logs: dict[str, Path], tmp_path: Path) -> None:
     assert run("diff", str(logs["a"]), str(tmp_path / "nope.jsonl")).exit_code == 3
     assert run("diff", str(logs["a"]), str(logs["a"]), "--tolerance", "-1").exit_code == 2
+    for bad in ("nan", "inf", "1.5"):  # NaN would hide every regression (no drop exceeds it)
+        res = run("diff", str(logs["a"]), str(logs["b"]), "--tolerance", bad)
+        assert res.exit_code == 2 and "is not a finite number from 0 to 1" in res.output
+    from forensics.errors import ConfigError
+    from forensics.verdicts.diff import RunData, diff_runs
+
+    empty = RunData("a", {"findings": [], "health": {}})
+    with pytest.raises(ConfigError, match="tolerance = nan"):
+        diff_runs(empty, empty, float("nan"))
 
 
 def test_first_divergence_needs_consecutive_steps() -> None:

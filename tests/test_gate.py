@@ -187,3 +187,39 @@ def test_example_policy_is_valid() -> None:
     assert p.fail_on is not None and p.allow
     with pytest.raises(ConfigError):
         parse_policy({"allow": [{"rule": "nope.nope"}]})
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("[min_health.areas]\ngradient = 0.99\n",
+     "[min_health.areas] 'gradient' is not a health area; valid: advantages, generation, gradients, kl,"),
+    ("[min_health]\noverall = nan\n", "min_health.overall = nan: expected a finite number from 0 to 1"),
+    ('[min_health]\nstability = "0.5"\n', "min_health.stability = '0.5'"),
+    ("[min_health.areas]\nkl = inf\n", "min_health.areas.kl = inf"),
+    ("[min_health]\noveral = 0.5\n", "[min_health] has no key 'overal'"),
+    ("fail_on = 5\n", "fail_on = 5: expected one of 'info', 'warning', 'critical', 'none'"),
+    ("fail_rules = [5]\n", "fail_rules[0] = 5: expected a non-empty rule id"),
+    ('[[allow]]\nrule = "kl.spike"\nreason = 5\n', "allow[0].reason = 5: expected a string"),
+    ('[overrides]\n"kl.spike" = 3\n', "overrides.kl.spike = 3"),
+    ("a = " + "[" * 100_000 + "]" * 100_000 + "\n", "policy file cannot be parsed"),
+])
+def test_policy_errors_name_the_file_the_key_and_what_is_allowed(runs: dict[str, Path], tmp_path: Path,
+                                                                  text: str, expected: str) -> None:
+    pol = policy(tmp_path, text)
+    res = run("gate", str(runs["rldk"]), "--policy", pol)
+    assert res.exit_code == 2, res.output
+    assert f"{pol}: " in res.output and expected in res.output, res.output
+
+
+def test_a_non_utf8_policy_is_a_usage_error(runs: dict[str, Path], tmp_path: Path) -> None:
+    pol = tmp_path / "p.toml"
+    pol.write_bytes(b'fail_on = "critical"\n# \xff\n')
+    res = run("gate", str(runs["rldk"]), "--policy", str(pol))
+    assert res.exit_code == 2 and f"{pol}:2: policy file is not UTF-8 text" in res.output
+
+
+def test_health_areas_are_the_areas_scans_score(runs: dict[str, Path]) -> None:
+    from forensics.verdicts.gate import health_areas
+
+    scored = json.loads(runs["rldk"].read_text())["health"]["areas"]
+    assert set(scored) <= set(health_areas())
+    assert "training" not in health_areas()  # the windows tracker is a view, not an area

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..config import RunMeta, params_doc
+from ..config import RunMeta, allowed_of
 
 __all__ = ["rules_markdown"]
 
@@ -15,7 +15,7 @@ def _cell(text: str) -> str:
 
 def rules_markdown() -> str:
     """Every tracker with its parameters and rules; run metadata fields at the end."""
-    from .trackers import TRACKERS, all_rules
+    from .trackers import TRACKERS, all_rules, param_rows
 
     by_tracker: dict[str, list] = {}
     for tracker, r in all_rules():
@@ -37,10 +37,12 @@ def rules_markdown() -> str:
             out.append("")
         if cls is not None:
             out += [f"Parameters (`[{name}]` in a config file):", "",
-                    "| parameter | default | meaning |", "| --- | --- | --- |"]
-            out += [f"| `{n}` | `{d!r}` | {_cell(doc)} |" for n, d, doc in params_doc(cls.Params)]
+                    "| parameter | default | allowed | meaning |", "| --- | --- | --- | --- |"]
+            out += [f"| `{n}` | `{d!r}` | {_cell(allowed)} | {_cell(doc)} |"
+                    for n, d, doc, allowed in param_rows(name)]
             out.append("")
     out += ["## Run metadata", "", "`run.json` beside the logs, or `[run]` in a config file.", "",
-            "| field | meaning |", "| --- | --- |"]
-    out += [f"| `{f.name}` | {_cell(f.metadata.get('doc', ''))} |" for f in dataclasses.fields(RunMeta)]
+            "| field | allowed | meaning |", "| --- | --- | --- |"]
+    out += [f"| `{f.name}` | {_cell(allowed_of(f).describe())} | {_cell(f.metadata.get('doc', ''))} |"
+            for f in dataclasses.fields(RunMeta)]
     return "\n".join(out) + "\n"

@@ -145,7 +145,7 @@ class HealthCheckParams:
     variance_ratio: float = param(2.0, "Window reward variance above this multiple of the recent "
                                   "windows' median variance is high (and significant, see jump_z).")
     variance_min_share: float = param(0.1, "Variance high also needs the reward's standard deviation "
-                                      "above this share of the range of window means so far.")
+                                      "above this share of the range of window means so far.", le=1)
     kl_rise_factor: float = param(2.0, "A significant rise of KL to this many times the previous "
                                   "window's (geometric mean) is kl_rising.")
     loss_level_sigmas: float = param(2.0, "A window's loss is a progress signal only where |mean| "

@@ -124,7 +124,7 @@ def _move_median(x: np.ndarray, window: int, min_periods: int) -> np.ndarray:
     if len(x) == 0:
         return np.zeros(0)
     need = max(min_periods, 1)
-    if need > len(x):
+    if need > len(x) or need > window:  # a window with fewer values than needed is never enough
         return np.full(len(x), np.nan)
     # a window longer than the array covers all of it, as the array's length does
     return bn.move_median(np.asarray(x, dtype=np.float64), min(window, len(x)), min_count=need)

@@ -29,6 +29,7 @@ from .canonical import Canonicalizer
 from .formats import detect_format as _detect
 from .formats import open_source
 from .inputs import local_path
+from .output import Outputs, writing
 from .readers import ReadReport
 
 __all__ = ["ConvertResult", "convert", "read_convert_metadata"]
@@ -80,9 +81,18 @@ def _array(values: np.ndarray | None, missing: np.ndarray | None, text: bool, n:
 
 
 def convert(src: Path | str, out: Path | str, *, fmt: str | None = None, strict: bool = False,
-            batch_rows: int = 65_536) -> ConvertResult:
-    """Write the canonical step stream of ``src`` to the Parquet file ``out``."""
+            batch_rows: int = 65_536, outputs: Outputs | None = None) -> ConvertResult:
+    """Write the canonical step stream of ``src`` to the Parquet file ``out``.
+
+    ``out`` is checked against ``src`` (and the inputs ``outputs`` knows) before the source is
+    read, and written to a temporary file renamed into place (:class:`~forensics.io.output.Outputs`):
+    an output that is the source, a link or a special file is a
+    :class:`~forensics.errors.UsageError`, and a failed conversion leaves no file behind.
+    """
     shown, out = Path(src), Path(out)
+    outputs = outputs or Outputs()
+    outputs.add(shown)
+    outputs.check(out)
     src = local_path(shown, consume=True)  # a stream (stdin, a pipe) is read twice from one copy
     name = fmt or _detect(src)
     is_text, report, mapping = _columns(src, name, strict, batch_rows)
@@ -101,10 +111,9 @@ def convert(src: Path | str, out: Path | str, *, fmt: str | None = None, strict:
     source = open_source(src, name, strict=strict)
     canon = Canonicalizer()
     rows = 0
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    try:
-        with pq.ParquetWriter(tmp, schema) as writer:
+    with outputs.temporary(out) as tmp:
+        writer = writing(out, pq.ParquetWriter, tmp, schema)
+        try:
             for raw in source.batches(batch_rows):
                 batch, keep = canon(raw, source.report)
                 if not keep.all():
@@ -116,19 +125,13 @@ def convert(src: Path | str, out: Path | str, *, fmt: str | None = None, strict:
                 for c in columns[1:]:
                     values = batch.text.get(c) if is_text[c] and c in batch.text else batch.columns.get(c)
                     arrays.append(_array(values, batch.missing.get(c), is_text[c], n))
-                writer.write_table(pa.Table.from_arrays(arrays, schema=schema))
+                writing(out, writer.write_table, pa.Table.from_arrays(arrays, schema=schema))
                 rows += n
-        tmp.replace(out)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise InputError(f"cannot write: {exc.strerror or exc}", path=str(out)) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if rows == 0:
-        out.unlink(missing_ok=True)
-        raise InputError(f"no usable rows ({report.rows_read} read, {report.rows_skipped} skipped)",
-                         path=str(shown))
+        finally:
+            writing(out, writer.close)
+        if rows == 0:  # leave nothing behind
+            raise InputError(f"no usable rows ({report.rows_read} read, {report.rows_skipped} skipped)",
+                             path=str(shown))
     return ConvertResult(out, rows, columns, report, mapping)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..analysis.result import Analysis
 from ..errors import UsageError
+from ..io.output import Outputs
 
 __all__ = ["ANALYSIS_FILE", "METRICS_FORMATS", "METRICS_PARQUET_ROWS", "summary_dict", "to_json",
            "write_reports"]
@@ -21,6 +22,14 @@ SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.csv"
 METRICS_PARQUET_FILE = "metrics.parquet"
 FINDINGS_FILE = "findings.csv"
+WINDOWS_FILE = "windows.csv"
+RECOMMENDATIONS_JSON = "recommendations.json"
+RECOMMENDATIONS_YAML = "recommendations.yaml"
+HTML_FILE = "report.html"
+MARKDOWN_FILE = "report.md"
+#: Every file ``write_reports`` may write (all are checked before the first is written).
+REPORT_FILES = (ANALYSIS_FILE, SUMMARY_FILE, METRICS_FILE, METRICS_PARQUET_FILE, FINDINGS_FILE, WINDOWS_FILE,
+                RECOMMENDATIONS_JSON, RECOMMENDATIONS_YAML, HTML_FILE, MARKDOWN_FILE)
 #: Runs of more steps than this get the per-step table as metrics.parquet instead of metrics.csv
 #: (``auto``): a million steps of 30 columns are a 260 MB CSV and a 50 MB Parquet file.
 METRICS_PARQUET_ROWS = 100_000
@@ -67,13 +76,13 @@ def summary_dict(analysis: Analysis | dict[str, Any], top: int = 10) -> dict[str
     }
 
 
-def write_metrics_csv(analysis: Analysis, path: Path) -> None:
+def write_metrics_csv(analysis: Analysis, path: Path, outputs: Outputs | None = None) -> None:
     """One row per step, part by part of the per-step store (memory bounded by a part); NaN is
     an empty cell (a missing value, not a number). polars writes it: about 4x pyarrow's CSV
     writer on float columns (a million steps of 30 columns: 1.5 s instead of 6 s)."""
     import polars as pl
 
-    with open(path, "wb") as fh:
+    with (outputs or Outputs()).open(path, "wb") as fh:
         names: list[str] | None = None
         for part in analysis.metrics_parts():
             if names is None:
@@ -82,24 +91,25 @@ def write_metrics_csv(analysis: Analysis, path: Path) -> None:
                 fh, include_header=fh.tell() == 0)
 
 
-def write_metrics_parquet(analysis: Analysis, path: Path) -> None:
+def write_metrics_parquet(analysis: Analysis, path: Path, outputs: Outputs | None = None) -> None:
     """The per-step table of :func:`write_metrics_csv` as Parquet (zstd), one row group per part
     of the per-step store (memory bounded by a part). Columns as in the CSV; NaN is null (a
     missing value), ``step`` is int64 and every other column float32."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    writer: pq.ParquetWriter | None = None
-    try:
-        for part in analysis.metrics_parts():
-            names = ["step"] + sorted(k for k in part if k != "step")
-            table = pa.table({k: pa.array(part[k], from_pandas=k != "step") for k in names})
-            if writer is None:
-                writer = pq.ParquetWriter(path, table.schema, compression="zstd")
-            writer.write_table(table)
-    finally:
-        if writer is not None:
-            writer.close()
+    with (outputs or Outputs()).temporary(path) as tmp:
+        writer: pq.ParquetWriter | None = None
+        try:
+            for part in analysis.metrics_parts():
+                names = ["step"] + sorted(k for k in part if k != "step")
+                table = pa.table({k: pa.array(part[k], from_pandas=k != "step") for k in names})
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
+                writer.write_table(table)
+        finally:
+            if writer is not None:
+                writer.close()
 
 
 def metrics_formats(rows: int, choice: str = "auto") -> tuple[str, ...]:
@@ -115,10 +125,10 @@ def metrics_formats(rows: int, choice: str = "auto") -> tuple[str, ...]:
     return ("csv", "parquet") if choice == "both" else (choice,)
 
 
-def write_findings_csv(analysis: Analysis, path: Path) -> None:
+def write_findings_csv(analysis: Analysis, path: Path, outputs: Outputs | None = None) -> None:
     cols = ["rule", "severity", "tracker", "first_step", "last_step", "onset_step", "episodes",
             "message", "remedy", "evidence"]
-    with open(path, "w", newline="", encoding="utf-8") as fh:
+    with (outputs or Outputs()).open(path) as fh:
         w = csv.writer(fh)
         w.writerow(cols)
         for f in analysis.findings:
@@ -130,7 +140,7 @@ def write_findings_csv(analysis: Analysis, path: Path) -> None:
 
 
 def write_reports(analysis: Analysis, out_dir: Path, *, script: str = "inline", metrics: str = "auto",
-                  rendered: bool = True) -> dict[str, Path]:
+                  rendered: bool = True, outputs: Outputs | None = None) -> dict[str, Path]:
     """Write the reports into ``out_dir``; return their paths by kind.
 
     ``script``: how report.html carries plotly.js (see :func:`forensics.report.html.render_html`).
@@ -138,12 +148,18 @@ def write_reports(analysis: Analysis, out_dir: Path, *, script: str = "inline", 
     :data:`METRICS_PARQUET_ROWS` steps and metrics.parquet above; ``csv``, ``parquet`` or
     ``both`` on request. ``rendered=False`` leaves out report.html and report.md (a fleet of
     thousands of runs; ``forensics report`` renders them later from analysis.json).
+
+    ``outputs`` knows the inputs (see :mod:`forensics.io.output`): every file is checked against
+    them before any is written (an output that would replace an input, a link or a special file
+    is a :class:`~forensics.errors.UsageError`), then written to a temporary file renamed into
+    place. The files the scan read are added to it here.
     """
     tables = metrics_formats(analysis.steps.get("rows") or 0, metrics)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create output folder {out_dir}: {exc.strerror or exc}") from None
+    outputs = outputs or Outputs()
+    outputs.add(*(r.path for r in analysis.inputs))
+    outputs.folder(out_dir)
+    for name in REPORT_FILES:
+        outputs.check(out_dir / name)
     paths = {
         "analysis": out_dir / ANALYSIS_FILE,
         "summary": out_dir / SUMMARY_FILE,
@@ -151,27 +167,21 @@ def write_reports(analysis: Analysis, out_dir: Path, *, script: str = "inline", 
         **({"metrics_parquet": out_dir / METRICS_PARQUET_FILE} if "parquet" in tables else {}),
         "findings": out_dir / FINDINGS_FILE,
     }
-    try:
-        d = analysis.to_dict()
-        text = to_json(d)
-        paths["analysis"].write_text(text, encoding="utf-8")
-        paths["summary"].write_text(to_json(summary_dict(d)), encoding="utf-8")
-        if "metrics" in paths:
-            write_metrics_csv(analysis, paths["metrics"])
-        if "metrics_parquet" in paths:
-            write_metrics_parquet(analysis, paths["metrics_parquet"])
-        write_findings_csv(analysis, paths["findings"])
-        paths.update(write_training_files(d, out_dir))
-        if rendered:
-            paths.update(write_rendered(json.loads(text), out_dir, script=script))
-    except OSError as exc:
-        raise UsageError(f"cannot write reports to {out_dir}: {exc.strerror or exc}") from None
+    d = analysis.to_dict()
+    text = to_json(d)
+    outputs.write_text(paths["analysis"], text)
+    outputs.write_text(paths["summary"], to_json(summary_dict(d)))
+    if "metrics" in paths:
+        write_metrics_csv(analysis, paths["metrics"], outputs)
+    if "metrics_parquet" in paths:
+        write_metrics_parquet(analysis, paths["metrics_parquet"], outputs)
+    write_findings_csv(analysis, paths["findings"], outputs)
+    paths.update(write_training_files(d, out_dir, outputs))
+    if rendered:
+        paths.update(write_rendered(json.loads(text), out_dir, script=script, outputs=outputs))
     return paths
 
 
-WINDOWS_FILE = "windows.csv"
-RECOMMENDATIONS_JSON = "recommendations.json"
-RECOMMENDATIONS_YAML = "recommendations.yaml"
 WINDOW_COLUMNS = ("window", "first_step", "last_step", "rows", "reward_mean", "loss_mean", "loss_metric",
                   "reward_var", "kl", "reward_trend", "loss_trend", "reward_direction", "loss_direction",
                   "status", "issues", "findings")
@@ -185,45 +195,45 @@ def _cell(v: Any) -> Any:
     return v
 
 
-def write_training_files(d: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+def write_training_files(d: dict[str, Any], out_dir: Path, outputs: Outputs | None = None) -> dict[str, Path]:
     """windows.csv (when the run has a window table) and recommendations.{json,yaml}, from the
     analysis dict (``Analysis.to_dict()``). The YAML is PyYAML's ``safe_dump``: numbers stay
     numbers (``8.0e-07`` reads back as a float)."""
     import yaml
 
+    outputs = outputs or Outputs()
     out: dict[str, Path] = {}
     if d.get("windows"):
         out["windows"] = out_dir / WINDOWS_FILE
-        with open(out["windows"], "w", newline="", encoding="utf-8") as fh:
+        with outputs.open(out["windows"]) as fh:
             w = csv.writer(fh)
             w.writerow(WINDOW_COLUMNS)
             for row in d["windows"]:
                 w.writerow([_cell(row.get(c)) for c in WINDOW_COLUMNS])
     if d.get("recommendations"):
         rec = _jsonable(d["recommendations"])
-        out["recommendations"] = out_dir / RECOMMENDATIONS_JSON
-        out["recommendations"].write_text(to_json(rec), encoding="utf-8")
-        out["recommendations_yaml"] = out_dir / RECOMMENDATIONS_YAML
-        out["recommendations_yaml"].write_text(
+        out["recommendations"] = outputs.write_text(out_dir / RECOMMENDATIONS_JSON, to_json(rec))
+        out["recommendations_yaml"] = outputs.write_text(
+            out_dir / RECOMMENDATIONS_YAML,
             "# forensics: recommended changes (recommendations.json holds the same data)\n"
-            + yaml.safe_dump(rec, sort_keys=False, allow_unicode=True, width=100), encoding="utf-8")
+            + yaml.safe_dump(rec, sort_keys=False, allow_unicode=True, width=100))
     return out
 
 
-HTML_FILE = "report.html"
-MARKDOWN_FILE = "report.md"
-
-
 def write_rendered(data: dict[str, Any], out_dir: Path, formats: tuple[str, ...] = ("html", "md"),
-                   script: str = "inline") -> dict[str, Path]:
+                   script: str = "inline", outputs: Outputs | None = None) -> dict[str, Path]:
     """Write report.html and/or report.md for an analysis dict (a scan or a saved analysis.json);
     ``script="file"`` shares plotly.js as one file per folder instead of inlining it."""
-    from .html import write_html
-    from .markdown import write_markdown
+    from .html import PLOTLY_FILE, _plotly_js, render_html
+    from .markdown import render_markdown
 
+    outputs = outputs or Outputs()
     out: dict[str, Path] = {}
     if "html" in formats:
-        out["html"] = write_html(data, out_dir / HTML_FILE, script)
+        out["html"] = outputs.write_text(out_dir / HTML_FILE, render_html(data, script=script))
+        lib = out_dir / PLOTLY_FILE
+        if script == "file" and not lib.exists():  # shared by every report in the folder
+            outputs.write_text(lib, _plotly_js())
     if "md" in formats:
-        out["markdown"] = write_markdown(data, out_dir / MARKDOWN_FILE)
+        out["markdown"] = outputs.write_text(out_dir / MARKDOWN_FILE, render_markdown(data))
     return out

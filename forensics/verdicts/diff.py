@@ -22,7 +22,6 @@ more than ``tolerance``, or B has a new warning or critical finding.
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from ..errors import InputError
+from ..config import DIFF_TOLERANCE
+from .saved import load_analysis
 
 __all__ = ["BASELINE_FRACTION", "CONSECUTIVE", "FINAL_FRACTION", "KEY_METRICS", "RunData",
            "diff_runs", "first_divergence", "load_saved", "render_text", "run_from_analysis"]
@@ -78,15 +78,8 @@ def is_saved_analysis(path: Path) -> bool:
 
 
 def load_analysis_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("no such file", path=str(path)) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"not a readable analysis JSON: {exc}", path=str(path)) from None
-    if not isinstance(data, dict) or "findings" not in data or "health" not in data:
-        raise InputError("not an analysis JSON (no findings and health)", path=str(path))
-    return data
+    """A saved analysis, checked against its schema (:func:`forensics.verdicts.saved.load_analysis`)."""
+    return load_analysis(path)
 
 
 def load_saved(path: Path) -> RunData:
@@ -128,7 +121,8 @@ def _frame_from_plots(d: dict[str, Any]) -> dict[str, np.ndarray]:
     frame: dict[str, np.ndarray] = {"step": steps}
     for name, s in series.items():
         col = np.full(len(steps), np.nan)
-        col[np.searchsorted(steps, np.asarray(s["x"], dtype=np.int64))] = s["y"]
+        # null (a NaN the writer could not store) is NaN again
+        col[np.searchsorted(steps, np.asarray(s["x"], dtype=np.int64))] = np.asarray(s["y"], dtype=np.float64)
         frame[name] = col
     return frame
 
@@ -196,6 +190,7 @@ def _final_reward(frame: dict[str, np.ndarray]) -> float | None:
 
 def diff_runs(a: RunData, b: RunData, tolerance: float = 0.05) -> dict[str, Any]:
     """Compare B against A (see the module docstring). JSON-able; ``regression.regressed`` decides."""
+    tolerance = DIFF_TOLERANCE.check(tolerance, "tolerance")
     ha, hb = a.analysis.get("health") or {}, b.analysis.get("health") or {}
     health: dict[str, Any] = {}
     for name in _HEALTH:

@@ -42,13 +42,13 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
 from ..analysis.findings import Severity
+from ..config import Allowed, read_toml, show_value
 from ..errors import ConfigError, InputError
 
 __all__ = ["GateResult", "Policy", "evaluate", "load_policy", "render_github", "render_json",
@@ -101,26 +101,35 @@ def rule_catalogue() -> list[tuple[str, str, str]]:
     return [(r.id, t, r.severity.value) for t, r in all_rules()]  # type: ignore[attr-defined]
 
 
-def _num(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise ConfigError(f"{where} must be a number between 0 and 1, got {value!r}")
-    return float(value)
+#: What a minimum health score accepts.
+MIN_SCORE = Allowed(float, ge=0, le=1)
+
+
+def health_areas() -> list[str]:
+    """The health areas a run can score (``[min_health.areas]`` keys): the areas of the trackers
+    that have rules and score them (a tracker without rules is a view; the configuration-change
+    tracker's findings count in the areas they affect)."""
+    from ..analysis.trackers import TRACKERS
+
+    return sorted({cls.area for cls in TRACKERS.values() if cls.rules and cls.scored})
 
 
 def _check_pattern(pattern: Any, known: set[str], where: str) -> str:
     if not isinstance(pattern, str) or not pattern:
-        raise ConfigError(f"{where}: rule id must be a non-empty string, got {pattern!r}")
+        raise ConfigError(f"{where} = {show_value(pattern)}: expected a non-empty rule id (globs allowed)")
     if not any(fnmatch.fnmatchcase(r, pattern) for r in known):
         raise ConfigError(f"{where}: unknown rule {pattern!r} (see `forensics rules`)")
     return pattern
 
 
 def parse_policy(data: dict[str, Any], source: str = "", known_rules: set[str] | None = None) -> Policy:
-    """Validate a policy mapping (a parsed TOML file)."""
+    """Validate a policy mapping (a parsed TOML file); every error is a :class:`ConfigError`
+    naming ``source``, the key, the value and what is allowed."""
+    at = f"{source}: " if source else ""
     known = known_rules if known_rules is not None else {r for r, _, _ in rule_catalogue()}
     unknown = set(data) - _TOP_KEYS
     if unknown:
-        raise ConfigError(f"unknown policy keys: {', '.join(sorted(unknown))} "
+        raise ConfigError(f"{at}unknown policy keys: {', '.join(sorted(unknown))} "
                           f"(allowed: {', '.join(sorted(_TOP_KEYS))})")
     fail_on_raw = data.get("fail_on", "critical")
     fail_on: Severity | None
@@ -129,69 +138,74 @@ def parse_policy(data: dict[str, Any], source: str = "", known_rules: set[str] |
     else:
         try:
             fail_on = Severity.parse(fail_on_raw)
-        except ValueError as exc:
-            raise ConfigError(f"fail_on: {exc} or none") from None
+        except ValueError:
+            raise ConfigError(f"{at}fail_on = {show_value(fail_on_raw)}: expected one of 'info', 'warning', "
+                              "'critical', 'none'") from None
     rules = data.get("fail_rules", [])
     if not isinstance(rules, list):
-        raise ConfigError("fail_rules must be a list of rule ids")
-    fail_rules = tuple(_check_pattern(r, known, "fail_rules") for r in rules)
+        raise ConfigError(f"{at}fail_rules = {show_value(rules)}: expected a list of rule ids")
+    fail_rules = tuple(_check_pattern(r, known, f"{at}fail_rules[{i}]") for i, r in enumerate(rules))
     mh = data.get("min_health", {})
-    if not isinstance(mh, dict) or set(mh) - _HEALTH_KEYS:
-        raise ConfigError(f"min_health takes {', '.join(sorted(_HEALTH_KEYS))}")
-    min_health = {k: _num(v, f"min_health.{k}") for k, v in mh.items() if k != "areas"}
+    if not isinstance(mh, dict):
+        raise ConfigError(f"{at}min_health = {show_value(mh)}: expected a table")
+    if set(mh) - _HEALTH_KEYS:
+        raise ConfigError(f"{at}[min_health] has no key {sorted(set(mh) - _HEALTH_KEYS)[0]!r}; "
+                          f"allowed: {', '.join(sorted(_HEALTH_KEYS))}")
+    min_health = {k: float(MIN_SCORE.check(v, f"{at}min_health.{k}")) for k, v in mh.items() if k != "areas"}
     areas = mh.get("areas", {})
     if not isinstance(areas, dict):
-        raise ConfigError("min_health.areas must be a table of area = score")
-    min_areas = {k: _num(v, f"min_health.areas.{k}") for k, v in areas.items()}
+        raise ConfigError(f"{at}min_health.areas = {show_value(areas)}: expected a table of area = score")
+    valid_areas = health_areas()
+    for k in areas:
+        if k not in valid_areas:
+            raise ConfigError(f"{at}[min_health.areas] {k!r} is not a health area; valid: "
+                              + ", ".join(valid_areas))
+    min_areas = {k: float(MIN_SCORE.check(v, f"{at}min_health.areas.{k}")) for k, v in areas.items()}
     ov = data.get("overrides", {})
     if not isinstance(ov, dict):
-        raise ConfigError("overrides must be a table of rule = severity or \"ignore\"")
+        raise ConfigError(f"{at}overrides = {show_value(ov)}: expected a table of rule = severity or \"ignore\"")
     overrides: dict[str, str] = {}
     for pattern, value in ov.items():
-        _check_pattern(pattern, known, "overrides")
+        _check_pattern(pattern, known, f"{at}overrides")
         if value == "ignore":
             overrides[pattern] = "ignore"
             continue
         try:
             overrides[pattern] = Severity.parse(value).value
         except (ValueError, AttributeError):
-            raise ConfigError(f"overrides.{pattern}: use info, warning, critical or ignore, "
-                              f"got {value!r}") from None
+            raise ConfigError(f"{at}overrides.{pattern} = {show_value(value)}: expected 'info', 'warning', "
+                              "'critical' or 'ignore'") from None
     allow_unchecked = data.get("allow_unchecked", False)
     if not isinstance(allow_unchecked, bool):
-        raise ConfigError(f"allow_unchecked must be true or false, not {allow_unchecked!r}")
+        raise ConfigError(f"{at}allow_unchecked = {show_value(allow_unchecked)}: expected true or false")
     allow_raw = data.get("allow", [])
     if not isinstance(allow_raw, list):
-        raise ConfigError("allow must be an array of tables ([[allow]])")
+        raise ConfigError(f"{at}allow = {show_value(allow_raw)}: expected an array of tables ([[allow]])")
     allow = []
     for i, a in enumerate(allow_raw):
         if not isinstance(a, dict) or set(a) - {"rule", "steps", "reason"} or "rule" not in a:
-            raise ConfigError(f"allow[{i}] takes rule (required), steps = [first, last], reason")
+            raise ConfigError(f"{at}allow[{i}] = {show_value(a)}: takes rule (required), "
+                              "steps = [first, last], reason")
         steps = a.get("steps")
         if steps is not None:
             if (not isinstance(steps, list) or len(steps) != 2
                     or not all(isinstance(s, int) and not isinstance(s, bool) for s in steps)
                     or steps[0] > steps[1]):
-                raise ConfigError(f"allow[{i}].steps must be [first, last] integers")
+                raise ConfigError(f"{at}allow[{i}].steps = {show_value(steps)}: expected [first, last], "
+                                  "two integers, first <= last")
             steps = (steps[0], steps[1])
-        allow.append(Allow(_check_pattern(a["rule"], known, f"allow[{i}]"), steps,
-                           str(a.get("reason", ""))))
+        reason = a.get("reason", "")
+        if not isinstance(reason, str):
+            raise ConfigError(f"{at}allow[{i}].reason = {show_value(reason)}: expected a string")
+        allow.append(Allow(_check_pattern(a["rule"], known, f"{at}allow[{i}].rule"), steps, reason))
     return Policy(fail_on, fail_rules, min_health, min_areas, overrides, tuple(allow), allow_unchecked,
                   source)
 
 
 def load_policy(path: Path | str) -> Policy:
-    """Read and validate a policy TOML file (:class:`ConfigError` when invalid)."""
+    """Read and validate a policy TOML file (:class:`ConfigError` when invalid or unreadable)."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"policy file not found: {path}") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read policy file {path}: {exc.strerror or exc}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    return parse_policy(data, str(path))
+    return parse_policy(read_toml(path, "policy file"), str(path))
 
 
 @dataclass

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import operator
+import re
+from collections.abc import Callable
 from typing import Any
 
+from ...config import allowed_of, params_doc, show_value
 from ...errors import ConfigError
 from ..findings import STREAM_RULES, RuleSpec
 from .advantages import Advantages
@@ -23,9 +27,10 @@ from .throughput import Throughput
 from .trust_region import TrustRegion
 from .windows import Windows
 
-__all__ = ["TRACKERS", "Advantages", "Entropy", "Generation", "GradNorms", "KLSchedule", "LengthBias",
-           "Losses", "Preference", "Rewards", "Signal", "Throughput", "Tracker", "TrackerResult",
-           "TrustRegion", "Windows", "all_rules", "build_params"]
+__all__ = ["PARAM_RELATIONS", "REGEX_GROUPS", "TRACKERS", "Advantages", "Entropy", "Generation", "GradNorms",
+           "KLSchedule", "LengthBias", "Losses", "Preference", "Rewards", "Signal", "Throughput", "Tracker",
+           "TrackerResult", "TrustRegion", "Windows", "all_rules", "build_params", "param_allowed",
+           "param_rows"]
 
 #: Registry in report order: name -> class.
 TRACKERS: dict[str, type[Tracker]] = {
@@ -43,25 +48,104 @@ def all_rules() -> list[tuple[str, RuleSpec]]:
     return out
 
 
+#: Rules between two parameters of one tracker, checked after each parameter's own range:
+#: ``(tracker, a, op, times, b)`` means ``a op times * b`` must hold. A persistence count cannot
+#: exceed its window; a band's low edge lies below its high edge; a robust baseline's window
+#: holds at least two of its blocks and the history it asks for.
+PARAM_RELATIONS: tuple[tuple[str, str, str, int, str], ...] = (
+    ("advantages", "persist_k", "<=", 1, "persist_m"),
+    ("generation", "persist_k", "<=", 1, "persist_m"),
+    ("length_bias", "persist_k", "<=", 1, "persist_m"),
+    ("grad_norms", "explode_k", "<=", 1, "explode_m"),
+    ("losses", "divergence_k", "<=", 1, "divergence_m"),
+    ("rewards", "decline_k", "<=", 1, "decline_m"),
+    ("trust_region", "persist_k", "<=", 1, "persist_m"),
+    ("entropy", "floor_k", "<=", 1, "floor_m"),
+    ("signal", "dead_k", "<=", 1, "dead_m"),
+    ("signal", "none_k", "<=", 1, "dead_m"),
+    ("signal", "floor_rows", "<=", 1, "floor_critical_rows"),
+    ("kl_schedule", "excessive_token", "<=", 1, "excessive_critical_token"),
+    ("kl_schedule", "excessive_sequence", "<=", 1, "excessive_critical_sequence"),
+    ("trust_region", "approx_kl", "<=", 1, "approx_kl_critical"),
+    ("trust_region", "clip_frac", "<=", 1, "clip_frac_critical"),
+    ("hyperparams", "lr_low", "<", 1, "lr_high"),
+    ("hyperparams", "lr_high", "<=", 1, "lr_critical"),
+    ("kl_schedule", "band_low", "<", 1, "band_high"),
+    ("grad_norms", "spike_warning_ratio", "<=", 1, "spike_critical_ratio"),
+    *((t, "window", ">=", 2, "block") for t in ("kl_schedule", "grad_norms", "length_bias", "losses")),
+    *((t, "min_history", "<=", 1, "window") for t in ("kl_schedule", "grad_norms", "losses")),
+    ("throughput", "run_window", ">=", 2, "run_block"),
+    ("throughput", "min_history", "<=", 1, "run_window"),
+)
+
+#: Regular-expression parameters whose group 1 is read: they need at least one group.
+REGEX_GROUPS: tuple[tuple[str, str], ...] = (("generation", "think_pattern"),
+                                             ("generation", "answer_pattern"))
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {"<=": operator.le, "<": operator.lt, ">=": operator.ge}
+_MIRROR = {"<=": ">=", "<": ">", ">=": "<="}
+
+
+def _relation(op: str, times: int, other: str) -> str:
+    return f"{op} {other}" if times == 1 else f"{op} {times} x {other}"
+
+
+def param_allowed(tracker: str, name: str) -> str:
+    """What parameter ``name`` of ``tracker`` accepts, in words (its range and its relations).
+
+    >>> param_allowed("advantages", "persist_k")
+    'an integer from 1 to 100000; <= persist_m'
+    """
+    f = {f.name: f for f in dataclasses.fields(TRACKERS[tracker].Params)}[name]
+    text = allowed_of(f).describe()
+    for t, a, op, times, b in PARAM_RELATIONS:
+        if t == tracker and name == a:
+            text += "; " + _relation(op, times, b)
+        elif t == tracker and name == b:
+            text += "; " + (_relation(_MIRROR[op], 1, a) if times == 1 else f"{a} {op} {times} x {b}")
+    if (tracker, name) in REGEX_GROUPS:
+        text += " with at least one group"
+    return text
+
+
+def param_rows(tracker: str) -> list[tuple[str, Any, str, str]]:
+    """``(name, default, meaning, allowed)`` for every parameter of ``tracker``."""
+    return [(n, d, doc, param_allowed(tracker, n)) for n, d, doc in params_doc(TRACKERS[tracker].Params)]
+
+
 def build_params(tables: dict[str, dict[str, Any]], source: str | None = None) -> dict[str, Any]:
     """Every tracker's parameters, with the overrides of a config's tracker tables.
 
     ``tables`` maps a tracker name to ``{parameter: value}`` (a config file's ``[tracker]``
-    tables). An unknown tracker or parameter, or a non-number where the default is a number, is
-    a :class:`~forensics.errors.ConfigError` that names the file and the key.
+    tables). An unknown tracker or parameter, a value of the wrong type or out of its range
+    (:func:`forensics.config.param`), or a broken relation (:data:`PARAM_RELATIONS`,
+    :data:`REGEX_GROUPS`) is a :class:`~forensics.errors.ConfigError` that names the file, the
+    key, the value and what is allowed.
     """
     where = f"{source}: " if source else ""
+    checked: dict[str, dict[str, Any]] = {}
     for section, values in tables.items():
         if section not in TRACKERS:
             raise ConfigError(f"{where}unknown section [{section}]; known: run, scan, "
                               + ", ".join(sorted(TRACKERS)))
+        if not isinstance(values, dict):
+            raise ConfigError(f"{where}[{section}] must be a table of parameter = value, "
+                              f"not {show_value(values)}")
         known = {f.name: f for f in dataclasses.fields(TRACKERS[section].Params)}
         for key, value in values.items():
             if key not in known:
                 raise ConfigError(f"{where}[{section}] has no parameter {key!r}; known: "
                                   + ", ".join(sorted(known)))
-            default = known[key].default
-            if isinstance(default, (int, float)) and not isinstance(default, bool):
-                if not isinstance(value, (int, float)) or isinstance(value, bool):
-                    raise ConfigError(f"{where}[{section}] {key} must be a number, not {value!r}")
-    return {name: cls.Params(**tables.get(name, {})) for name, cls in TRACKERS.items()}
+            checked.setdefault(section, {})[key] = allowed_of(known[key]).check(value, f"{where}[{section}] {key}")
+    params = {name: cls.Params(**checked.get(name, {})) for name, cls in TRACKERS.items()}
+    for tracker, a, op, times, b in PARAM_RELATIONS:
+        va, vb = getattr(params[tracker], a), getattr(params[tracker], b)
+        if not _OPS[op](va, times * vb):
+            raise ConfigError(f"{where}[{tracker}] {a} = {show_value(va)} and {b} = {show_value(vb)}: "
+                              f"expected {a} {_relation(op, times, b)}")
+    for tracker, name in REGEX_GROUPS:
+        value = getattr(params[tracker], name)
+        if re.compile(value).groups < 1:
+            raise ConfigError(f"{where}[{tracker}] {name} = {show_value(value)}: expected a regular "
+                              "expression with at least one group (group 1 is the part read)")
+    return params

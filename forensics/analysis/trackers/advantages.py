@@ -32,7 +32,7 @@ GROUP_RELATIVE = frozenset({"grpo", "rloo", "dapo", "dr_grpo", "gspo"})
 
 @dataclass
 class AdvantagesParams:
-    probation: int = param(10, "Rows at the start on which no rule fires.")
+    probation: int = param(10, "Rows at the start on which no rule fires.", ge=0)
     baseline_rows: int = param(50, "Rows after probation that define the baseline scale.")
     bias_ratio: float = param(0.25, "|mean| / std above this is a biased advantage estimate.")
     whitened_mean: float = param(0.05, "With whitening, |mean| above this is a normalisation "

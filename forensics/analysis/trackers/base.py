@@ -79,6 +79,8 @@ class Tracker:
     streams: ClassVar[tuple[str, ...]] = ("step",)
     requires: ClassVar[tuple[str, ...]] = ()
     rules: ClassVar[tuple[RuleSpec, ...]] = ()
+    #: whether the tracker scores its area (False: its findings count in other areas)
+    scored: ClassVar[bool] = True
     Params: ClassVar[type]
 
     def __init__(self, params: Any = None, meta: RunMeta | None = None) -> None:
@@ -154,6 +156,6 @@ class Tracker:
         """Package the findings (recurrences of a rule grouped) with the documented score."""
         findings, coverage = group_recurrences(self._findings, self._coverage, self._magnitude)
         findings.sort(key=Finding.sort_key)
-        score = tracker_score(findings, self.rows, coverage) if self.active else None
+        score = tracker_score(findings, self.rows, coverage) if self.active and self.scored else None
         return TrackerResult(self.name, self.area, self.active, findings, score, summary,
                              series or {}, notes or [], coverage, sections or {})

@@ -40,7 +40,7 @@ class EntropyParams:
     baseline_rows: int = param(20, "First rows whose median entropy is the early level H_0.")
     smooth: int = param(20, "Rows in the block median that defines the current level.")
     window: int = param(100, "Rows over which rising entropy and reward improvement are judged.")
-    collapse_ratio: float = param(0.3, "H_t / H_0 below this is a collapse (SIGNATURES #10).")
+    collapse_ratio: float = param(0.3, "H_t / H_0 below this is a collapse (SIGNATURES #10).", le=1)
     collapse_rows: int = param(10, "Consecutive rows the collapse condition must hold.")
     plateau_rows: int = param(50, "Rows over which the reward's improvement is judged.")
     plateau_sigmas: float = param(2.0, "Reward level gain over plateau_rows below this many noise "

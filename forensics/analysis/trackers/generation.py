@@ -44,23 +44,24 @@ DEFAULT_FORMAT = r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$"
 
 @dataclass
 class GenerationParams:
-    format_pattern: str = param(DEFAULT_FORMAT, "Regex (DOTALL) a compliant response matches.")
-    think_pattern: str = param(r"<think>(.*?)</think>", "Regex whose group 1 is the reasoning part.")
-    answer_pattern: str = param(r"<answer>(.*?)</answer>", "Regex whose group 1 is the answer part.")
+    format_pattern: str = param(DEFAULT_FORMAT, "Regex (DOTALL) a compliant response matches.", regex=True)
+    think_pattern: str = param(r"<think>(.*?)</think>", "Regex whose group 1 is the reasoning part.", regex=True)
+    answer_pattern: str = param(r"<answer>(.*?)</answer>", "Regex whose group 1 is the answer part.", regex=True)
     reasoning_words: str = param("because,therefore,thus,hence,since,first,second,then,next,finally,"
                                  "step,so", "Comma-separated words counted as reasoning indicators.")
     step_pattern: str = param(r"(?m)(?:^|(?<=>))\s*(?:\d+[.)]\s|step\s*\d+\b)", "Regex (case-insensitive) of a "
-                              "numbered step (at a line start or after a tag), counted as a reasoning indicator.")
+                              "numbered step (at a line start or after a tag), counted as a reasoning indicator.",
+                              regex=True)
     ngram: int = param(3, "Word n-gram size of the repetition measure.")
-    window_steps: int = param(50, "Steps per window of the per-window table and examples.")
+    window_steps: int = param(50, "Steps per window of the per-window table and examples.", le=10**12)
     example_chars: int = param(300, "Characters of an example's text kept in the report.")
-    probation: int = param(10, "Steps at the start on which no rule fires.")
+    probation: int = param(10, "Steps at the start on which no rule fires.", ge=0)
     smooth: int = param(10, "Steps pooled (responses summed) for the compliance and repetition "
                         "levels.")
     format_drop: float = param(0.2, "Fall of the compliance level below its best that is a "
                                "regression, plus 2.5 binomial standard errors of the pooled rate "
-                               "(at most sqrt(0.25 / responses)), so small groups do not fire.")
-    repetition_share: float = param(0.5, "Repeated n-gram share above this is degenerate repetition.")
+                               "(at most sqrt(0.25 / responses)), so small groups do not fire.", le=1)
+    repetition_share: float = param(0.5, "Repeated n-gram share above this is degenerate repetition.", le=1)
     persist_k: int = param(5, "Persistence: steps out of persist_m.")
     persist_m: int = param(8, "Persistence window (steps).")
 

@@ -31,7 +31,7 @@ class GradNormsParams:
     window: int = param(100, "Trailing window (rows) of the robust baseline.")
     block: int = param(10, "Rows per block of the robust baseline (see stats.BlockStats).")
     min_history: int = param(20, "Rows of history before robust scores are trusted.")
-    probation: int = param(10, "Rows at the start on which relative rules do not fire.")
+    probation: int = param(10, "Rows at the start on which relative rules do not fire.", ge=0)
     spike_z: float = param(6.0, "Robust z of log grad norm that marks a spike (MON: 6).")
     spike_min_ratio: float = param(3.0, "A spike must also be this many times the trailing median.")
     explode_ratio: float = param(10.0, "Grad norm this many times the trailing median (or the "
@@ -50,7 +50,7 @@ class GradNormsParams:
     imbalance_shift: float = param(1.0, "A shift of the policy/value ratio by this many decades "
                                    "from its early level is an imbalance too (1 = 10x).")
     clip_share: float = param(0.05, "Share of recent steps clipped that means saturation "
-                              "(MON: healthy <= 0.5%).")
+                              "(MON: healthy <= 0.5%).", le=1)
     clip_window: int = param(300, "Rows over which the clipped share is measured.")
     clip_far: float = param(10.0, "Grad norm this many times max_grad_norm (on clip_far_k of 5 "
                             "rows, from the first step) makes clipping saturation critical: the "

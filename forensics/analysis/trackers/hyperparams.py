@@ -156,6 +156,7 @@ class Hyperparams(Tracker):
     area = "config"
     requires = ("learning_rate", "kl_coef", *CLIP_KEYS, *BATCH_KEYS)
     rules = RULES
+    scored = False  # a change is a cause: its effects count in their own areas
     Params = HyperparamsParams
 
     def __init__(self, params: HyperparamsParams | None = None, meta=None) -> None:  # type: ignore[no-untyped-def]
@@ -280,9 +281,7 @@ class Hyperparams(Tracker):
                       {"learning_rate": lr, "prior_high": p.lr_high, "prior_low": p.lr_low,
                        "metrics": ["learning_rate"]},
                       Severity.CRITICAL if high and lr >= p.lr_critical else None)
-        res = self.result(summary, [])
-        res.score = None  # a change is a cause: its effects count in their own areas
-        return res
+        return self.result(summary, [])
 
     def _emit_change(self, s: Setting, key: str, c: dict[str, Any]) -> None:
         factor = _factor(c["before"], c["after"])

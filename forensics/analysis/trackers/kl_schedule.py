@@ -41,7 +41,7 @@ class KLScheduleParams:
     window: int = param(100, "Trailing window (rows) for the rolling baseline and trends.")
     block: int = param(10, "Rows per block of the robust baseline (see stats.BlockStats).")
     min_history: int = param(20, "Rows of history needed before a robust z-score is trusted.")
-    probation: int = param(10, "Rows at the start of the run on which no rule fires.")
+    probation: int = param(10, "Rows at the start of the run on which no rule fires.", ge=0)
     baseline_rows: int = param(50, "Rows after probation that define the run's KL baseline.")
     spike_z: float = param(6.0, "Robust z of log KL (vs the trailing window) that marks a spike.")
     spike_min_ratio: float = param(2.0, "A spike must also be this many times the trailing median.")

@@ -44,26 +44,26 @@ _HASH = np.uint64(0x9E3779B97F4A7C15)
 class LengthBiasParams:
     window: int = param(50, "Trailing window (rows) for step-level trends.")
     block: int = param(5, "Rows per block of the trend statistics (see stats.BlockStats).")
-    probation: int = param(10, "Steps at the start on which no rule fires.")
+    probation: int = param(10, "Steps at the start on which no rule fires.", ge=0)
     baseline_rows: int = param(30, "Steps after probation that define baselines.")
     pool_steps: int = param(10, "Most steps pooled (weighted by responses) for the within-step "
                             "correlation a step is judged on.")
     pool_responses: int = param(2000, "...fewer when the last steps hold this many responses (a "
                                 "step of 2,000 responses is judged alone).")
     rho_threshold: float = param(0.3, "Pooled within-step Spearman(length, reward) above this is "
-                                 "coupling.")
+                                 "coupling.", le=1)
     rho_increase: float = param(0.1, "...and at least this much above the baseline correlation.")
     growth_factor: float = param(1.3, "Mean length above this multiple of the baseline is growth.")
     rising_ratio: float = param(1.1, "Median length of the last window/2 over the window/2 "
                                 "before it that counts as rising.")
     stall_tolerance: float = param(0.25, "Reward rise (in IQRs of the window) below which reward "
                                    "counts as stalled.")
-    truncation_rate: float = param(0.1, "Truncation rate above this is a finding.")
+    truncation_rate: float = param(0.1, "Truncation rate above this is a finding.", le=1)
     truncation_rise: float = param(2.0, "...or above this multiple of the baseline and 0.05.")
-    length_cap_share: float = param(0.95, "P95 length at this share of max_length is truncation.")
+    length_cap_share: float = param(0.95, "P95 length at this share of max_length is truncation.", le=1)
     truncation_all: float = param(0.9, "Truncation rate at or above this (on 3 of 5 rows, from the "
                                   "first step) makes length.truncation critical: nearly every "
-                                  "response is cut.")
+                                  "response is cut.", le=1)
     collapse_factor: float = param(10.0, "Mean length this many times below its highest earlier "
                                    "level (5-row median) is a collapse.")
     collapse_critical: float = param(100.0, "Fall factor that makes length.collapse critical.")
@@ -74,7 +74,8 @@ class LengthBiasParams:
     persist_m: int = param(8, "Persistence window (rows).")
     max_overall_samples: int = param(200_000, "Responses kept (deterministic hash sample) for the "
                                      "overall Spearman correlation and the long/short reward gap "
-                                     "(the per-step statistics and the overall Pearson use all).")
+                                     "(the per-step statistics and the overall Pearson use all).",
+                                     le=10**7)
 
 
 _R = RuleSpec

@@ -56,12 +56,12 @@ class LossesParams:
     window: int = param(100, "Trailing window (rows) of the robust baseline.")
     block: int = param(10, "Rows per block of the robust baseline (see stats.BlockStats).")
     min_history: int = param(20, "Rows of history before a robust z-score is trusted.")
-    probation: int = param(10, "Rows at the start on which no relative rule fires.")
+    probation: int = param(10, "Rows at the start on which no relative rule fires.", ge=0)
     baseline_rows: int = param(50, "Rows after probation that define the early swing.")
     smooth: int = param(20, "Rows in the block median that defines the loss level.")
     log_share: float = param(0.8, "A loss is judged on a log scale when at least this share of its "
                              "first min_history values is positive (non-positive values are then "
-                             "left out of the relative rules).")
+                             "left out of the relative rules).", le=1)
     level_iqrs: float = param(2.0, "A series is positive-level where its median exceeds this many "
                               "robust sigmas (ratio guards apply only there).")
     spike_z: float = param(8.0, "Robust z (vs the trailing window, current point excluded) of a "
@@ -72,7 +72,7 @@ class LossesParams:
                                      "of the early swing is oscillation.")
     oscillation_rho: float = param(0.3, "...and the lag-1 autocorrelation over window/2 is below minus "
                                    "this: the loss alternates up and down (noise growing with the "
-                                   "level is not oscillation).")
+                                   "level is not oscillation).", le=1)
     oscillation_rows: int = param(20, "Consecutive rows the oscillation condition must hold.")
     divergence_sigmas: float = param(6.0, "Rise of the level, in noise sigmas, above both its value "
                                      "one window ago and the run's lowest level.")

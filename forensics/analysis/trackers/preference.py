@@ -48,7 +48,7 @@ class PreferenceParams:
     overfit_loss: float = param(0.1, "Smoothed loss below this with accuracy pinned is "
                                 "over-optimisation (SIGNATURES #24).")
     overfit_accuracy: float = param(0.98, "Smoothed pairwise accuracy at or above this counts as "
-                                    "pinned at 1.")
+                                    "pinned at 1.", le=1)
     overfit_critical_loss: float = param(0.01, "Smoothed loss below this makes pref.overfit "
                                          "critical (the pairs are separated with certainty).")
     overfit_rows: int = param(5, "Consecutive rows the over-optimisation condition must hold.")

@@ -74,16 +74,16 @@ def diff_sigma(x: np.ndarray, window: int, min_periods: int) -> np.ndarray:
 class RewardsParams:
     smooth: int = param(20, "Rows in the trailing block median that defines the reward level.")
     window: int = param(100, "Trailing window (rows) of the noise estimate.")
-    probation: int = param(50, "Rows at the start on which stagnation and decline do not fire.")
+    probation: int = param(50, "Rows at the start on which stagnation and decline do not fire.", ge=0)
     trend_window: int = param(50, "Rows compared (last vs previous) for trend alerts.")
     trend_share: float = param(0.10, "A level change above this share of the previous level (or of "
                                "the run's spread, when larger) is a trend alert.")
     trend_z: float = param(6.0, "...and more than this many standard errors of the difference of the "
                            "two block medians (from the spread around the level).")
     stagnation_window: int = param(300, "Rows over which the best reward level must improve.")
-    stagnation_share: float = param(0.25, "...or this share of the rows so far, when longer.")
+    stagnation_share: float = param(0.25, "...or this share of the rows so far, when longer.", le=1)
     stagnation_gap: int = param(3000, "Stagnant stretches at most this many rows apart are one "
-                                "finding (the condition flickers around its threshold).")
+                                "finding (the condition flickers around its threshold).", ge=0)
     stagnation_sigmas: float = param(2.0, "Minimum rise of the window's second-half mean over its "
                                      "first half, in standard errors of that difference.")
     decline_sigmas: float = param(4.0, "Fall from the best level, in noise sigmas, that is a decline. "
@@ -92,7 +92,7 @@ class RewardsParams:
                                   "understate), and the best level is a best_smooth-row median.")
     best_smooth: int = param(60, "Rows in the median whose running best is the run's best level.")
     decline_share: float = param(0.10, "...and at least this share of the range the run's level "
-                                 "covered (best minus lowest).")
+                                 "covered (best minus lowest).", le=1)
     sign_rows: int = param(10, "Rows on which the total must be the negative of the only reward "
                            "function (reward.sign_flip).")
     decline_k: int = param(15, "Decline persistence: rows out of decline_m.")

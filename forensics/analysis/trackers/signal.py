@@ -35,11 +35,11 @@ __all__ = ["Signal"]
 @dataclass
 class SignalParams:
     dead_share: float = param(0.5, "frac_reward_zero_std at or above this: most groups carry no "
-                              "learning signal (SIGNATURES #12).")
+                              "learning signal (SIGNATURES #12).", le=1)
     dead_k: int = param(10, "Rows out of dead_m with most groups dead.")
     dead_m: int = param(20, "Persistence window of the dead-group condition (rows).")
     none_share: float = param(0.95, "frac_reward_zero_std at or above this (or a batch reward std "
-                              "or gradient norm of exactly 0): no signal at all, critical.")
+                              "or gradient norm of exactly 0): no signal at all, critical.", le=1)
     none_k: int = param(5, "Rows out of dead_m without any signal (a quarter: zero gradients on "
                         "a third of the steps are caught).")
     floor_rows: int = param(10, "Consecutive rows a reward must sit at its floor.")

@@ -53,7 +53,7 @@ TOTAL_STEP_KEYS = ("max_steps", "total_steps", "total_training_steps", "trainer.
 
 @dataclass
 class ThroughputParams:
-    probation: int = param(50, "Rows at the start (warm-up, compilation) on which no rule fires.")
+    probation: int = param(50, "Rows at the start (warm-up, compilation) on which no rule fires.", ge=0)
     recent_rows: int = param(30, "Rows whose median step time is compared with the run median.")
     run_window: int = param(1000, "Trailing rows (before the recent ones) whose median is the run "
                             "median.")
@@ -68,9 +68,9 @@ class ThroughputParams:
                                 "stretch of host load passes; a lasting slowdown does not).")
     run_quantile: float = param(0.9, "The recent median must also pass this quantile of the run's "
                                 "step times (1 - it for tokens/s): on a noisy host a 25% slower "
-                                "median is within the run's normal spread.")
+                                "median is within the run's normal spread.", le=1)
     tokens_drop: float = param(0.30, "Recent median tokens/s this share below the run median is a "
-                               "drop (SIGNATURES #27).")
+                               "drop (SIGNATURES #27).", le=1)
     tokens_rows: int = param(30, "Consecutive rows the tokens/s drop must hold.")
     growth_block: int = param(50, "Rows per block median in the memory-growth test.")
     growth_share: float = param(0.05, "Total rise over the four blocks, as a share of the first, "

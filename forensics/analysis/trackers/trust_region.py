@@ -36,8 +36,8 @@ class TrustRegionParams:
                              "the epochs at 1.5 x a 0.01-0.05 target).")
     approx_kl_critical: float = param(1.0, "approx_kl that makes policy.trust_region critical.")
     clip_frac: float = param(0.3, "Fraction of tokens clipped above which an update left the trust "
-                             "region (healthy PPO: 0.02-0.1).")
-    clip_frac_critical: float = param(0.5, "Clip fraction that makes policy.trust_region critical.")
+                             "region (healthy PPO: 0.02-0.1).", le=1)
+    clip_frac_critical: float = param(0.5, "Clip fraction that makes policy.trust_region critical.", le=1)
     persist_k: int = param(3, "Rows out of persist_m on which an update must be outside.")
     persist_m: int = param(5, "Persistence window (rows); no probation.")
 

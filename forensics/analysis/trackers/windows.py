@@ -46,7 +46,7 @@ class WindowsParams(HealthCheckParams):
     max_windows: int = param(40, "Most windows kept: when this many blocks have closed, adjacent "
                              "blocks merge and the block size doubles (tens of windows per run).")
     min_window_rows: int = param(10, "Rows of the first (smallest) block.")
-    window_rows: int = param(0, "Rows per window, fixed (0: chosen from the run's length).")
+    window_rows: int = param(0, "Rows per window, fixed (0: chosen from the run's length).", ge=0)
     min_epochs: int = param(8, "Epochs needed for epoch windows; fewer epochs are too few windows "
                             "to judge, so blocks of rows are used.")
 
