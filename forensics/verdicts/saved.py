@@ -259,10 +259,13 @@ SEVERITY = OneOf("info", "warning", "critical")
 STRINGS = ListOf(STR)
 TABLE = MapOf(ANY)
 
+EPISODE = Obj(required={"first_step": INT, "last_step": INT, "onset_step": INT, "severity": SEVERITY},
+              optional={"message": STR}, rule=_steps_in_order)
 FINDING = Obj(
     required={"rule": STR, "severity": SEVERITY, "first_step": INT, "last_step": INT, "onset_step": INT,
               "message": STR},
-    optional={"tracker": STR, "explanation": STR, "remedy": STR, "evidence": TABLE},
+    optional={"tracker": STR, "explanation": STR, "remedy": STR, "evidence": TABLE,
+              "episodes": ListOf(EPISODE)},
     rule=_steps_in_order)
 
 HEALTH = Obj(optional={"overall": SCORE, "stability": SCORE, "convergence": SCORE, "areas": MapOf(SCORE)})
@@ -303,8 +306,20 @@ WINDOW = Obj(optional={"first_step": Nullable(INT), "last_step": Nullable(INT), 
                        "loss_direction": Nullable(STR)})
 
 # the report draws these two sections whole, a list of objects as a table
-RECOMMENDATIONS = AllOf(Obj(optional={"priorities": MapOf(ListOf(Either(STR, TABLE))), "adjustments": ListOf(ANY),
-                                      "monitoring": ListOf(ANY)}), Tables())
+ADJUSTMENT = Obj(optional={"parameter": STR, "text": STR, "key": Nullable(STR), "source": Nullable(STR),
+                           "priority": Nullable(STR), "current": Nullable(NUM), "new": Nullable(NUM),
+                           "because": STRINGS, "held_back": ListOf(TABLE)})
+RECOMMENDATIONS = AllOf(Obj(optional={"priorities": MapOf(ListOf(Either(STR, TABLE))),
+                                      "adjustments": ListOf(ADJUSTMENT), "monitoring": ListOf(ANY),
+                                      "trainer": Nullable(Obj(optional={"name": STR, "config": STR})),
+                                      "config_patch": TABLE, "command_line": Nullable(STRINGS)}),
+                        Tables())
+#: how much of the log was checked (the verdict reads it) and where the run context came from
+COVERAGE = Obj(optional={"checked": BOOL, "trackers_judging": STRINGS,
+                         "columns": Obj(optional={"mapped": COUNT, "unmapped": COUNT, "mapped_names": STRINGS,
+                                                  "unmapped_keys": STRINGS}),
+                         "trackers": MapOf(Obj(optional={"active": BOOL, "reason": STR}))})
+RUN_CONTEXT = MapOf(Obj(optional={"from": STR}))
 GENERATION = AllOf(Obj(optional={"examples": TABLE, "windows": ListOf(TABLE)}), Tables())
 
 #: The analysis JSON (schema 1.x) as report, gate and diff read it.
@@ -327,6 +342,8 @@ ANALYSIS_SCHEMA = Obj(
         "windows": ListOf(WINDOW),
         "recommendations": RECOMMENDATIONS,
         "generation": GENERATION,
+        "coverage": COVERAGE,
+        "run_context": RUN_CONTEXT,
     })
 
 
