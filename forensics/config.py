@@ -182,6 +182,8 @@ class Config:
     batch_rows: int = 65536
     strict: bool = False
     source: str | None = None
+    #: the user's own key names (``[columns]``, ``--map``): source key -> UserColumn
+    columns: dict[str, Any] = field(default_factory=dict)
 
 
 def load_run_meta(path: Path) -> RunMeta:
@@ -224,6 +226,9 @@ def load_config(path: Path | None) -> Config:
             cfg.strict = value
         else:
             raise ConfigError(f"{path}: [scan] {key} = {value!r} is not a valid scan option")
+    from .schema import user_columns
+
+    cfg.columns = user_columns(data.pop("columns", {}), f"{path}: [columns]")
     for section, values in data.items():
         # tracker tables are checked against the tracker registry when a scan is built
         # (forensics.analysis.trackers.build_params); this module does not know the trackers
