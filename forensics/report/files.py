@@ -5,6 +5,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +16,7 @@ import numpy as np
 from ..analysis.result import Analysis
 from ..errors import UsageError
 
-__all__ = ["ANALYSIS_FILE", "summary_dict", "to_json", "write_reports"]
+__all__ = ["ANALYSIS_FILE", "MANIFEST_FILE", "summary_dict", "to_json", "write_reports"]
 
 ANALYSIS_FILE = "analysis.json"
 SUMMARY_FILE = "summary.json"
@@ -89,30 +92,87 @@ def write_findings_csv(analysis: Analysis, path: Path) -> None:
             w.writerow([d[c] for c in cols])
 
 
-def write_reports(analysis: Analysis, out_dir: Path, script: str = "inline") -> dict[str, Path]:
-    """Write the files into ``out_dir``; return their paths by kind (``script``: how report.html
-    carries plotly.js, see :func:`forensics.report.html.render_html`)."""
+#: The files the last scan wrote into a folder (hidden): the next scan into the same folder
+#: removes those it does not write again, and never touches any other file.
+MANIFEST_FILE = ".forensics-files.json"
+#: What a scan may write into its folder: the names an older folder (no manifest yet) is known
+#: to hold from a scan, when its analysis.json is a forensics analysis.
+SCAN_FILES = ("analysis.json", "summary.json", "metrics.csv", "metrics.parquet", "findings.csv", "windows.csv",
+              "recommendations.json", "recommendations.yaml", "report.html", "report.md", "plotly.min.js")
+
+
+def _owned(out_dir: Path) -> set[str]:
+    """Names of the files an earlier scan wrote into ``out_dir`` (its manifest; for a folder from
+    before manifests, the scan's file names, when its analysis.json is one forensics wrote)."""
+    try:
+        data = json.loads((out_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
+        files = data.get("files") if isinstance(data, dict) else None
+        if isinstance(files, list):
+            return {f for f in files if isinstance(f, str) and f and "/" not in f and f not in (".", "..")}
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(out_dir / ANALYSIS_FILE, "rb") as fh:
+            head = fh.read(1 << 16)
+    except OSError:
+        return set()
+    if b'"schema_version"' in head and b'"forensics"' in head:
+        return {n for n in SCAN_FILES if (out_dir / n).is_file()}
+    return set()
+
+
+def write_reports(analysis: Analysis, out_dir: Path | str, script: str = "inline") -> dict[str, Path]:
+    """Write the files into ``out_dir`` (a str or a Path); return their paths by kind
+    (``script``: how report.html carries plotly.js, see :func:`forensics.report.html.render_html`).
+
+    The scan owns its folder's files: they are written into a temporary folder inside
+    ``out_dir`` and moved into place when all are written (a scan that fails leaves the folder as
+    it was), the files an earlier scan wrote there and this one did not (``windows.csv``,
+    ``recommendations.*`` of a longer run) are removed, and a hidden manifest
+    (:data:`MANIFEST_FILE`) lists what this scan wrote. No other file is touched.
+    """
+    out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".forensics-", dir=out_dir))
     except OSError as exc:
         raise UsageError(f"cannot create output folder {out_dir}: {exc.strerror or exc}") from None
+    try:
+        written = _write_files(analysis, tmp, script)
+        previous = _owned(out_dir)
+        names = sorted(p.name for p in tmp.iterdir() if p.is_file())
+        for name in names:
+            os.replace(tmp / name, out_dir / name)
+        for name in sorted(previous - set(names) - {MANIFEST_FILE}):
+            target = out_dir / name
+            if target.is_file() and not target.is_symlink():
+                target.unlink()
+        manifest = tmp / MANIFEST_FILE
+        manifest.write_text(json.dumps({"written_by": "forensics scan", "files": names}, indent=1) + "\n",
+                            encoding="utf-8")
+        os.replace(manifest, out_dir / MANIFEST_FILE)
+    except OSError as exc:
+        raise UsageError(f"cannot write reports to {out_dir}: {exc.strerror or exc}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {kind: out_dir / p.name for kind, p in written.items()}
+
+
+def _write_files(analysis: Analysis, out_dir: Path, script: str) -> dict[str, Path]:
     paths = {
         "analysis": out_dir / ANALYSIS_FILE,
         "summary": out_dir / SUMMARY_FILE,
         "metrics": out_dir / METRICS_FILE,
         "findings": out_dir / FINDINGS_FILE,
     }
-    try:
-        d = analysis.to_dict()
-        text = to_json(d)
-        paths["analysis"].write_text(text, encoding="utf-8")
-        paths["summary"].write_text(to_json(summary_dict(d)), encoding="utf-8")
-        write_metrics_csv(analysis, paths["metrics"])
-        write_findings_csv(analysis, paths["findings"])
-        paths.update(write_training_files(d, out_dir))
-        paths.update(write_rendered(json.loads(text), out_dir, script=script))
-    except OSError as exc:
-        raise UsageError(f"cannot write reports to {out_dir}: {exc.strerror or exc}") from None
+    d = analysis.to_dict()
+    text = to_json(d)
+    paths["analysis"].write_text(text, encoding="utf-8")
+    paths["summary"].write_text(to_json(summary_dict(d)), encoding="utf-8")
+    write_metrics_csv(analysis, paths["metrics"])
+    write_findings_csv(analysis, paths["findings"])
+    paths.update(write_training_files(d, out_dir))
+    paths.update(write_rendered(json.loads(text), out_dir, script=script))
     return paths
 
 
