@@ -197,7 +197,7 @@ def test_trainer_callback_writes_streams_and_prints_findings(tmp_path: Path) -> 
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["max_grad_norm"] == 1.0 and meta["kl_coef_init"] == 0.04
     assert meta["config"]["train_summary"]["train_runtime"] == 10.0
-    assert sum("kl.spike" in line for line in out) == 1
+    assert sum(a["rule"] == "kl.spike" and a["event"] == "new" for a in cb.alerts) == 1
     assert out[-1].startswith("forensics: 400 step rows")
     res = CliRunner().invoke(main, ["scan", str(run_dir), "-o", str(tmp_path / "rep"), "-q"],
                              catch_exceptions=False)
