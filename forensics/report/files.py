@@ -113,10 +113,11 @@ def _owned(out_dir: Path) -> set[str]:
         pass
     try:
         with open(out_dir / ANALYSIS_FILE, "rb") as fh:
-            head = fh.read(1 << 16)
+            head = fh.read(4096)
     except OSError:
         return set()
-    if b'"schema_version"' in head and b'"forensics"' in head:
+    # the writer sorts keys: an analysis opens with "column_mapping"
+    if head.lstrip().startswith(b"{") and b'"column_mapping"' in head:
         return {n for n in SCAN_FILES if (out_dir / n).is_file()}
     return set()
 
