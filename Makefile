@@ -4,12 +4,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test check bench bench-writer eval fixtures fixtures-trl fuzz screenshots clean
+.PHONY: demo test check bench bench-full bench-fleet bench-writer eval fixtures fixtures-trl fuzz screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,ray]'  # ray: forensics fleet --engine ray (tested)
 	$(PY) -m pip install --quiet torch==2.13.0 || echo "torch not installed: writer/trainer tests will be skipped"
 	touch $(STAMP)
 
@@ -27,8 +27,17 @@ check: $(STAMP)
 fuzz: $(STAMP)
 	$(PY) -m tests.fuzz --cases 10000
 
+# step streams (with and without epoch, 20 and 200 metrics) at 100k and 1M rows, the 10M-row
+# sample stream; bench-full adds the 10M-row step streams (about 40 GB of data under bench/data/)
 bench: $(STAMP)
 	$(PY) bench/bench_scan.py
+
+bench-full: $(STAMP)
+	$(PY) bench/bench_scan.py --full
+
+# 1,000 runs of 10,000 steps on the local pool and on Ray: runs per second, overhead per run
+bench-fleet: $(STAMP)
+	$(PY) bench/bench_fleet.py
 
 bench-writer: $(STAMP)
 	$(PY) bench/bench_writer.py

@@ -1,18 +1,25 @@
-"""Benchmark: scan a 1,000,000-step log against pyarrow reading the same file, in the same run.
+"""Benchmark: scans of every shape and size against pyarrow reading the same file, in the same run.
 
-Writes ``bench/data/steps_1000000.jsonl`` (about 22 numeric fields a row) and its Parquet twin once,
-then times, each in a fresh subprocess (so peak memory is the child's own):
+Writes the logs once under ``bench/data/`` (:mod:`bench.shapes`, git-ignored), then times each in
+a fresh subprocess (so peak memory is the child's own), imports before the clock:
 
-* baseline JSONL: pyarrow's streaming JSON reader (``pyarrow.json.open_json``) over the file;
-* baseline Parquet: ``pyarrow.parquet.ParquetFile.iter_batches`` over the file;
-* forensics: the full analysis (read, canonicalise, all trackers, findings, health, and the
-  analysis JSON with its plot series and timeline) of each.
+* **step streams**, JSONL and Parquet: with and without an ``epoch`` column, 20 metrics a row, at
+  100,000 and 1,000,000 rows (``--full``: also 10,000,000); 200 metrics a row (veRL's width) at
+  100,000 and 1,000,000 rows without an epoch column and at 100,000 with one (``--full``: also
+  10,000,000 in Parquet). Baselines: pyarrow's streaming JSON reader (``pyarrow.json.open_json``)
+  and ``ParquetFile.iter_batches``.
+* the **sample stream**: 10,000,000 responses (5,000 steps x 2,000, reward paying for length
+  from step 4,000 on) in Parquet and JSONL, with its 5,000-step log beside; baseline: pyarrow's
+  read of the sample file.
 
-Imports happen before the clock starts, for all three (pyarrow's for the baselines; forensics and the
-libraries its readers use for the scan).
+forensics: the full analysis (read, canonicalise, every tracker, findings, health, the analysis
+JSON with its plots and timeline). Prints seconds, the ratio to the baseline and its budget,
+microseconds per row, peak RSS against 400 MB, for Parquet the analysis cost per million values,
+and whether time per row stays within 10% from the smallest size to the largest. Budgets
+(DESIGN.md): step JSONL 1.5x, step Parquet 8x, sample stream 4x, peak < 400 MB.
 
-Prints seconds, the ratio to the baseline (target <= 1.5x) and peak RSS (target < 400 MB).
-Usage: ``python bench/bench_scan.py [--rows N] [--repeat K]``.
+Usage: ``python bench/bench_scan.py [--full] [--repeat K] [--only steps|samples] [--rows N ...]
+[--match NAME] [--format jsonl|parquet] [--skip-trackers NAME,...]``.
 """
 
 from __future__ import annotations
@@ -22,32 +29,37 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-DATA = Path(__file__).resolve().parent / "data"
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "bench" / "data"
+PEAK_MB = 400
+FLAT = 0.10
+BUDGET = {("step", "jsonl"): 1.5, ("step", "parquet"): 8.0, ("sample", "jsonl"): 4.0,
+          ("sample", "parquet"): 4.0}
 
 CHILD = r"""
 import json, sys, time
 import pyarrow.json as pj, pyarrow.parquet as pq
 kind, path = sys.argv[1], sys.argv[2]
+skip = [t for t in sys.argv[3].split(",") if t] if len(sys.argv) > 3 else []
 if kind == "forensics":
     import polars  # the JSONL reader's parser, imported on first use: a library import, as pyarrow's
     from forensics.analysis.engine import scan_path
+    from forensics.analysis.trackers import TRACKERS
 t0 = time.perf_counter()
 if kind == "arrow-jsonl":
     rows = 0
-    reader = pj.open_json(path)
-    for batch in reader:
+    for batch in pj.open_json(path):
         rows += batch.num_rows
 elif kind == "arrow-parquet":
     rows = 0
     for batch in pq.ParquetFile(path).iter_batches(batch_size=65536):
         rows += batch.num_rows
 else:
-    a = scan_path(path)
-    rows = a.steps["rows"]
+    a = scan_path(path, trackers=[t for t in TRACKERS if t not in skip])
+    rows = a.steps["rows"] + a.steps["sample_rows"]
     json.dumps(a.to_dict(), default=str)
 dt = time.perf_counter() - t0
 # VmHWM is this process's own peak RSS (ru_maxrss would include the parent's, kept across exec)
@@ -56,85 +68,136 @@ print(json.dumps({"seconds": dt, "rows": rows, "peak_mb": int(hwm) / 1024}))
 """
 
 
-def make_data(rows: int) -> tuple[Path, Path]:
-    DATA.mkdir(parents=True, exist_ok=True)
-    jsonl = DATA / f"steps_{rows}.jsonl"
-    parquet = DATA / f"steps_{rows}.parquet"
-    if jsonl.exists() and parquet.exists():
-        return jsonl, parquet
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+@dataclass(frozen=True)
+class Case:
+    stream: str  # "step" or "sample"
+    fmt: str  # "jsonl" or "parquet"
+    rows: int
+    metrics: int = 20
+    epoch: bool = False
 
-    rng = np.random.default_rng(0)
-    n = rows
-    t = np.arange(n)
-    cols = {
-        "step": t,
-        "epoch": t / 10_000.0,
-        "timestamp": 1.7e9 + t * 2.5 + rng.normal(0, 0.05, n),
-        "kl": 0.05 * np.exp(rng.normal(0, 0.1, n)),
-        "kl_coef": np.full(n, 0.05),
-        "entropy": 1.5 - 0.2 * t / n + rng.normal(0, 0.02, n),
-        "loss": rng.normal(0.0, 0.05, n),
-        "policy_loss": rng.normal(0.0, 0.05, n),
-        "value_loss": 0.3 * np.exp(rng.normal(0, 0.2, n)),
-        "grad_norm": 0.8 * np.exp(rng.normal(0, 0.15, n)),
-        "grad_norm_value": 0.5 * np.exp(rng.normal(0, 0.15, n)),
-        "learning_rate": np.full(n, 1e-6),
-        "advantage_mean": rng.normal(0, 0.01, n),
-        "advantage_std": 1 + rng.normal(0, 0.02, n),
-        "reward_mean": 0.2 + 0.4 * t / n + rng.normal(0, 0.03, n),
-        "reward_std": 0.3 + rng.normal(0, 0.01, n),
-        "response_length_mean": 200 + rng.normal(0, 8, n),
-        "truncation_rate": np.abs(rng.normal(0.01, 0.005, n)),
-        "clip_frac": np.abs(rng.normal(0.05, 0.01, n)),
-        "approx_kl": np.abs(rng.normal(0.005, 0.001, n)),
-        "step_time": 2.5 * np.exp(rng.normal(0, 0.05, n)),
-        "train_tokens_per_s": 4000 * np.exp(rng.normal(0, 0.05, n)),
-    }
-    table = pa.table(cols)
-    pq.write_table(table, parquet, row_group_size=65536)
-    names = list(cols)
-    fmt = "{" + ", ".join(f'"{k}": %d' if k == "step" else f'"{k}": %.9g' for k in names) + "}\n"
-    with open(jsonl, "w") as fh:
-        mat = np.column_stack([cols[k] for k in names])
-        for start in range(0, n, 50_000):
-            block = mat[start : start + 50_000]
-            fh.write("".join(fmt % tuple(r) for r in block))
-    return jsonl, parquet
+    @property
+    def shape(self) -> str:
+        if self.stream == "sample":
+            return "samples"
+        return f"{self.metrics} metrics, {'epoch' if self.epoch else 'no epoch'}"
+
+    @property
+    def name(self) -> str:
+        if self.stream == "sample":
+            return f"samples_{self.rows}"
+        return f"steps_{self.metrics}m_{'epoch' if self.epoch else 'noepoch'}_{self.rows}"
 
 
-def run_child(kind: str, path: Path) -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-c", CHILD, kind, str(path)], check=True,
-                         capture_output=True, text=True)
+def cases(full: bool, only: str | None, sizes: list[int] | None) -> list[Case]:
+    out: list[Case] = []
+    if only in (None, "steps"):
+        for fmt in ("jsonl", "parquet"):
+            for epoch in (False, True):
+                for rows in sizes or [100_000, 1_000_000, *([10_000_000] if full else [])]:
+                    out.append(Case("step", fmt, rows, 20, epoch))
+            for rows in sizes or [100_000, 1_000_000]:
+                out.append(Case("step", fmt, rows, 200, False))
+            out.append(Case("step", fmt, 100_000, 200, True))
+        if full and not sizes:
+            out.append(Case("step", "parquet", 10_000_000, 200, False))
+    if only in (None, "samples"):
+        out += [Case("sample", "parquet", 10_000_000), Case("sample", "jsonl", 10_000_000)]
+    return out
+
+
+def prepare(case: Case) -> tuple[Path, Path]:
+    """(what pyarrow reads, what forensics scans), written once."""
+    from bench.shapes import sample_chunks, step_chunks, write_jsonl, write_parquet
+
+    write = write_parquet if case.fmt == "parquet" else write_jsonl
+    suffix = "parquet" if case.fmt == "parquet" else "jsonl"
+    if case.stream == "step":
+        path = DATA / f"{case.name}.{suffix}"
+        if not path.exists():
+            write(path, step_chunks(case.rows, case.metrics, case.epoch))
+        return path, path
+    folder = DATA / f"{case.name}_{case.fmt}"
+    steps_file = folder / f"steps.{suffix}"
+    samples_file = folder / f"samples.{suffix}"
+    per_step = 2000
+    if not steps_file.exists():
+        write(steps_file, step_chunks(case.rows // per_step, 20, False))
+    if not samples_file.exists():
+        write(samples_file, sample_chunks(case.rows // per_step, per_step,
+                                          bias_from=int(case.rows // per_step * 0.8)))
+    return samples_file, folder
+
+
+def run_child(kind: str, path: Path, skip: str = "") -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", CHILD, kind, str(path), skip], check=True,
+                         capture_output=True, text=True, cwd=ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def best(kind: str, path: Path, repeat: int) -> dict[str, float]:
-    runs = [run_child(kind, path) for _ in range(repeat)]
+def best(kind: str, path: Path, repeat: int, skip: str = "") -> dict[str, float]:
+    runs = [run_child(kind, path, skip) for _ in range(repeat)]
     return min(runs, key=lambda r: r["seconds"]) | {"peak_mb": max(r["peak_mb"] for r in runs)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--full", action="store_true", help="add the 10,000,000-row step streams")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each (best time kept); files "
+                    "over 1 GB are run once")
+    ap.add_argument("--only", choices=["steps", "samples"])
+    ap.add_argument("--rows", type=int, nargs="*", help="step-stream sizes instead of the defaults")
+    ap.add_argument("--match", default="", help="only the cases whose data file name holds this "
+                    "(e.g. steps_20m_epoch)")
+    ap.add_argument("--format", choices=["jsonl", "parquet"], help="only this format")
+    ap.add_argument("--skip-trackers", default="", help="comma-separated trackers left out of the "
+                    "scan (to measure the rest without one)")
     args = ap.parse_args()
-    t0 = time.perf_counter()
-    jsonl, parquet = make_data(args.rows)
-    print(f"data: {jsonl.name} {jsonl.stat().st_size / 1e6:.0f} MB, {parquet.name} "
-          f"{parquet.stat().st_size / 1e6:.0f} MB ({time.perf_counter() - t0:.1f} s to prepare)")
+    if args.skip_trackers:
+        print(f"scans without the trackers: {args.skip_trackers}")
+    sys.path.insert(0, str(ROOT))
     ok = True
-    for label, base_kind, path in (("JSONL", "arrow-jsonl", jsonl),
-                                   ("Parquet", "arrow-parquet", parquet)):
-        base = best(base_kind, path, args.repeat)
-        ours = best("forensics", path, args.repeat)
+    per_row: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    print(f"{'input':34} {'rows':>11} {'MB':>7} {'pyarrow':>8} {'forensics':>9} {'ratio':>6} "
+          f"{'budget':>6} {'us/row':>7} {'peak MB':>8}  notes")
+    chosen = [c for c in cases(args.full, args.only, args.rows)
+              if args.match in c.name and args.format in (None, c.fmt)]
+    for case in chosen:
+        t0 = time.perf_counter()
+        read, scan = prepare(case)
+        prep = time.perf_counter() - t0
+        size_mb = read.stat().st_size / 1e6
+        repeat = 1 if size_mb > 1000 else args.repeat
+        base = best(f"arrow-{case.fmt}", read, repeat)
+        ours = best("forensics", scan, repeat, args.skip_trackers)
         ratio = ours["seconds"] / base["seconds"]
-        ok &= ratio <= 1.5 and ours["peak_mb"] < 400
-        print(f"{label:8} pyarrow {base['seconds']:6.2f} s ({base['peak_mb']:5.0f} MB)   "
-              f"forensics scan {ours['seconds']:6.2f} s ({ours['peak_mb']:5.0f} MB peak)   "
-              f"ratio {ratio:4.2f}x (target <= 1.5x, < 400 MB)   rows {int(ours['rows'])}")
-    print("PASS" if ok else "FAIL: a target was missed")
+        budget = BUDGET[(case.stream, case.fmt)]
+        us = ours["seconds"] / case.rows * 1e6
+        notes = []
+        if case.stream == "step" and case.fmt == "parquet":
+            values = case.rows * case.metrics / 1e6
+            notes.append(f"analysis {(ours['seconds'] - base['seconds']) / values:.3f} s per million values")
+        if prep > 1:
+            notes.append(f"(data written in {prep:.0f} s)")
+        met = ratio <= budget and ours["peak_mb"] < PEAK_MB
+        ok &= met
+        label = f"{case.stream} {case.fmt} {case.shape}"
+        print(f"{label:34} {case.rows:>11,} {size_mb:>7,.0f} {base['seconds']:>7.2f}s "
+              f"{ours['seconds']:>8.2f}s {ratio:>5.2f}x {budget:>5.1f}x {us:>7.2f} "
+              f"{ours['peak_mb']:>8.0f}  {'ok' if met else 'MISSED'} " + "; ".join(notes), flush=True)
+        per_row.setdefault((case.fmt, case.shape if case.stream == "step" else "samples"), []).append(
+            (case.rows, us))
+    for (fmt, shape), points in sorted(per_row.items()):
+        if len(points) < 2:
+            continue
+        points.sort()
+        (n0, u0), (n1, u1) = points[0], points[-1]
+        change = u1 / u0 - 1
+        flat = abs(change) <= FLAT or change < 0
+        ok &= flat
+        print(f"time per row, {fmt} {shape}: {u0:.2f} us at {n0:,} rows, {u1:.2f} us at {n1:,} "
+              f"({change:+.0%}; budget within {FLAT:.0%}): {'ok' if flat else 'MISSED'}")
+    print("PASS: every budget met" if ok else "FAIL: a budget was missed (see MISSED)")
 
 
 if __name__ == "__main__":

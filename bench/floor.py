@@ -19,7 +19,7 @@ from pathlib import Path
 import bottleneck as bn
 import pyarrow.parquet as pq
 
-PATH = Path(__file__).resolve().parent / "data" / "steps_1000000.parquet"
+PATH = Path(__file__).resolve().parent / "data" / "steps_20m_epoch_1000000.parquet"
 
 
 def run(kind: str) -> float:

@@ -41,8 +41,8 @@ from .errors import ForensicsError, UsageError
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
 
-#: Files at least this large get a progress line on an interactive terminal.
-PROGRESS_BYTES = 32 << 20
+#: ``scan --metrics`` (forensics.report.files.METRICS_FORMATS, not imported: --help stays light).
+METRICS_CHOICES = ("auto", "csv", "parquet", "both")
 
 
 # --- output: a closed pipe, colour ---------------------------------------------------------
@@ -213,32 +213,14 @@ def build_config(config_path: Path | None, kl_target: float | None, kl_unit: str
                        batch_rows=batch_rows, maps=maps)
 
 
-def _progress(path: Path) -> tuple[Callable[[int], None] | None, Callable[[], None]]:
-    try:
-        size = path.stat().st_size if path.is_file() else 0
-    except OSError:
-        size = 0
-    if size < PROGRESS_BYTES or not sys.stderr.isatty():
-        return None, lambda: None
-    state = {"rows": 0}
-
-    def tick(n: int) -> None:
-        state["rows"] += n
-        echo(f"\rscanning {path.name}: {state['rows']:,} rows", err=True, nl=False)
-
-    def done() -> None:
-        echo("", err=True)
-
-    return tick, done
-
-
 def run_scan(path: Path, opts: dict[str, Any], show_progress: bool = True):  # type: ignore[no-untyped-def]
     """Scan ``path`` with the scan options of a command (``scan_options``)."""
-    from .analysis.engine import scan_path
+    from .analysis.engine import run_inputs, scan_path
+    from .progress import scan_progress
 
     cfg = build_config(opts.get("config_path"), opts.get("kl_target"), opts.get("kl_unit"),
                        bool(opts.get("strict")), opts.get("batch_rows"), opts.get("maps") or ())
-    tick, done = _progress(path) if show_progress else (None, lambda: None)
+    tick, done = scan_progress(run_inputs(path, opts.get("samples")), enabled=show_progress)
     try:
         return scan_path(path, samples=opts.get("samples"), meta=opts.get("meta"), config=cfg,
                          fmt=opts.get("fmt"), progress=tick)
@@ -270,17 +252,21 @@ def _emit(text: str, output: Path | None, quiet: bool, what: str = "") -> None:
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("-o", "--output", "--out", "out_dir", cls=_HiddenAliases, hidden_aliases=("--out",),
               type=click.Path(path_type=Path), default=Path("reports"), show_default=True,
-              help="Folder for the reports. The scan owns the files it writes there: an earlier "
-              "scan's files that this one does not write are removed, nothing else is touched.")
+              help="Folder for analysis.json, summary.json, metrics.csv (or metrics.parquet), findings.csv "
+              "and the reports. The scan owns the files it writes there: an earlier scan's files that "
+              "this one does not write are removed, nothing else is touched.")
 @scan_options
 @_deprecated_format_option
 @click.option("--top", type=click.IntRange(min=0), default=8, show_default=True,
               help="Findings shown in the terminal summary.")
+@click.option("--metrics", "metrics_fmt", type=click.Choice(METRICS_CHOICES), default="auto",
+              show_default=True, help="The per-step table: metrics.csv up to 100,000 steps and "
+              "metrics.parquet above (auto), or csv, parquet or both.")
 @_verbosity
 @click.option("--plotly-js", "plotly_js", type=click.Choice(["inline", "file"]), default="inline",
               show_default=True, help="inline: report.html is one self-contained file (~5 MB); "
               "file: plotly.min.js is written once per folder and report.html refers to it.")
-def scan(path: Path, out_dir: Path, top: int, quiet: bool, verbose: bool, plotly_js: str,
+def scan(path: Path, out_dir: Path, top: int, metrics_fmt: str, quiet: bool, verbose: bool, plotly_js: str,
          old_fmt: str | None, **opts: Any) -> None:
     """Scan a training log and write reports (analysis.json, CSVs, report.html, ...).
 
@@ -294,7 +280,7 @@ def scan(path: Path, out_dir: Path, top: int, quiet: bool, verbose: bool, plotly
 
     opts["fmt"] = _resolve_format(opts.get("fmt"), old_fmt)
     analysis = run_scan(path, opts, show_progress=not quiet)
-    paths = write_reports(analysis, out_dir, script=plotly_js)
+    paths = write_reports(analysis, out_dir, script=plotly_js, metrics=metrics_fmt)
     if quiet:
         return
     echo(render_summary(analysis, top=top, colour=colour_on()))
@@ -557,6 +543,69 @@ def diff(run_a: Path, run_b: Path, out_fmt: str, output: Path | None, tolerance:
         text = render_text(result)
     _emit(text, output, quiet)
     if result["regression"]["regressed"]:
+        click.get_current_context().exit(EXIT_GATE_FAILED)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", "--out", "out_dir", cls=_HiddenAliases, hidden_aliases=("--out",),
+              type=click.Path(path_type=Path), required=True,
+              help="Folder for each run's reports (OUTPUT/<run>/) and fleet.csv, fleet.json, fleet.html.")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: a process pool on this machine; ray: Ray tasks (extra rl-forensics[ray]).")
+@click.option("--address", help="Ray cluster address (default: start a local Ray instance).")
+@click.option("--policy", "policy_path", type=click.Path(path_type=Path),
+              help="Gate policy TOML: each run gets a verdict; exit 1 if any run fails.")
+@click.option("--workers", type=click.IntRange(min=1),
+              help="Runs scanned at once (default: one per CPU; with a Ray cluster, Ray decides).")
+@click.option("--config", "config_path", type=click.Path(path_type=Path),
+              help="TOML config for every run: [run] metadata, tracker parameters, [scan].")
+@click.option("--strict", is_flag=True, help="A malformed row makes that run unreadable.")
+@click.option("--metrics", "metrics_fmt", type=click.Choice(METRICS_CHOICES), default="auto",
+              show_default=True, help="Each run's per-step table (as for scan).")
+@click.option("--no-html", is_flag=True, help="No report.html/report.md per run (thousands of "
+              "runs); `forensics report OUT/<run>` renders one later.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing on success (no progress; the exit code "
+              "tells the gate's verdict).")
+def fleet(paths: tuple[Path, ...], out_dir: Path, engine: str, address: str | None,
+          policy_path: Path | None, workers: int | None, config_path: Path | None, strict: bool,
+          metrics_fmt: str, no_html: bool, quiet: bool) -> None:
+    """Scan every run under PATH... and write one table of them all, worst first.
+
+    A run is a folder with steps.* or trainer_state.json (or a TensorBoard folder), or a log
+    file of a known format. A run that cannot be read is a row with its error. Exit 0, or with
+    --policy the gate's verdict over the fleet: 1 if any run fails it (or cannot be read).
+    """
+    from .fleet import find_runs, run_fleet, sort_rows
+    from .progress import FleetProgress
+    from .verdicts.gate import load_policy
+
+    policy = load_policy(policy_path) if policy_path is not None else None
+    cfg = build_config(config_path, None, None, strict, None)
+    runs = find_runs(paths, exclude=[out_dir])
+    progress = FleetProgress(len(runs), enabled=not quiet)
+    try:
+        result = run_fleet(paths, out_dir, engine=engine, address=address, workers=workers,
+                           config=cfg, policy=policy, metrics=metrics_fmt, html=not no_html, runs=runs,
+                           policy_name=str(policy_path) if policy_path else None, on_result=progress)
+    finally:
+        progress.close()
+    if not quiet:
+        rows = sort_rows(result.rows)
+        gate = ""
+        if policy is not None:
+            gate = f"; gate: {sum(r['gate'] == 'passed' for r in rows)} passed, " \
+                   f"{sum(r['gate'] in ('failed', 'error') for r in rows)} failed"
+        echo(f"{len(rows)} runs scanned ({engine}): {result.unreadable} could not be read{gate}")
+        for r in rows[:5]:
+            what = f"error: {r['error']}" if r["error"] else (
+                f"health {r['health']:.2f}, {r['findings']['critical']} critical, "
+                f"{r['findings']['warning']} warning"
+                + (f", first domino {r['first_domino_rule']} @ {r['first_domino_step']}"
+                   if r["first_domino_rule"] else ""))
+            echo(f"  {r['run']}: {what}" + (f" [gate {r['gate']}]" if r["gate"] else ""))
+        echo("wrote " + ", ".join(str(p) for p in result.paths.values()))
+    if result.gate_failed:
         click.get_current_context().exit(EXIT_GATE_FAILED)
 
 

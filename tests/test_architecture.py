@@ -122,8 +122,14 @@ LAYERS = {
     "forensics.analysis": {"forensics.io"},
     "forensics.report": {"forensics.analysis", "forensics.io"},
     "forensics.verdicts": {"forensics.analysis", "forensics.io", "forensics.report"},
+    "forensics.fleet": {"forensics.analysis", "forensics.io", "forensics.report", "forensics.verdicts"},
 }
 ROOT_MODULES = {"forensics", "forensics.schema", "forensics.config", "forensics.errors"}
+
+
+def test_progress_imports_no_part() -> None:
+    """The progress display (root, user-facing) stands on nothing but the root modules."""
+    assert import_graph()["forensics.progress"] <= ROOT_MODULES
 
 
 @pytest.mark.parametrize("part", sorted(LAYERS))

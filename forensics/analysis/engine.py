@@ -44,7 +44,7 @@ from .trackers.base import TrackerResult
 if TYPE_CHECKING:  # pandas is imported when a DataFrame is asked for, not by every scan
     pass
 
-__all__ = ["Scan", "make_config", "scan_frame", "scan_path"]
+__all__ = ["Scan", "make_config", "run_inputs", "scan_frame", "scan_path"]
 
 @dataclass
 class Replay:
@@ -111,6 +111,23 @@ def _tracker_pool() -> ThreadPoolExecutor | None:
         if _POOL is None:
             _POOL = ThreadPoolExecutor(workers, thread_name_prefix="forensics-tracker")
     return _POOL
+
+
+def _read_ahead(batches: Iterator[RawBatch]) -> Iterator[RawBatch]:
+    """The batches, each read on a helper thread while the one before it is analysed.
+
+    A 10,000,000-row sample stream spends about as long decoding as analysing; both release the
+    GIL (pyarrow's decode, numpy's sorts and sums), so on two cores they overlap. One batch is
+    read ahead at most (memory: two batches).
+    """
+    with ThreadPoolExecutor(1, thread_name_prefix="forensics-read-ahead") as ex:
+        fut = ex.submit(next, batches, None)
+        try:
+            while (raw := fut.result()) is not None:
+                fut = ex.submit(next, batches, None)
+                yield raw
+        finally:
+            fut.cancel()
 
 
 def _timed(tracker: Tracker, batch: Batch) -> tuple[dict[str, np.ndarray] | None, float]:
@@ -512,17 +529,20 @@ def make_config(config: Config | None = None, *, config_path: Path | str | None 
 
 
 def _feed_sources(scan: Scan, source: Any, sample_source: Any, config: Config,
-                  progress: Callable[[int], None] | None, where: str) -> Analysis:
-    """Feed the step source and the sample source (or None) to ``scan`` and finish it."""
-    for raw in source.batches(config.batch_rows):
+                  progress: Callable[[int], None] | None, where: str, step_batch_rows: int) -> Analysis:
+    """Feed the step source (batches of ``step_batch_rows``) and the sample source (or None, read
+    one batch ahead) to ``scan`` and finish it; ``progress(rows)`` after each batch of either."""
+    for raw in source.batches(step_batch_rows):
         scan.feed(raw, source.report)
         if progress is not None:
             progress(len(raw))
     if source.report.rows_kept == 0 and source.report not in scan.reports:
         scan.reports.append(source.report)
     if sample_source is not None:
-        for raw in sample_source.batches(config.batch_rows):
+        for raw in _read_ahead(sample_source.batches(config.batch_rows)):
             scan.feed_samples(raw, sample_source.report)
+            if progress is not None:
+                progress(len(raw))
         if sample_source.report not in scan.reports:
             scan.reports.append(sample_source.report)
     if scan.rows == 0:
@@ -531,6 +551,55 @@ def _feed_sources(scan: Scan, source: Any, sample_source: Any, config: Config,
                          + (f"; first problem: line {r.issues[0].line}: {r.issues[0].reason}"
                             if r.issues else "") + ")", path=where)
     return scan.finish()
+
+
+#: Most values (rows x columns) in one batch of the step stream. A 20-metric log keeps the full
+#: ``batch_rows``; a 200-metric one (veRL) gets about 10,000 rows a batch: a batch is held
+#: several times while it is analysed, and 65,536 rows of 200 columns peaked near 500 MB.
+BATCH_CELLS = 1 << 21
+
+
+def _row_width(path: Path) -> int | None:
+    """Columns of a Parquet file (its schema) or keys of a JSON-lines log's first row (None:
+    another format, or unknown)."""
+    try:
+        if not path.is_file():
+            return None
+        with open(path, "rb") as fh:
+            head = fh.read(1 << 16)
+        if head.startswith(b"PAR1"):
+            import pyarrow.parquet as pq
+
+            return len(pq.read_schema(path).names)
+        if head.lstrip().startswith(b"{"):
+            return head.lstrip().split(b"\n", 1)[0].count(b'":') or None
+    except Exception:  # an estimate only: the reader reports what is wrong with the file
+        return None
+    return None
+
+
+def batch_rows_for(path: Path, batch_rows: int) -> int:
+    r"""``batch_rows``, fewer for a wide log (at most :data:`BATCH_CELLS` values a batch).
+
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "steps.jsonl"
+    >>> _ = p.write_text("{" + ", ".join(f'"m{i}": 1' for i in range(256)) + "}\n")
+    >>> batch_rows_for(p, 65_536), batch_rows_for(p, 100)
+    (8192, 100)
+    """
+    width = _row_width(path)
+    return batch_rows if not width else min(batch_rows, max(1024, BATCH_CELLS // width))
+
+
+def run_inputs(path: Path | str, samples: Path | str | None = None) -> list[Path]:
+    """The files a scan of ``path`` reads: the step log, and the sample stream if any (for
+    progress estimates; an unreadable path gives what can be told without reading it)."""
+    try:
+        steps, found, _ = _find_run_files(Path(path))
+    except InputError:
+        return [Path(path)]
+    sample = Path(samples) if samples is not None else found
+    return [steps] + ([sample] if sample is not None else [])
 
 
 def scan_path(
@@ -565,7 +634,7 @@ def scan_path(
     columns : your own key names, source key -> canonical name (``[columns]``); ``maps`` the same
         as ``--map`` strings (``"my_reward=reward_mean"``).
     trackers : run only these trackers (default: all).
-    progress : called with the number of rows of each batch read.
+    progress : called after each batch of either stream with its number of rows.
     """
     config = make_config(config, config_path=config_path, kl_target=kl_target, kl_unit=kl_unit,
                          strict=strict, batch_rows=batch_rows, columns=columns, maps=maps)
@@ -580,7 +649,8 @@ def scan_path(
     source = open_source(steps_path, fmt, strict=config.strict)
     source.report.notes[:0] = notes
     sample_source = None if samples_path is None else open_source(samples_path, None, strict=config.strict)
-    return _feed_sources(scan, source, sample_source, config, progress, str(steps_path))
+    return _feed_sources(scan, source, sample_source, config, progress, str(steps_path),
+                         batch_rows_for(steps_path, config.batch_rows))
 
 
 class _FrameSource:
@@ -634,4 +704,4 @@ def scan_frame(frame: Any, *, samples: Any = None, meta: RunMeta | dict[str, Any
     run_meta = RunMeta.from_dict(meta, source="meta") if isinstance(meta, dict) else (meta or RunMeta())
     scan = Scan(config, run_meta, trackers)
     sample_source = None if samples is None else _FrameSource(samples, name + " samples")
-    return _feed_sources(scan, _FrameSource(frame, name), sample_source, config, None, name)
+    return _feed_sources(scan, _FrameSource(frame, name), sample_source, config, None, name, config.batch_rows)

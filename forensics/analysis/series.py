@@ -13,7 +13,7 @@ digits to keep the file small (a 100,000-step run carries a few hundred kB of se
 from __future__ import annotations
 
 import fnmatch
-import itertools
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -84,78 +84,162 @@ def paired_sample(steps: np.ndarray, x: np.ndarray, y: np.ndarray,
     return {"step": [int(s) for s in steps[idx]], "x": _round(x[idx]), "y": _round(y[idx])}
 
 
-def _duration(frame: dict[str, np.ndarray]) -> dict[str, Any] | None:
-    ts = frame.get("timestamp")
-    if ts is not None and np.isfinite(ts).sum() >= 2:
-        # float32 storage loses sub-minute precision on epoch seconds; good enough for a header
-        t = ts[np.isfinite(ts)].astype(np.float64)
-        return {"seconds": float(f"{t.max() - t.min():.6g}"), "source": "timestamp"}
-    st = frame.get("step_time")
-    if st is not None and np.isfinite(st).any():
-        return {"seconds": float(f"{float(np.nansum(st.astype(np.float64))):.6g}"),
-                "source": "sum of step_time"}
-    return None
-
-
 def _plotted(names: list[str]) -> list[str]:
     return sorted(k for k in names if k != "step" and any(fnmatch.fnmatchcase(k, p) for p in PLOTTED))
 
 
-def _series(steps: np.ndarray, values: np.ndarray, max_points: int) -> dict[str, Any] | None:
-    finite = int(np.isfinite(values).sum())
-    if finite == 0:
-        return None
-    x, y = envelope(steps, values, max_points)
-    return {"x": [int(s) for s in x], "y": _round(y), "n": finite, "downsampled": finite > len(x)}
-
-
-def _section(steps: np.ndarray, series: dict[str, Any], pairs: dict[str, Any],
+def _section(rows: int, series: dict[str, Any], pairs: dict[str, Any],
              duration: dict[str, Any] | None, max_points: int) -> dict[str, Any]:
     return {
         "method": "min/max envelope per bucket of consecutive finite values",
         "max_points": max_points,
-        "rows": len(steps),
+        "rows": rows,
         "series": series,
         "pairs": pairs,
         "duration": duration,
     }
 
 
-def _pairs(frame: dict[str, np.ndarray], max_points: int) -> dict[str, Any]:
-    if "response_length_mean" in frame and "reward_mean" in frame:
-        return {"length_reward": paired_sample(frame["step"], frame["response_length_mean"],
-                                               frame["reward_mean"], max_points // 2)}
-    return {}
+Parts = Callable[[], Iterable[dict[str, np.ndarray]]]
+
+
+class _Envelope:
+    """:func:`envelope` of one column, fed a part of the table at a time (memory: the buckets).
+
+    Pass 1 counts the finite values (:meth:`count`); pass 2 (:meth:`feed`) keeps, for each
+    bucket of ``size`` consecutive finite values, its first minimum and first maximum: the
+    points :func:`envelope` picks from the whole column.
+    """
+
+    def __init__(self, max_points: int) -> None:
+        self.max_points = max_points
+        self.n = 0
+        self.seen = 0
+        self.keep: list[tuple[np.ndarray, np.ndarray]] = []  # short series: every point
+
+    def count(self, values: np.ndarray) -> None:
+        self.n += int(np.isfinite(values).sum())
+
+    def start(self) -> None:
+        if self.n > self.max_points:
+            self.size = -(-self.n // max(1, self.max_points // 2))
+            k = -(-self.n // self.size)
+            self.lo = np.full(k, np.inf)
+            self.hi = np.full(k, -np.inf)
+            self.lo_at = np.full(k, -1, dtype=np.int64)
+            self.hi_at = np.full(k, -1, dtype=np.int64)
+            self.lo_step = np.zeros(k, dtype=np.int64)
+            self.hi_step = np.zeros(k, dtype=np.int64)
+            self.lo_v = np.zeros(k, dtype=np.float64)
+            self.hi_v = np.zeros(k, dtype=np.float64)
+
+    def feed(self, steps: np.ndarray, values: np.ndarray) -> None:
+        ok = np.isfinite(values)
+        v, st = (values, steps) if ok.all() else (values[ok], steps[ok])
+        if not len(v):
+            return
+        pos = np.arange(self.seen, self.seen + len(v))
+        self.seen += len(v)
+        if self.n <= self.max_points:
+            self.keep.append((st, v))
+            return
+        b = pos // self.size
+        starts = np.flatnonzero(np.diff(b, prepend=-1))
+        counts = np.diff(np.append(starts, len(b)))
+        ub = b[starts]
+        for red, best, at, step, val, better in (
+                (np.minimum, self.lo, self.lo_at, self.lo_step, self.lo_v, np.less),
+                (np.maximum, self.hi, self.hi_at, self.hi_step, self.hi_v, np.greater)):
+            ext = red.reduceat(v, starts)
+            hit = np.flatnonzero(v == np.repeat(ext, counts))
+            _, first = np.unique(b[hit], return_index=True)  # the first extreme of each bucket
+            j = hit[first]
+            upd = better(ext, best[ub])  # strictly: an earlier part's tie stays, as argmin keeps it
+            best[ub[upd]] = ext[upd]
+            at[ub[upd]], step[ub[upd]], val[ub[upd]] = pos[j][upd], st[j][upd], v[j][upd]
+
+    def result(self, dtype: np.dtype[Any]) -> dict[str, Any] | None:
+        if self.n == 0:
+            return None
+        if self.n <= self.max_points:
+            x = np.concatenate([k[0] for k in self.keep])
+            y = np.concatenate([k[1] for k in self.keep])
+        else:
+            at = np.concatenate([self.lo_at, self.hi_at])
+            _, idx = np.unique(at, return_index=True)
+            x = np.concatenate([self.lo_step, self.hi_step])[idx]
+            y = np.concatenate([self.lo_v, self.hi_v])[idx].astype(dtype)
+        return {"x": [int(s) for s in x], "y": _round(y), "n": self.n, "downsampled": self.n > len(x)}
+
+
+def _stream_plots(parts: Parts, names: list[str], max_points: int) -> dict[str, Any]:
+    """The ``plots`` section from a table read a part at a time (``parts()`` gives the parts
+    again for each of the two passes); memory: one part and the buckets."""
+    plotted = _plotted(names)
+    env = {n: _Envelope(max_points) for n in plotted}
+    want_pairs = "response_length_mean" in names and "reward_mean" in names
+    rows = paired = ts_n = 0
+    ts_lo, ts_hi, st_sum, st_any = np.inf, -np.inf, np.zeros(1), False
+    dtypes: dict[str, np.dtype[Any]] = {}
+    for part in parts():  # pass 1: counts, the duration
+        rows += len(part["step"])
+        for n in plotted:
+            env[n].count(part[n])
+            dtypes.setdefault(n, part[n].dtype if part[n].dtype.kind == "f" else np.dtype(np.float64))
+        if want_pairs:
+            paired += int((np.isfinite(part["response_length_mean"]) & np.isfinite(part["reward_mean"])).sum())
+        ts = part.get("timestamp")
+        if ts is not None and np.isfinite(ts).any():
+            t = ts[np.isfinite(ts)].astype(np.float64)
+            ts_lo, ts_hi, ts_n = min(ts_lo, float(t.min())), max(ts_hi, float(t.max())), ts_n + len(t)
+        st = part.get("step_time")
+        if st is not None and np.isfinite(st).any():
+            st_any = True
+            fin = st[np.isfinite(st)].astype(np.float64)
+            st_sum = np.cumsum(np.concatenate([st_sum, fin]))[-1:]  # one order, however cut
+    for e in env.values():
+        e.start()
+    half = max_points // 2
+    wanted = (np.linspace(0, paired - 1, half).astype(np.int64) if paired > half
+              else np.arange(paired))
+    pair_cols: dict[str, list[Any]] = {"step": [], "x": [], "y": []}
+    seen_pairs = 0
+    for part in parts():  # pass 2: the envelopes, the paired sample
+        for n in plotted:
+            env[n].feed(part["step"], part[n])
+        if want_pairs and paired:
+            lx, ry = part["response_length_mean"], part["reward_mean"]
+            idx = np.flatnonzero(np.isfinite(lx) & np.isfinite(ry))
+            pos = seen_pairs + np.arange(len(idx))
+            seen_pairs += len(idx)
+            pick = idx[np.isin(pos, wanted, assume_unique=True)]
+            pair_cols["step"] += [int(s) for s in part["step"][pick]]
+            pair_cols["x"] += _round(lx[pick])
+            pair_cols["y"] += _round(ry[pick])
+    series = {n: s for n in plotted if (s := env[n].result(dtypes[n])) is not None}
+    duration: dict[str, Any] | None = None
+    if ts_n >= 2:
+        # float32 storage loses sub-minute precision on epoch seconds; good enough for a header
+        duration = {"seconds": float(f"{ts_hi - ts_lo:.6g}"), "source": "timestamp"}
+    elif st_any:
+        duration = {"seconds": float(f"{float(st_sum[0]):.6g}"), "source": "sum of step_time"}
+    pairs = {"length_reward": pair_cols} if want_pairs else {}
+    return _section(rows, series, pairs, duration, max_points)
 
 
 def plots_from_frame(frame: dict[str, np.ndarray], max_points: int = MAX_POINTS) -> dict[str, Any]:
     """The ``plots`` section for per-step columns ``frame`` (``step`` plus metric arrays)."""
-    steps = frame["step"]
-    series = {name: s for name in _plotted(list(frame))
-              if (s := _series(steps, frame[name], max_points)) is not None}
-    return _section(steps, series, _pairs(frame, max_points), _duration(frame), max_points)
-
-
-#: Plotted columns read back from the per-step store together: a million rows of 4 float32
-#: columns are 16 MB (all ~25 at once would be ~100 MB); each read of the store opens its parts.
-COLUMNS_PER_READ = 4
+    return _stream_plots(lambda: [frame], list(frame), max_points)
 
 
 def plots_section(analysis: Analysis, max_points: int = MAX_POINTS) -> dict[str, Any]:
-    """The ``plots`` section of the analysis JSON: the downsampled series the HTML report draws."""
-    names = analysis.metrics.names
-    # the columns used together, and the sample-derived series (small), come with the first read
-    base = analysis.metrics_frame([c for c in ("timestamp", "step_time", "response_length_mean",
-                                               "reward_mean") if c in names])
-    steps = base["step"]
-    rest = [n for n in _plotted(list(names)) if n not in base]
-    frames = itertools.chain([base], (analysis.metrics.frame(rest[i : i + COLUMNS_PER_READ])
-                                      for i in range(0, len(rest), COLUMNS_PER_READ)))
-    series: dict[str, Any] = {}
-    for frame in frames:  # one group in memory at a time
-        for name in _plotted(list(frame)):
-            if (s := _series(steps, frame[name], max_points)) is not None:
-                series[name] = s
-    return _section(steps, dict(sorted(series.items())), _pairs(base, max_points), _duration(base),
-                    max_points)
+    """The ``plots`` section of the analysis JSON: the downsampled series the HTML report draws.
 
+    The per-step store is read twice, a part at a time: memory does not grow with the run
+    (a 10,000,000-step run's columns would be 40 MB each).
+    """
+    names = list(analysis.metrics.names)
+    cols = sorted(set(_plotted(names)) | {c for c in ("timestamp", "step_time",
+                                                      "response_length_mean", "reward_mean")
+                                          if c in names})
+    return _stream_plots(lambda: analysis.metrics.parts(cols), ["step", *cols], max_points)

@@ -22,9 +22,12 @@ class MetricsStore:
     """Append-only per-step table (float32 values, int64 steps), spilled to disk when large."""
 
     # one reader batch (65536 rows, ~30 float32 columns: ~8 MB) is held at most: more buys nothing
-    # (the parts are read back memory-mapped) and costs peak memory
-    def __init__(self, spill_rows: int = 65_536) -> None:
+    # (the parts are read back memory-mapped) and costs peak memory. A wide log (veRL's 200
+    # metrics a row) spills by cells instead: 65,536 rows of 200 columns would hold 52 MB, twice
+    # while they are joined for the spill.
+    def __init__(self, spill_rows: int = 65_536, spill_cells: int = 1 << 21) -> None:
         self.spill_rows = spill_rows
+        self.spill_cells = spill_cells
         self.n = 0
         self.names: dict[str, None] = {"step": None}
         self._buffer: list[dict[str, np.ndarray]] = []
@@ -40,7 +43,7 @@ class MetricsStore:
         self._buffer.append(part)
         self._buffered += len(steps)
         self.n += len(steps)
-        if self._buffered >= self.spill_rows:
+        if self._buffered >= self.spill_rows or self._buffered * len(part) >= self.spill_cells:
             self._spill()
 
     def _spill(self) -> None:

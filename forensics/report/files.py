@@ -16,12 +16,19 @@ import numpy as np
 from ..analysis.result import Analysis
 from ..errors import UsageError
 
-__all__ = ["ANALYSIS_FILE", "MANIFEST_FILE", "summary_dict", "to_json", "write_reports"]
+__all__ = ["ANALYSIS_FILE", "MANIFEST_FILE", "METRICS_FORMATS", "METRICS_PARQUET_ROWS", "summary_dict", "to_json",
+           "write_reports"]
 
 ANALYSIS_FILE = "analysis.json"
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.csv"
+METRICS_PARQUET_FILE = "metrics.parquet"
 FINDINGS_FILE = "findings.csv"
+#: Runs of more steps than this get the per-step table as metrics.parquet instead of metrics.csv
+#: (``auto``): a million steps of 30 columns are a 260 MB CSV and a 50 MB Parquet file.
+METRICS_PARQUET_ROWS = 100_000
+#: Choices for the per-step table: by size (``auto``), or csv, parquet or both on request.
+METRICS_FORMATS = ("auto", "csv", "parquet", "both")
 
 
 def _jsonable(obj: Any) -> Any:
@@ -78,6 +85,39 @@ def write_metrics_csv(analysis: Analysis, path: Path) -> None:
                 fh, include_header=fh.tell() == 0)
 
 
+def write_metrics_parquet(analysis: Analysis, path: Path) -> None:
+    """The per-step table of :func:`write_metrics_csv` as Parquet (zstd), one row group per part
+    of the per-step store (memory bounded by a part). Columns as in the CSV; NaN is null (a
+    missing value), ``step`` is int64 and every other column float32."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    writer: pq.ParquetWriter | None = None
+    try:
+        for part in analysis.metrics_parts():
+            names = ["step"] + sorted(k for k in part if k != "step")
+            table = pa.table({k: pa.array(part[k], from_pandas=k != "step") for k in names})
+            if writer is None:
+                writer = pq.ParquetWriter(path, table.schema, compression="zstd")
+            writer.write_table(table)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def metrics_formats(rows: int, choice: str = "auto") -> tuple[str, ...]:
+    """Which per-step tables to write for a run of ``rows`` steps.
+
+    >>> metrics_formats(1_000), metrics_formats(1_000_000), metrics_formats(10, "both")
+    (('csv',), ('parquet',), ('csv', 'parquet'))
+    """
+    if choice not in METRICS_FORMATS:
+        raise UsageError(f"unknown metrics format {choice!r}; known: {', '.join(METRICS_FORMATS)}")
+    if choice == "auto":
+        return ("parquet",) if rows > METRICS_PARQUET_ROWS else ("csv",)
+    return ("csv", "parquet") if choice == "both" else (choice,)
+
+
 def write_findings_csv(analysis: Analysis, path: Path) -> None:
     cols = ["rule", "severity", "tracker", "first_step", "last_step", "onset_step", "episodes",
             "message", "remedy", "evidence"]
@@ -122,9 +162,15 @@ def _owned(out_dir: Path) -> set[str]:
     return set()
 
 
-def write_reports(analysis: Analysis, out_dir: Path | str, script: str = "inline") -> dict[str, Path]:
-    """Write the files into ``out_dir`` (a str or a Path); return their paths by kind
-    (``script``: how report.html carries plotly.js, see :func:`forensics.report.html.render_html`).
+def write_reports(analysis: Analysis, out_dir: Path | str, *, script: str = "inline", metrics: str = "auto",
+                  rendered: bool = True) -> dict[str, Path]:
+    """Write the reports into ``out_dir`` (a str or a Path); return their paths by kind.
+
+    ``script``: how report.html carries plotly.js (see :func:`forensics.report.html.render_html`).
+    ``metrics`` chooses the per-step table: ``auto`` writes metrics.csv up to
+    :data:`METRICS_PARQUET_ROWS` steps and metrics.parquet above; ``csv``, ``parquet`` or
+    ``both`` on request. ``rendered=False`` leaves out report.html and report.md (a fleet of
+    thousands of runs; ``forensics report`` renders them later from analysis.json).
 
     The scan owns its folder's files: they are written into a temporary folder inside
     ``out_dir`` and moved into place when all are written (a scan that fails leaves the folder as
@@ -133,13 +179,14 @@ def write_reports(analysis: Analysis, out_dir: Path | str, script: str = "inline
     (:data:`MANIFEST_FILE`) lists what this scan wrote. No other file is touched.
     """
     out_dir = Path(out_dir)
+    tables = metrics_formats(analysis.steps.get("rows") or 0, metrics)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".forensics-", dir=out_dir))
     except OSError as exc:
         raise UsageError(f"cannot create output folder {out_dir}: {exc.strerror or exc}") from None
     try:
-        written = _write_files(analysis, tmp, script)
+        written = _write_files(analysis, tmp, script, tables, rendered)
         previous = _owned(out_dir)
         names = sorted(p.name for p in tmp.iterdir() if p.is_file())
         for name in names:
@@ -159,21 +206,27 @@ def write_reports(analysis: Analysis, out_dir: Path | str, script: str = "inline
     return {kind: out_dir / p.name for kind, p in written.items()}
 
 
-def _write_files(analysis: Analysis, out_dir: Path, script: str) -> dict[str, Path]:
+def _write_files(analysis: Analysis, out_dir: Path, script: str, tables: tuple[str, ...],
+                 rendered: bool) -> dict[str, Path]:
     paths = {
         "analysis": out_dir / ANALYSIS_FILE,
         "summary": out_dir / SUMMARY_FILE,
-        "metrics": out_dir / METRICS_FILE,
+        **({"metrics": out_dir / METRICS_FILE} if "csv" in tables else {}),
+        **({"metrics_parquet": out_dir / METRICS_PARQUET_FILE} if "parquet" in tables else {}),
         "findings": out_dir / FINDINGS_FILE,
     }
     d = analysis.to_dict()
     text = to_json(d)
     paths["analysis"].write_text(text, encoding="utf-8")
     paths["summary"].write_text(to_json(summary_dict(d)), encoding="utf-8")
-    write_metrics_csv(analysis, paths["metrics"])
+    if "metrics" in paths:
+        write_metrics_csv(analysis, paths["metrics"])
+    if "metrics_parquet" in paths:
+        write_metrics_parquet(analysis, paths["metrics_parquet"])
     write_findings_csv(analysis, paths["findings"])
     paths.update(write_training_files(d, out_dir))
-    paths.update(write_rendered(json.loads(text), out_dir, script=script))
+    if rendered:
+        paths.update(write_rendered(json.loads(text), out_dir, script=script))
     return paths
 
 

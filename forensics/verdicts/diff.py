@@ -101,13 +101,17 @@ def load_saved(path: Path) -> RunData:
 
 
 def read_metrics_csv(path: Path) -> dict[str, np.ndarray] | None:
-    """The per-step columns of a ``metrics.csv`` written by ``forensics scan`` (None if unusable)."""
+    """The per-step columns of a ``metrics.csv`` written by ``forensics scan`` (None if unusable),
+    or of the ``metrics.parquet`` beside it (a large run's table)."""
+    if not path.is_file() and path.with_suffix(".parquet").is_file():
+        path = path.with_suffix(".parquet")
     if not path.is_file():
         return None
     import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
 
     try:
-        table = pacsv.read_csv(path)
+        table = pq.read_table(path) if path.suffix == ".parquet" else pacsv.read_csv(path)
         frame = {name: table.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
                  for name in table.column_names}
         frame["step"] = frame["step"].astype(np.int64)

@@ -99,6 +99,15 @@ class Tracker:
         raise NotImplementedError
 
     # -- helpers for subclasses --------------------------------------------------------
+    def begin(self, batch: Batch) -> bool:
+        """Whether ``batch`` is this tracker's business: once one of its required columns has
+        been logged, every later batch is (the tracker becomes active and counts the rows)."""
+        if not self.active and not any(batch.has(c) for c in self.requires):
+            return False
+        self.active = True
+        self.rows += len(batch)
+        return True
+
     @classmethod
     def rule(cls, rule_id: str) -> RuleSpec:
         for r in cls.rules:

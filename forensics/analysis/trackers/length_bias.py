@@ -1,9 +1,19 @@
 """Length bias: does reward pay for length rather than quality? Plus length growth and truncation.
 
-From a per-response sample stream (step, length, reward): Pearson and Spearman correlation of
-length with reward overall and in rolling pools of steps, the reward gap between long and short
-responses, and the share of reward variance explained by length (r squared). From step aggregates
-alone: length and reward rising together, length growing while reward stalls, truncation rising.
+From a per-response sample stream (step, length, reward), every response counted: the
+within-step Spearman and Pearson correlation of length with reward for every step (ranks and
+sums over all of a step's responses, vectorised across the steps of a batch:
+:mod:`.segments`), pooled over the last ``pool_steps`` steps (weighted by responses) and judged
+step by step against the run's own early baseline, so the finding's onset is the step where the
+coupling appears; the overall Pearson correlation and r squared over all responses (exact
+streaming moments); the overall Spearman correlation and the reward gap between long and short
+responses from a deterministic hash sample whose size and share the summary states. From step
+aggregates alone: length and reward rising together, length growing while reward stalls,
+truncation rising.
+
+The coupling is judged *within* steps: responses of one step share the policy and the prompts'
+difficulty, so a correlation there is the reward paying for length, not both drifting with
+training (which a correlation pooled across steps would mix in).
 
 References: SIGNATURES.md #6, #7 (Singhal et al. 2023: 70-90% of PPO reward gain from length),
 #15 (truncation). False-positive trap: in RLVR, longer reasoning legitimately earns more reward;
@@ -12,7 +22,6 @@ the coupled-growth rule is therefore informational unless the per-response corre
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,9 +31,9 @@ from ...io.canonical import Batch
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
 from ..spans import step_span
-from ..stats import BlockStats, Context, pearson, spearman, window_median
+from ..stats import BlockStats, Context, spearman, window_median
 from .base import Tracker, TrackerResult
-from .grouping import StepGrouper
+from .segments import Block, StepRuns, segment_mean, segment_moments, segment_spearman
 
 __all__ = ["LengthBias"]
 
@@ -37,8 +46,12 @@ class LengthBiasParams:
     block: int = param(5, "Rows per block of the trend statistics (see stats.BlockStats).")
     probation: int = param(10, "Steps at the start on which no rule fires.")
     baseline_rows: int = param(30, "Steps after probation that define baselines.")
-    pool_steps: int = param(10, "Steps pooled for the rolling per-response correlation.")
-    rho_threshold: float = param(0.3, "Pooled Spearman(length, reward) above this is coupling.")
+    pool_steps: int = param(10, "Most steps pooled (weighted by responses) for the within-step "
+                            "correlation a step is judged on.")
+    pool_responses: int = param(2000, "...fewer when the last steps hold this many responses (a "
+                                "step of 2,000 responses is judged alone).")
+    rho_threshold: float = param(0.3, "Pooled within-step Spearman(length, reward) above this is "
+                                 "coupling.")
     rho_increase: float = param(0.1, "...and at least this much above the baseline correlation.")
     growth_factor: float = param(1.3, "Mean length above this multiple of the baseline is growth.")
     rising_ratio: float = param(1.1, "Median length of the last window/2 over the window/2 "
@@ -60,17 +73,20 @@ class LengthBiasParams:
     persist_k: int = param(5, "Persistence: rows out of persist_m.")
     persist_m: int = param(8, "Persistence window (rows).")
     max_overall_samples: int = param(200_000, "Responses kept (deterministic hash sample) for the "
-                                     "overall correlation.")
+                                     "overall Spearman correlation and the long/short reward gap "
+                                     "(the per-step statistics and the overall Pearson use all).")
 
 
 _R = RuleSpec
 RULES = (
     _R("length.reward_correlation", Severity.WARNING, "Reward pays for length",
-       "Within recent steps, longer responses get systematically more reward, more so than early "
-       "in training, and responses have grown: the policy is learning length, not quality.",
+       "Within each recent step, longer responses get systematically more reward, more so than "
+       "early in training: the reward pays for length, and the policy learns length, not quality "
+       "(the evidence says whether responses have grown yet).",
        "Add a length penalty or length-normalise the reward; rebalance reward-model data by "
        "length; for DPO use R-DPO/LD-DPO.",
-       ("rho_threshold", "rho_increase", "growth_factor", "pool_steps"), "SIGNATURES #7"),
+       ("rho_threshold", "rho_increase", "growth_factor", "pool_steps", "pool_responses"),
+       "SIGNATURES #7"),
     _R("length.growth", Severity.WARNING, "Length grows while reward stalls",
        "Mean response length keeps rising but reward does not improve: the extra tokens buy "
        "nothing (pattern collapse, repetition, or verbose failures).",
@@ -133,20 +149,19 @@ class LengthBias(Tracker):
         self.base_trunc: float | None = None
         self.step_rows = 0
         # sample stream state
-        self.grouper = StepGrouper()
-        self.pool: deque[tuple[np.ndarray, np.ndarray]] = deque(maxlen=p.pool_steps)
+        self.runs = StepRuns()
+        self.pool_rho = np.zeros(0)  # n-weighted rho and n of the last pool_steps - 1 steps
+        self.pool_n = np.zeros(0)
         self.sample_steps = 0
         self.sample_rows = 0
         self.s_base_rho: list[float] = []
         self.s_base_len: list[float] = []
-        self.s_base_done = False
+        # all finite (length, reward) pairs: n, means, centred sums (merged step by step)
+        self.moments = [0.0] * 6
         self.sketch_h = np.zeros(0, dtype=np.uint64)
         self.sketch_l = np.zeros(0)
         self.sketch_r = np.zeros(0)
-        self.series_steps: list[int] = []
-        self.series_rho: list[float] = []
-        self.series_r2: list[float] = []
-        self.series_trunc: list[float] = []
+        self.series: dict[str, list[np.ndarray]] = {"step": [], "rho": [], "r2": [], "trunc": []}
 
     # -- step stream ------------------------------------------------------------------------
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
@@ -221,93 +236,119 @@ class LengthBias(Tracker):
 
     # -- sample stream ----------------------------------------------------------------------
     def _update_samples(self, batch: Batch) -> None:
-        if not batch.has("length"):
+        if not batch.has("length") and not self.sample_rows:
             return None
         self.active = True
-        cols = {"l": batch.col("length"), "r": batch.col("reward"), "t": batch.col("truncated")}
+        length, reward = batch.col("length"), batch.col("reward")
         n0 = self.sample_rows
         self.sample_rows += len(batch)
-        self._sketch(np.arange(n0, n0 + len(batch), dtype=np.uint64), cols["l"], cols["r"])
-        for steps, groups in self.grouper.push(batch.steps, cols):
-            self._steps_done(steps, groups)
+        self.source_keys.setdefault("length", "length")
+        self.source_keys.setdefault("reward", "reward")
+        ok = np.isfinite(length) & np.isfinite(reward)
+        if ok.all():
+            self._sketch(np.arange(n0, n0 + len(ok), dtype=np.uint64), length, reward)
+        else:
+            self._sketch(np.flatnonzero(ok).astype(np.uint64) + np.uint64(n0), length[ok], reward[ok])
+        block = self.runs.push(batch.steps, {"l": length, "r": reward, "t": batch.col("truncated")})
+        if block is not None:
+            self._steps_done(block)
         return None
 
     def _sketch(self, rows: np.ndarray, length: np.ndarray, reward: np.ndarray) -> None:
         """Bottom-k sample by a hash of the row index: the same rows whatever the batching."""
         with np.errstate(over="ignore"):
             h = (rows + np.uint64(1)) * _HASH
+        cap = self.p.max_overall_samples
+        if len(self.sketch_h) >= cap:  # full: only a hash below the largest kept can enter
+            new = h < self.sketch_h.max()
+            h, length, reward = h[new], length[new], reward[new]
         self.sketch_h = np.concatenate([self.sketch_h, h])
         self.sketch_l = np.concatenate([self.sketch_l, length])
         self.sketch_r = np.concatenate([self.sketch_r, reward])
-        cap = self.p.max_overall_samples
         if len(self.sketch_h) > 2 * cap:
+            self._trim_sketch()
+
+    def _trim_sketch(self) -> None:
+        cap = self.p.max_overall_samples
+        if len(self.sketch_h) > cap:
             keep = np.argpartition(self.sketch_h, cap)[:cap]
             self.sketch_h, self.sketch_l, self.sketch_r = (
                 self.sketch_h[keep], self.sketch_l[keep], self.sketch_r[keep])
 
-    def _steps_done(self, steps: np.ndarray, groups: list[dict[str, np.ndarray]]) -> None:
+    def _steps_done(self, block: Block) -> None:
+        """Judge the complete steps of a block: every response of each step counts."""
         p = self.p
-        conds, vals, rhos_out, lens = [], [], [], []
-        for step, g in zip(steps, groups, strict=True):
-            self.pool.append((g["l"], g["r"]))
-            pl = np.concatenate([x for x, _ in self.pool])
-            pr = np.concatenate([y for _, y in self.pool])
-            rho = spearman(pl, pr)
-            r = pearson(pl, pr)
-            mean_len = float(np.nanmean(g["l"])) if np.isfinite(g["l"]).any() else np.nan
-            t = g["t"]
-            trunc = float(np.nanmean(t)) if np.isfinite(t).any() else np.nan
-            idx = self.sample_steps
-            self.sample_steps += 1
-            if p.probation <= idx < p.probation + p.baseline_rows:
-                if np.isfinite(rho):
-                    self.s_base_rho.append(rho)
-                if np.isfinite(mean_len):
-                    self.s_base_len.append(mean_len)
-            base_done = idx >= p.probation + p.baseline_rows
-            base_rho = float(np.median(self.s_base_rho)) if self.s_base_rho else 0.0
-            base_len = float(np.median(self.s_base_len)) if self.s_base_len else np.nan
-            cond = base_done and np.isfinite(rho) and rho > p.rho_threshold and \
-                rho - base_rho > p.rho_increase and mean_len > p.growth_factor * base_len
-            conds.append(cond)
-            vals.append(rho)
-            rhos_out.append(r * r if np.isfinite(r) else np.nan)
-            lens.append(mean_len)
-            self.series_steps.append(int(step))
-            self.series_rho.append(rho)
-            self.series_r2.append(r * r if np.isfinite(r) else np.nan)
-            self.series_trunc.append(trunc)
-        rows = np.arange(self.sample_steps - len(steps), self.sample_steps, dtype=np.int64)
+        k, codes, c = block.k, block.codes, block.cols
+        ok = np.isfinite(c["l"]) & np.isfinite(c["r"])
+        every = bool(ok.all())
+        lo, ro, co = (c["l"], c["r"], codes) if every else (c["l"][ok], c["r"][ok], codes[ok])
+        ranked = segment_spearman(lo, ro, co, k)
+        rho, n = ranked.pearson(), ranked.n
+        raw = segment_moments(lo, ro, co, k)
+        r = raw.pearson()
+        self.moments = raw.merged_into(self.moments)
+        mean_len = raw.mx if every else segment_mean(c["l"], codes, k)
+        trunc = segment_mean(c["t"], codes, k)
+        # pooled over the fewest trailing steps that hold pool_responses responses (at most
+        # pool_steps), each step weighted by its responses; summed one offset at a time (not by
+        # prefix sums), so a step's value does not depend on where the batches were cut
+        w = np.where(np.isfinite(rho), n, 0).astype(float)
+        wr = np.concatenate([self.pool_rho, np.where(w > 0, rho, 0.0) * w])
+        wn = np.concatenate([self.pool_n, w])
+        num, den = np.zeros(k), np.zeros(k)
+        for j in range(min(p.pool_steps, len(wr))):  # step i pools wr[i - j] for j < pool_steps
+            end = len(wr) - j
+            lo = max(end - k, 0)
+            more = den[k - (end - lo):] < p.pool_responses
+            num[k - (end - lo):] += np.where(more, wr[lo:end], 0.0)
+            den[k - (end - lo):] += np.where(more, wn[lo:end], 0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            pooled = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+        keep = max(p.pool_steps - 1, 0)
+        self.pool_rho, self.pool_n = wr[max(len(wr) - keep, 0):], wn[max(len(wn) - keep, 0):]
+        idx = np.arange(self.sample_steps, self.sample_steps + k)
+        self.sample_steps += k
+        in_base = (idx >= p.probation) & (idx < p.probation + p.baseline_rows)
+        if in_base.any():
+            self.s_base_rho.extend(float(v) for v in pooled[in_base] if np.isfinite(v))
+            self.s_base_len.extend(float(v) for v in mean_len[in_base] if np.isfinite(v))
+        base_rho = float(np.median(self.s_base_rho)) if self.s_base_rho else 0.0
+        base_len = float(np.median(self.s_base_len)) if self.s_base_len else np.nan
+        base_done = idx >= p.probation + p.baseline_rows
+        with np.errstate(invalid="ignore"):
+            cond = base_done & (pooled > p.rho_threshold) & (pooled - base_rho > p.rho_increase)
+            grown = mean_len / base_len
+        r2 = r * r
         self.ep["length.reward_correlation"].update(
-            rows, steps, np.array(conds, dtype=bool), np.array(vals),
-            {"r2": np.array(rhos_out), "length": np.array(lens)})
+            idx, block.steps, cond, pooled,
+            {"r2": r2, "length": mean_len, "length_over_baseline": grown, "responses": n.astype(float)})
+        for name, v in (("step", block.steps), ("rho", rho), ("r2", r2), ("trunc", trunc)):
+            self.series[name].append(v)
         if not self.step_rows:
             # truncation from the responses themselves when the step stream has no rate
-            tr = np.array(self.series_trunc[-len(steps):])
             self.ep["length.truncation_samples"].update(
-                rows, steps, (rows >= p.probation) & (tr > p.truncation_rate), tr,
-                {"length": np.array(lens)})
+                idx, block.steps, (idx >= p.probation) & (trunc > p.truncation_rate), trunc,
+                {"length": mean_len})
 
     # -- finish -------------------------------------------------------------------------
     def finish(self) -> TrackerResult:
-        for steps, groups in self.grouper.flush():
-            self._steps_done(steps, groups)
+        block = self.runs.flush()
+        if block is not None:
+            self._steps_done(block)
         p = self.p
         summary: dict[str, object] = {"step_rows": self.step_rows,
                                       "sample_rows": self.sample_rows,
                                       "baseline_length": self.base_len}
-        if len(self.sketch_h):
-            cap = p.max_overall_samples
-            if len(self.sketch_h) > cap:
-                keep = np.argpartition(self.sketch_h, cap)[:cap]
-                ls, rs = self.sketch_l[keep], self.sketch_r[keep]
-            else:
-                ls, rs = self.sketch_l, self.sketch_r
-            ok = np.isfinite(ls) & np.isfinite(rs)
-            ls, rs = ls[ok], rs[ok]
-            r = pearson(ls, rs)
-            summary.update(overall_pearson=r, overall_spearman=spearman(ls, rs),
-                           overall_r2=r * r if r == r else None, responses_used=int(ok.sum()))
+        n, _, _, sxx, syy, sxy = self.moments
+        if n:
+            r = float(np.clip(sxy / np.sqrt(sxx * syy), -1, 1)) if sxx > 0 and syy > 0 else float("nan")
+            self._trim_sketch()
+            order = np.argsort(self.sketch_h)  # one order whatever the batching
+            ls, rs = self.sketch_l[order], self.sketch_r[order]
+            summary.update(overall_pearson=r, overall_r2=r * r if r == r else None,
+                           responses_used=int(n), overall_spearman=spearman(ls, rs),
+                           spearman_sample=len(ls), spearman_sample_share=len(ls) / n,
+                           within_step_steps=self.sample_steps)
             if len(ls) >= 8:
                 q1, q3 = np.quantile(ls, [0.25, 0.75])
                 long, short = rs[ls >= q3], rs[ls <= q1]
@@ -316,12 +357,17 @@ class LengthBias(Tracker):
         if self.sample_rows and not self.rows:
             self.rows = self.sample_steps
         for ep in self.ep["length.reward_correlation"].finish():
+            grown = ep.extras.get("length_over_baseline", float("nan"))
             self.emit("length.reward_correlation", ep,
-                      f"Spearman(length, reward) reached {ep.peak:.2f} over {p.pool_steps}-step "
-                      f"pools (length explains {ep.extras.get('r2', float('nan')):.0%} of reward "
-                      f"variance), {step_span(ep.first_step, ep.last_step)}",
+                      f"within-step Spearman(length, reward) reached {ep.peak:.2f} from step "
+                      f"{ep.onset_step} (length explains {ep.extras.get('r2', float('nan')):.0%} "
+                      f"of a step's reward variance; mean length "
+                      + (f"{grown:.2f}x its baseline" if grown == grown else "unknown")
+                      + f"), {step_span(ep.first_step, ep.last_step)}",
                       {"spearman": ep.peak, "r2": ep.extras.get("r2"),
-                       "mean_length": ep.extras.get("length"),
+                       "mean_length": ep.extras.get("length"), "length_over_baseline": grown,
+                       "length_grew": bool(grown > p.growth_factor),
+                       "responses_per_step": ep.extras.get("responses"),
                        "baseline_spearman": float(np.median(self.s_base_rho))
                        if self.s_base_rho else None,
                        "threshold": p.rho_threshold, "metrics": ["length", "reward"]})
@@ -356,8 +402,8 @@ class LengthBias(Tracker):
                        "metrics": ["response_length_mean"]},
                       Severity.CRITICAL if ep.peak >= p.collapse_critical else None)
         series = {}
-        if self.series_steps:
-            st = np.array(self.series_steps, dtype=np.int64)
-            series = {"length_reward_spearman": (st, np.array(self.series_rho)),
-                      "length_reward_r2": (st, np.array(self.series_r2))}
+        if self.series["step"]:
+            st = np.concatenate(self.series["step"]).astype(np.int64)
+            series = {"length_reward_spearman": (st, np.concatenate(self.series["rho"])),
+                      "length_reward_r2": (st, np.concatenate(self.series["r2"]))}
         return self.result(summary, [], series)

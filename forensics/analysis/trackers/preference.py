@@ -140,10 +140,8 @@ class Preference(Tracker):
         self.last: dict[str, float] = {}
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
-        if not any(batch.has(c) for c in self.requires) and not self.active:
+        if not self.begin(batch):
             return None
-        self.active = True
-        self.rows += len(batch)
         p = self.p
         rows, steps = batch.rows, batch.steps
         cols = {name: batch.col(name) for name in ("loss", "pref_accuracy", "pref_margin", "logp_chosen")}

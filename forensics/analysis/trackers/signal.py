@@ -89,10 +89,8 @@ class Signal(Tracker):
         self.zero_grad_rows = 0
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
-        if not any(batch.has(c) for c in self.requires) and not self.active:
+        if not self.begin(batch):
             return None
-        self.active = True
-        self.rows += len(batch)
         p = self.p
         rows, steps = batch.rows, batch.steps
         f = batch.col("frac_reward_zero_std")

@@ -73,10 +73,8 @@ class TrustRegion(Tracker):
         self.ep = Episodes(self.p.persist_k, self.p.persist_m, gap=self.p.persist_m, mode="max")
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
-        if not (batch.has("approx_kl") or batch.has("clip_frac") or self.active):
+        if not self.begin(batch):
             return None
-        self.active = True
-        self.rows += len(batch)
         p = self.p
         ak, cf = batch.col("approx_kl"), batch.col("clip_frac")
         for name in ("approx_kl", "clip_frac"):
