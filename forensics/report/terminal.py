@@ -25,7 +25,7 @@ STYLES: dict[str, dict[str, Any]] = {
 
 
 def paint(text: str, kind: str, colour: bool) -> str:
-    """``text`` in the colour of ``kind`` when ``colour`` is on (a terminal without NO_COLOR).
+    r"""``text`` in the colour of ``kind`` when ``colour`` is on (a terminal without NO_COLOR).
 
     >>> paint("critical", "critical", False)
     'critical'

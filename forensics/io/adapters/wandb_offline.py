@@ -239,10 +239,9 @@ class WandbOfflineSource:
         note = ""
         if binary is not None and _record_class() is not None:
             self.inner = _BinaryHistory(binary, strict)
-        elif log.is_file() and (fmt := self._console_format(log)) is not None:
-            from ..formats import open_source
-
-            self.inner = open_source(log, fmt, strict=strict)
+        elif log.is_file() and (found := self._console(log)) is not None:
+            fmt, opener = found
+            self.inner = opener(log, strict)
             note = (f"W&B run {run.name}: the console it captured (files/output.log, {fmt})"
                     + (": install the wandb package (pip install rl-forensics[wandb]) to read the full "
                        "history from the .wandb file" if binary is not None else ""))
@@ -258,18 +257,25 @@ class WandbOfflineSource:
             self.report.notes.append(note)
 
     @staticmethod
-    def _console_format(log: Path) -> str | None:
-        from ..formats import detect_head
+    def _console(log: Path) -> tuple[str, Any] | None:
+        """The console format ``output.log`` holds (the line-oriented adapters, in their
+        detection order) and its source class, or None."""
         from ..inputs import read_head
+        from . import deepspeed_chat, hf_console, openrlhf, verl
 
         try:
             head = read_head(log)
         except (OSError, InputError):
             return None
-        if not head.strip():
-            return None
-        fmt = detect_head(log, head)
-        return fmt if fmt not in (None, "parquet") else None
+        consoles = (("verl-console", verl.detect_console, verl.VerlConsoleSource),
+                    ("openrlhf-console", openrlhf.detect, openrlhf.OpenRLHFSource),
+                    ("deepspeed-chat", deepspeed_chat.detect, deepspeed_chat.DeepSpeedChatSource),
+                    ("hf-console", hf_console.detect, hf_console.HFConsoleSource))
+        if head.strip():
+            for name, detect_fmt, source in consoles:
+                if detect_fmt(log, head):
+                    return name, source
+        return None
 
     def batches(self, batch_rows: int) -> Iterator[RawBatch]:
         return self.inner.batches(batch_rows)
