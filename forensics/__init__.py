@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from .analysis.engine import Scan, scan_path
+    from .analysis.engine import Scan, scan_frame, scan_path
     from .analysis.findings import Finding, Severity
     from .analysis.result import Analysis
     from .config import Config, RunMeta, load_config
@@ -41,6 +41,7 @@ _EXPORTS = {
     "StrictModeError": ".errors",
     "UsageError": ".errors",
     "load_config": ".config",
+    "scan_frame": ".analysis.engine",
     "scan_path": ".analysis.engine",
 }
 
@@ -59,6 +60,7 @@ __all__ = [
     "UsageError",
     "__version__",
     "load_config",
+    "scan_frame",
     "scan_path",
 ]
 

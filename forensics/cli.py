@@ -3,13 +3,23 @@
 Exit codes (the contract; see README):
 
 * 0 - success: the scan ran (whatever it found); the gate passed.
-* 1 - the gate failed (``forensics gate``, ``forensics diff`` as a regression gate).
+* 1 - the gate failed (``forensics gate``, ``forensics diff`` as a regression gate, ``forensics
+  watch --fail-on``).
 * 2 - usage error: bad option, unknown format, invalid config file.
 * 3 - input unreadable or invalid: missing file, unknown content, no usable rows, a malformed
   row under ``--strict``.
 
 Only this module turns errors into exit codes; no traceback reaches a user (set
 ``FORENSICS_DEBUG=1`` to see one).
+
+One vocabulary across commands: ``--input-format`` (or ``--from``) names what is read,
+``--format`` what is written, ``-o/--output`` where; ``-q`` prints nothing on success, ``-v``
+adds the column mapping and the tracker plan. Colour on a terminal, off with ``NO_COLOR``. A
+closed pipe (``forensics rules | head -1``) ends the output quietly. Old spellings still work,
+hidden from ``--help``: ``--out`` for ``--output``; ``rules --json``/``--markdown``; ``--format``
+as the input format of ``scan``, ``convert`` and ``watch`` (with a deprecation warning naming
+``--input-format``; on ``gate``, ``diff`` and ``report`` an input format given to ``--format`` is a
+usage error that names ``--input-format``).
 """
 
 from __future__ import annotations
@@ -17,32 +27,109 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
 from . import __version__
-from .config import (
-    DIFF_TOLERANCE,
-    Allowed,
-    Config,
-    RunMeta,
-    allowed_of,
-    load_config,
-    run_field,
-    scan_option,
-    show_value,
-)
-from .errors import ConfigError, ForensicsError
+from .config import DIFF_TOLERANCE, Allowed, RunMeta, allowed_of, run_field, scan_option, show_value
+from .errors import ConfigError, ForensicsError, UsageError
 from .io.output import Outputs
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
 
 #: ``scan --metrics`` (forensics.report.files.METRICS_FORMATS, not imported: --help stays light).
 METRICS_CHOICES = ("auto", "csv", "parquet", "both")
+
+
+# --- output: a closed pipe, colour ---------------------------------------------------------
+
+def _stdout_closed() -> None:
+    """The reader went away (``| head``): send the rest of the output nowhere, quietly."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (a test runner's buffer)
+        pass
+
+
+def echo(text: str = "", *, err: bool = False, nl: bool = True) -> None:
+    """``click.echo`` that survives a closed pipe: the rest of the output is dropped."""
+    try:
+        click.echo(text, err=err, nl=nl)
+    except BrokenPipeError:
+        _stdout_closed()
+
+
+def colour_on() -> bool:
+    """Colour on a terminal unless ``NO_COLOR`` is set (https://no-color.org)."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _Group(click.Group):
+    """Maps library errors to exit codes and hides tracebacks."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ForensicsError as exc:
+            echo(f"Error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+        except BrokenPipeError:
+            _stdout_closed()
+            ctx.exit(EXIT_OK)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except KeyboardInterrupt:
+            echo("Interrupted.", err=True)
+            ctx.exit(130)
+        except Exception as exc:
+            if os.environ.get("FORENSICS_DEBUG"):
+                traceback.print_exc()
+            echo(f"Error: internal error while processing the input: {type(exc).__name__}: "
+                 f"{exc} (set FORENSICS_DEBUG=1 for a traceback; please report it)", err=True)
+            ctx.exit(EXIT_INPUT)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="forensics")
+def main() -> None:
+    """Find what went wrong in an RL/RLHF training run, where, and what to change.
+
+    Options mean the same in every command: --input-format (or --from) is what is read,
+    --format what is written, -o/--output where; -q prints nothing on success, -v adds the
+    column mapping and the tracker plan. Colour on a terminal; NO_COLOR=1 turns it off.
+
+    Exit codes: 0 success, 1 gate failed, 2 usage error, 3 input unreadable or invalid.
+    """
+
+
+# --- option types --------------------------------------------------------------------------
+
+class _HiddenAliases(click.Option):
+    """An option whose old spellings (``hidden_aliases``) work but are left out of ``--help``."""
+
+    def __init__(self, *args: Any, hidden_aliases: Sequence[str] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hidden_aliases = tuple(hidden_aliases)
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        opts, secondary = self.opts, self.secondary_opts
+        self.opts = [o for o in opts if o not in self.hidden_aliases]
+        self.secondary_opts = [o for o in secondary if o not in self.hidden_aliases]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts, self.secondary_opts = opts, secondary
 
 
 class Checked(click.ParamType):
@@ -65,47 +152,66 @@ class Checked(click.ParamType):
             self.fail(f"{show_value(value)} is not {self.allowed.describe()}", param, ctx)
 
 
-class _Group(click.Group):
-    """Maps library errors to exit codes and hides tracebacks."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except ForensicsError as exc:
-            click.echo(f"Error: {exc}", err=True)
-            ctx.exit(exc.exit_code)
-        except (click.exceptions.Exit, click.ClickException, click.Abort):
-            raise
-        except KeyboardInterrupt:
-            click.echo("Interrupted.", err=True)
-            ctx.exit(130)
-        except Exception as exc:
-            if os.environ.get("FORENSICS_DEBUG"):
-                traceback.print_exc()
-            click.echo(f"Error: internal error while processing the input: {type(exc).__name__}: "
-                       f"{exc} (set FORENSICS_DEBUG=1 for a traceback; please report it)", err=True)
-            ctx.exit(EXIT_INPUT)
+#: Input formats, listed in --help without importing the readers (a test checks this list against
+#: forensics.io.formats.FORMATS).
+INPUT_FORMATS = ("hf-trainer-state", "verl-jsonl", "rldk-events", "llamafactory", "wandb-history", "wandb-csv",
+                 "wandb-offline", "tensorboard", "openrlhf-console", "deepspeed-chat", "verl-console",
+                 "hf-console", "csv", "parquet-parts", "parquet", "jsonl")
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="forensics")
-def main() -> None:
-    """Find what went wrong in an RL/RLHF training run, where, and what to change.
+class _OutputChoice(click.Choice):
+    """An output ``--format``: a value that is an input format gets a hint to ``--input-format``."""
 
-    Exit codes: 0 success, 1 gate failed, 2 usage error, 3 input unreadable or invalid.
-    """
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value not in self.choices and value in INPUT_FORMATS:
+            self.fail(f"{value!r} is an input format: --format chooses what is written "
+                      f"({', '.join(map(str, self.choices))}); name the input format with --input-format {value}",
+                      param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def _input_format_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--input-format", "--from", "fmt", type=click.Choice(INPUT_FORMATS),
+                        metavar="NAME", help="What is read (default: detected from content): "
+                        + ", ".join(INPUT_FORMATS) + ".")(f)
+
+
+def _deprecated_format_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--format NAME`` as the input format, the old spelling on scan/convert/watch (hidden)."""
+    return click.option("--format", "old_fmt", hidden=True, type=click.Choice(INPUT_FORMATS))(f)
+
+
+def _resolve_format(fmt: str | None, old_fmt: str | None) -> str | None:
+    if old_fmt is None:
+        return fmt
+    if fmt is not None and fmt != old_fmt:
+        raise click.UsageError(f"--format {old_fmt} and --input-format {fmt} disagree: give --input-format only")
+    echo(f"warning: --format as the input format is deprecated here; use --input-format {old_fmt} "
+         "(--format chooses what is written)", err=True)
+    return old_fmt
+
+
+def _verbosity(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option("-v", "--verbose", is_flag=True,
+                     help="Also print the column mapping and the tracker plan.")(f)
+    return click.option("-q", "--quiet", is_flag=True, help="Print nothing on success (errors still go "
+                        "to stderr; the exit code tells the outcome).")(f)
 
 
 def scan_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """Options shared by every command that scans logs."""
-    opts = [
+    """Options shared by every command that scans logs (passed on as ``**opts``)."""
+    opts: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         click.option("--samples", type=click.Path(path_type=Path),
                      help="Per-response sample stream (JSONL or Parquet)."),
         click.option("--meta", type=click.Path(path_type=Path),
                      help="Run metadata JSON (default: run.json beside steps.*)."),
         click.option("--config", "config_path", type=click.Path(path_type=Path),
-                     help="TOML config: [run] metadata, tracker parameters, [scan] options."),
-        click.option("--format", "fmt", help="Input format (default: detected from content)."),
+                     help="TOML config: [run] metadata, [columns] key names, tracker parameters, [scan] options."),
+        _input_format_option,
+        click.option("--map", "maps", multiple=True, metavar="SRC=CANONICAL[:UNIT]",
+                     help="Your own key name for a canonical metric (repeatable; before the built-in "
+                     "aliases; e.g. --map iteration=step --map gnorm=grad_norm --map kl_sum=kl:sequence). "
+                     "`forensics rules --metrics` lists the names."),
         click.option("--kl-target", type=Checked(run_field("kl_target")),
                      help="Target KL (in the unit of --kl-unit)."),
         click.option("--kl-unit", type=click.Choice(["token", "sequence"]),
@@ -120,19 +226,26 @@ def scan_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def build_config(config_path: Path | None, kl_target: float | None, kl_unit: str | None,
-                 strict: bool, batch_rows: int | None) -> Config:
-    cfg = load_config(config_path)
-    overrides: dict[str, Any] = {}
-    if kl_target is not None:
-        overrides["kl_target"] = kl_target
-    if kl_unit is not None:
-        overrides["kl_target_unit"] = kl_unit
-    if overrides:
-        cfg.run = cfg.run.merged(RunMeta(**overrides))
-    cfg.strict = strict or cfg.strict
-    if batch_rows:
-        cfg.batch_rows = batch_rows
-    return cfg
+                 strict: bool, batch_rows: int | None, maps: Sequence[str] = ()) -> Any:
+    from .analysis.engine import make_config
+
+    return make_config(config_path=config_path, kl_target=kl_target, kl_unit=kl_unit, strict=strict,
+                       batch_rows=batch_rows, maps=maps)
+
+
+def run_scan(path: Path, opts: dict[str, Any], show_progress: bool = True):  # type: ignore[no-untyped-def]
+    """Scan ``path`` with the scan options of a command (``scan_options``)."""
+    from .analysis.engine import run_inputs, scan_path
+    from .progress import scan_progress
+
+    cfg = build_config(opts.get("config_path"), opts.get("kl_target"), opts.get("kl_unit"),
+                       bool(opts.get("strict")), opts.get("batch_rows"), opts.get("maps") or ())
+    tick, done = scan_progress(run_inputs(path, opts.get("samples")), enabled=show_progress)
+    try:
+        return scan_path(path, samples=opts.get("samples"), meta=opts.get("meta"), config=cfg,
+                         fmt=opts.get("fmt"), progress=tick)
+    finally:
+        done()
 
 
 def _inputs(*paths: Path | None) -> Outputs:
@@ -140,159 +253,216 @@ def _inputs(*paths: Path | None) -> Outputs:
     return Outputs(paths)
 
 
-def run_scan(path: Path, samples: Path | None, meta: Path | None, config_path: Path | None,
-             fmt: str | None, kl_target: float | None, kl_unit: str | None, strict: bool,
-             batch_rows: int | None, show_progress: bool = True):  # type: ignore[no-untyped-def]
-    from .analysis.engine import run_inputs, scan_path
-    from .progress import scan_progress
+def _write_text(path: Path, text: str, outputs: Outputs | None = None) -> None:
+    """Write a command's output file: never over an input, a link or a special file; atomically."""
+    (outputs or Outputs()).write_text(path, text if text.endswith("\n") else text + "\n")
 
-    cfg = build_config(config_path, kl_target, kl_unit, strict, batch_rows)
-    tick, done = scan_progress(run_inputs(path, samples), enabled=show_progress)
-    try:
-        return scan_path(path, samples=samples, meta=meta, config=cfg, fmt=fmt, progress=tick)
-    finally:
-        done()
 
+def _emit(text: str, output: Path | None, quiet: bool, what: str = "") -> None:
+    """Print ``text``, or write it to ``output`` (then say so unless quiet)."""
+    if output is not None:
+        _write_text(output, text)
+        if not quiet:
+            echo(f"{what}wrote {output}")
+    elif not quiet:
+        echo(text.rstrip("\n"))
+
+
+# --- scan ----------------------------------------------------------------------------------
 
 @main.command()
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("reports"),
-              show_default=True, help="Folder for analysis.json, summary.json, metrics.csv (or "
-              "metrics.parquet), findings.csv and the reports.")
+@click.option("-o", "--output", "--out", "out_dir", cls=_HiddenAliases, hidden_aliases=("--out",),
+              type=click.Path(path_type=Path), default=Path("reports"), show_default=True,
+              help="Folder for analysis.json, summary.json, metrics.csv (or metrics.parquet), findings.csv "
+              "and the reports. The scan owns the files it writes there: an earlier scan's files that "
+              "this one does not write are removed, nothing else is touched.")
 @scan_options
+@_deprecated_format_option
 @click.option("--top", type=click.IntRange(min=0), default=8, show_default=True,
               help="Findings shown in the terminal summary.")
 @click.option("--metrics", "metrics_fmt", type=click.Choice(METRICS_CHOICES), default="auto",
               show_default=True, help="The per-step table: metrics.csv up to 100,000 steps and "
               "metrics.parquet above (auto), or csv, parquet or both.")
-@click.option("-q", "--quiet", is_flag=True, help="Print only the paths written (no progress).")
+@_verbosity
 @click.option("--plotly-js", "plotly_js", type=click.Choice(["inline", "file"]), default="inline",
               show_default=True, help="inline: report.html is one self-contained file (~5 MB); "
               "file: plotly.min.js is written once per folder and report.html refers to it.")
-def scan(path: Path, out_dir: Path, samples: Path | None, meta: Path | None,
-         config_path: Path | None, fmt: str | None, kl_target: float | None,
-         kl_unit: str | None, strict: bool, batch_rows: int | None, top: int,
-         metrics_fmt: str, quiet: bool, plotly_js: str) -> None:
-    """Scan a step log (file or run folder) and write reports.
+def scan(path: Path, out_dir: Path, top: int, metrics_fmt: str, quiet: bool, verbose: bool, plotly_js: str,
+         old_fmt: str | None, **opts: Any) -> None:
+    """Scan a training log and write reports (analysis.json, CSVs, report.html, ...).
 
-    PATH is a steps.jsonl / steps.parquet file, any supported trainer log, or a run folder with
-    steps.*, samples.* and run.json.
+    PATH is a log file of any supported format (--input-format lists them), a run folder
+    (steps.*, samples.*, run.json), a transformers/TRL output_dir (trainer_state.json at its
+    root or in the newest checkpoint-*/, preferred over a TensorBoard runs/ folder beside it), a
+    TensorBoard folder or a W&B run folder (wandb/run-*/).
     """
     from .report import render_summary, write_reports
     from .report.files import REPORT_FILES
+    from .report.terminal import render_plan
 
-    outputs = _inputs(None if path.is_dir() else path, samples, meta, config_path)
+    opts["fmt"] = _resolve_format(opts.get("fmt"), old_fmt)
+    outputs = _inputs(None if path.is_dir() else path, opts.get("samples"), opts.get("meta"),
+                      opts.get("config_path"))
     for name in REPORT_FILES:  # refuse before a long scan; checked again with the files it read
         outputs.check(out_dir / name)
-    analysis = run_scan(path, samples, meta, config_path, fmt, kl_target, kl_unit, strict,
-                        batch_rows, show_progress=not quiet)
+    analysis = run_scan(path, opts, show_progress=not quiet)
     paths = write_reports(analysis, out_dir, script=plotly_js, metrics=metrics_fmt, outputs=outputs)
-    if not quiet:
-        click.echo(render_summary(analysis, top=top))
-        click.echo("")
-    click.echo("wrote " + ", ".join(str(p) for p in paths.values()))
+    if quiet:
+        return
+    echo(render_summary(analysis, top=top, colour=colour_on()))
+    if verbose:
+        echo("")
+        echo(render_plan(analysis))
+    echo("")
+    echo(f"wrote {len(paths)} files to {out_dir}: " + ", ".join(p.name for p in paths.values()))
 
 
-@main.command()
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--markdown", is_flag=True, help="The catalogue as Markdown (docs/rules.md).")
-@click.option("--metrics", is_flag=True, help="List the canonical metric names instead.")
-def rules(as_json: bool, markdown: bool, metrics: bool) -> None:
-    """List every rule, and every tracker parameter with its default and meaning."""
+# --- rules ---------------------------------------------------------------------------------
+
+def _rules_data() -> dict[str, Any]:
     from .analysis.trackers import TRACKERS, all_rules, param_rows
 
-    if metrics:
-        from .schema import METRICS
+    return {
+        "rules": [
+            {"id": r.id, "tracker": t, "severity": r.severity.value, "title": r.title,
+             "explanation": r.explanation, "remedy": r.remedy, "params": list(r.params),
+             "source": r.source}
+            for t, r in all_rules()  # type: ignore[attr-defined]
+        ],
+        "params": {name: [{"name": n, "default": d, "doc": doc, "allowed": allowed}
+                          for n, d, doc, allowed in param_rows(name)]
+                   for name in TRACKERS},
+        "run": [{"name": f.name, "doc": f.metadata.get("doc", ""),
+                 "allowed": allowed_of(f).describe()} for f in dataclasses.fields(RunMeta)],
+    }
 
-        for m in METRICS.values():
-            used = ", ".join(m.trackers) or "-"
-            click.echo(f"{m.name:<24} [{m.stream}] {m.unit:<14} {m.meaning}  (read by: {used})")
-        return
 
-    if markdown:
-        from .analysis.catalogue import rules_markdown
+def _rules_text() -> str:
+    from .analysis.trackers import TRACKERS, all_rules, param_rows
 
-        click.echo(rules_markdown(), nl=False)
-        return
-
-    if as_json:
-        data = {
-            "rules": [
-                {"id": r.id, "tracker": t, "severity": r.severity.value, "title": r.title,
-                 "explanation": r.explanation, "remedy": r.remedy, "params": list(r.params),
-                 "source": r.source}
-                for t, r in all_rules()  # type: ignore[attr-defined]
-            ],
-            "params": {name: [{"name": n, "default": d, "doc": doc, "allowed": allowed}
-                              for n, d, doc, allowed in param_rows(name)]
-                       for name in TRACKERS},
-            "run": [{"name": f.name, "doc": f.metadata.get("doc", ""),
-                     "allowed": allowed_of(f).describe()} for f in dataclasses.fields(RunMeta)],
-        }
-        click.echo(json.dumps(data, indent=2))
-        return
+    out: list[str] = []
     by_tracker: dict[str, list[Any]] = {}
     for tracker, r in all_rules():
         by_tracker.setdefault(tracker, []).append(r)
     for tracker in [*TRACKERS, *[t for t in by_tracker if t not in TRACKERS]]:
-        click.echo(f"\n== {tracker} ==")
+        out.append(f"\n== {tracker} ==")
         cls = TRACKERS.get(tracker)
         if cls is not None:
-            click.echo(f"   parameters ([{tracker}] in a --config TOML file):")
+            out.append(f"   parameters ([{tracker}] in a --config TOML file):")
             for n, d, doc, allowed in param_rows(tracker):
-                click.echo(f"     {n} = {d!r}  - {doc} (allowed: {allowed})")
+                out.append(f"     {n} = {d!r}  - {doc} (allowed: {allowed})")
         for r in by_tracker.get(tracker, []):
-            click.echo(f"  {r.id}  [{r.severity.value}]  {r.title}")
-            click.echo(f"      {r.explanation}")
-            click.echo(f"      remedy: {r.remedy}")
-    click.echo("\n== run metadata ([run] in a config file, or run.json) ==")
+            out.append(f"  {r.id}  [{r.severity.value}]  {r.title}")
+            out.append(f"      {r.explanation}")
+            out.append(f"      remedy: {r.remedy}")
+    out.append("\n== run metadata ([run] in a config file, or run.json) ==")
     for f in dataclasses.fields(RunMeta):
-        click.echo(f"  {f.name}  - {f.metadata.get('doc', '')} (allowed: {allowed_of(f).describe()})")
+        out.append(f"  {f.name}  - {f.metadata.get('doc', '')} (allowed: {allowed_of(f).describe()})")
+    return "\n".join(out)
 
 
+def _metrics(out_fmt: str) -> str:
+    from .schema import METRICS
+
+    if out_fmt == "json":
+        return json.dumps([{"name": m.name, "stream": m.stream, "unit": m.unit, "meaning": m.meaning,
+                            "trackers": list(m.trackers)} for m in METRICS.values()], indent=2)
+    if out_fmt == "markdown":
+        rows = ["| name | stream | unit | meaning | read by |", "| --- | --- | --- | --- | --- |"]
+        rows += [f"| `{m.name}` | {m.stream} | {m.unit} | {m.meaning} | {', '.join(m.trackers) or '-'} |"
+                 for m in METRICS.values()]
+        return "\n".join(rows)
+    return "\n".join(f"{m.name:<24} [{m.stream}] {m.unit:<14} {m.meaning}  (read by: {', '.join(m.trackers) or '-'})"
+                     for m in METRICS.values())
+
+
+@main.command()
+@click.option("--format", "out_fmt", type=_OutputChoice(["text", "json", "markdown"]),
+              default=None, help="What is written: text (default), json, markdown (docs/rules.md is this).")
+@click.option("--json", "as_json", is_flag=True, hidden=True)
+@click.option("--markdown", is_flag=True, hidden=True)
+@click.option("--metrics", is_flag=True, help="List the canonical metric names (and units) instead.")
+@click.option("-o", "--output", "output", type=click.Path(path_type=Path), help="Write to this file.")
+def rules(out_fmt: str | None, as_json: bool, markdown: bool, metrics: bool, output: Path | None) -> None:
+    """List every rule, and every tracker parameter with its default and meaning."""
+    chosen = [x for x in (out_fmt, "json" if as_json else None, "markdown" if markdown else None) if x]
+    if len(set(chosen)) > 1:
+        raise click.UsageError("give one of --format text|json|markdown (--json and --markdown are its "
+                               "old spellings)")
+    fmt = chosen[0] if chosen else "text"
+    if metrics:
+        text = _metrics(fmt)
+    elif fmt == "markdown":
+        from .analysis.catalogue import rules_markdown
+
+        text = rules_markdown()
+        if output is None:
+            echo(text, nl=False)
+            return
+    elif fmt == "json":
+        text = json.dumps(_rules_data(), indent=2)
+    else:
+        text = _rules_text()
+    _emit(text, output, False)
 
 
 # --- report, gate, diff ------------------------------------------------------------------
 
-def _scan_options_for_output_format(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``scan_options`` with the input format renamed ``--input-format``: these commands'
-    ``--format`` chooses the output."""
-    f = scan_options(f)
-    f.__click_params__ = [p for p in f.__click_params__ if p.name != "fmt"]  # type: ignore[attr-defined]
-    return click.option("--input-format", "fmt",
-                        help="Input log format (default: detected from content).")(f)
-
-
-def _analysis_dict(path: Path, samples: Path | None, meta: Path | None, config_path: Path | None,
-                   fmt: str | None, kl_target: float | None, kl_unit: str | None, strict: bool,
-                   batch_rows: int | None) -> dict[str, Any]:
+def _analysis_dict(path: Path, opts: dict[str, Any], quiet: bool = False) -> dict[str, Any]:
     """A saved analysis (analysis.json, or a report folder holding one), or a fresh scan of logs."""
     from .verdicts.diff import is_saved_analysis
     from .verdicts.saved import load_analysis
 
     if is_saved_analysis(path):
         return load_analysis(path / "analysis.json" if path.is_dir() else path)
-    return run_scan(path, samples, meta, config_path, fmt, kl_target, kl_unit, strict,
-                    batch_rows).to_dict()
+    return run_scan(path, opts, show_progress=not quiet).to_dict()
+
+
+def _not_an_analysis(path: Path) -> str | None:
+    """Why ``path`` is a training log rather than a saved analysis (None: it may be one)."""
+    from .verdicts.diff import is_saved_analysis
+
+    if is_saved_analysis(path):
+        return None
+    if path.is_dir():
+        return "this folder holds no analysis.json" + (" (it holds a log)" if any(path.iterdir()) else "")
+    if not path.is_file():
+        return None
+    try:
+        from .io.formats import detect_format
+
+        fmt = detect_format(path)
+    except ForensicsError:
+        return None
+    return f"this is a {fmt} log, not a saved analysis"
 
 
 @main.command()
-@click.argument("analysis_path", metavar="ANALYSIS.json", type=click.Path(path_type=Path))
-@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path),
-              help="Folder for report.html / report.md (default: beside ANALYSIS.json).")
-@click.option("--format", "out_fmt", type=click.Choice(["html", "md", "both"]), default="both",
-              show_default=True, help="What to render.")
+@click.argument("analysis_path", metavar="ANALYSIS", type=click.Path(path_type=Path))
+@click.option("-o", "--output", "--out", "out_dir", cls=_HiddenAliases, hidden_aliases=("--out",),
+              type=click.Path(path_type=Path),
+              help="Folder for report.html / report.md (default: beside ANALYSIS).")
+@click.option("--format", "out_fmt", type=_OutputChoice(["html", "md", "both"]), default="both",
+              show_default=True, help="What is written.")
 @click.option("--plotly-js", "plotly_js", type=click.Choice(["inline", "file"]), default="inline",
               show_default=True, help="inline: report.html is one self-contained file (~5 MB); "
               "file: plotly.min.js is written once per folder and report.html refers to it.")
-def report(analysis_path: Path, out_dir: Path | None, out_fmt: str, plotly_js: str) -> None:
-    """Render report.html and report.md from a saved analysis.json (the logs are not re-read).
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
+def report(analysis_path: Path, out_dir: Path | None, out_fmt: str, plotly_js: str, quiet: bool) -> None:
+    """Render report.html and report.md from a saved analysis (the logs are not re-read).
 
-    ANALYSIS.json is the file `forensics scan` wrote, or the folder holding it.
+    ANALYSIS is the analysis.json `forensics scan` wrote, or the folder holding it. For a
+    training log, run `forensics scan LOG -o DIR`: it writes the reports too.
     """
     from .report.files import write_rendered
     from .verdicts.saved import load_analysis
 
+    why = _not_an_analysis(analysis_path)
+    if why is not None:
+        raise UsageError(f"{analysis_path}: {why}. `forensics report` renders a saved analysis; to analyse a "
+                         f"log run `forensics scan {analysis_path} -o DIR` (it writes report.html and report.md), "
+                         "then `forensics report DIR` renders them again")
     file = analysis_path / "analysis.json" if analysis_path.is_dir() else analysis_path
     outputs = _inputs(file, file.parent / "metrics.csv")
     data = load_analysis(file)
@@ -306,44 +476,63 @@ def report(analysis_path: Path, out_dir: Path | None, out_fmt: str, plotly_js: s
     out_dir = outputs.folder(out_dir or file.parent)
     formats = ("html", "md") if out_fmt == "both" else (out_fmt,)
     paths = write_rendered(data, out_dir, formats, script=plotly_js, outputs=outputs)
-    click.echo("wrote " + ", ".join(str(p) for p in paths.values()))
+    if not quiet:
+        echo("wrote " + ", ".join(str(p) for p in paths.values()))
 
 
 @main.command()
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--policy", "policy_path", required=True, type=click.Path(path_type=Path),
-              help="Gate policy TOML (see examples/gate-policy.toml).")
-@click.option("--format", "out_fmt", type=click.Choice(["text", "json", "junit", "github"]),
-              default="text", show_default=True, help="Output: text, JSON, JUnit XML or GitHub "
+@click.option("--policy", "policy_path", type=click.Path(path_type=Path),
+              help="Gate policy TOML (see examples/gate-policy.toml). Default: fail on a critical "
+              "finding, and when nothing was checked.")
+@click.option("--format", "out_fmt", type=_OutputChoice(["text", "json", "junit", "github"]),
+              default="text", show_default=True, help="What is written: text, JSON, JUnit XML or GitHub "
               "Actions annotations.")
-@click.option("--output", "output", type=click.Path(path_type=Path),
+@click.option("-o", "--output", "output", type=click.Path(path_type=Path),
               help="Write the output to this file instead of stdout.")
-@_scan_options_for_output_format
-def gate(path: Path, policy_path: Path, out_fmt: str, output: Path | None, samples: Path | None,
-         meta: Path | None, config_path: Path | None, fmt: str | None, kl_target: float | None,
-         kl_unit: str | None, strict: bool, batch_rows: int | None) -> None:
+@scan_options
+@_verbosity
+def gate(path: Path, policy_path: Path | None, out_fmt: str, output: Path | None, quiet: bool,
+         verbose: bool, **opts: Any) -> None:
     """Pass or fail a run against a policy: exit 0 pass, 1 fail, 2 bad policy, 3 unreadable input.
 
     PATH is a log file or run folder (scanned) or a saved analysis.json / report folder.
     """
-    from .verdicts.gate import evaluate, load_policy, render_github, render_json, render_junit, render_text
+    from .verdicts.gate import (
+        default_policy,
+        evaluate,
+        load_policy,
+        render_github,
+        render_json,
+        render_junit,
+        render_text,
+    )
 
-    outputs = _inputs(path, policy_path, samples, meta, config_path)
+    outputs = _inputs(path, policy_path, opts.get("samples"), opts.get("meta"), opts.get("config_path"))
     if output is not None:
         outputs.check(output)
-    policy = load_policy(policy_path)
-    data = _analysis_dict(path, samples, meta, config_path, fmt, kl_target, kl_unit, strict,
-                          batch_rows)
+    policy = load_policy(policy_path) if policy_path is not None else default_policy()
+    data = _analysis_dict(path, opts, quiet)
     result = evaluate(data, policy)
     render = {"text": render_text, "json": render_json, "junit": render_junit,
               "github": render_github}[out_fmt]
     text = render(result)
     if output is not None:
         outputs.add(*(i.get("path") for i in data.get("inputs") or []))
-        outputs.write_text(output, text if text.endswith("\n") else text + "\n")
-        click.echo(f"gate {'passed' if result.passed else 'FAILED'}; wrote {output}")
-    else:
-        click.echo(text.rstrip("\n"))
+        _write_text(output, text, outputs)
+        if not quiet:
+            echo(f"gate {'passed' if result.passed else 'FAILED'}; wrote {output}")
+    elif not quiet:
+        if out_fmt == "text" and colour_on():
+            from .report.terminal import paint
+
+            head, _, rest = text.partition("\n")
+            text = paint(head, "ok" if result.passed else "bad", True) + ("\n" + rest if rest else "")
+        echo(text.rstrip("\n"))
+    if verbose and not quiet and result.skipped:
+        echo("rules that could not run on this log:")
+        for rule, why in sorted(result.skipped.items()):
+            echo(f"  {rule}: {why}")
     if not result.passed:
         click.get_current_context().exit(EXIT_GATE_FAILED)
 
@@ -351,14 +540,16 @@ def gate(path: Path, policy_path: Path, out_fmt: str, output: Path | None, sampl
 @main.command()
 @click.argument("run_a", type=click.Path(path_type=Path))
 @click.argument("run_b", type=click.Path(path_type=Path))
-@click.option("--format", "out_fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
+@click.option("--format", "out_fmt", type=_OutputChoice(["text", "json"]), default="text",
+              show_default=True, help="What is written.")
+@click.option("-o", "--output", "output", type=click.Path(path_type=Path),
+              help="Write the comparison to this file instead of stdout.")
 @click.option("--tolerance", type=Checked(DIFF_TOLERANCE), default=0.05, show_default=True,
               help="Largest health-score drop that is not a regression.")
-@_scan_options_for_output_format
-def diff(run_a: Path, run_b: Path, out_fmt: str, tolerance: float, samples: Path | None,
-         meta: Path | None, config_path: Path | None, fmt: str | None, kl_target: float | None,
-         kl_unit: str | None, strict: bool, batch_rows: int | None) -> None:
+@scan_options
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing (the exit code tells a regression).")
+def diff(run_a: Path, run_b: Path, out_fmt: str, output: Path | None, tolerance: float, quiet: bool,
+         **opts: Any) -> None:
     """Compare run B against run A; exit 1 when B regresses (usable as a regression gate).
 
     Each run is a log file or run folder (scanned), or a saved analysis.json / report folder
@@ -371,23 +562,24 @@ def diff(run_a: Path, run_b: Path, out_fmt: str, tolerance: float, samples: Path
         if is_saved_analysis(p):
             runs.append(load_saved(p))
         else:
-            runs.append(run_from_analysis(run_scan(p, samples, meta, config_path, fmt, kl_target,
-                                                   kl_unit, strict, batch_rows), str(p)))
+            runs.append(run_from_analysis(run_scan(p, opts, show_progress=not quiet), str(p)))
     result = diff_runs(runs[0], runs[1], tolerance)
     if out_fmt == "json":
         from .report.files import to_json
 
-        click.echo(to_json(result).rstrip("\n"))
+        text = to_json(result)
     else:
-        click.echo(render_text(result))
+        text = render_text(result)
+    _emit(text, output, quiet)
     if result["regression"]["regressed"]:
         click.get_current_context().exit(EXIT_GATE_FAILED)
 
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), required=True,
-              help="Folder for each run's reports (OUT/<run>/) and fleet.csv, fleet.json, fleet.html.")
+@click.option("-o", "--output", "--out", "out_dir", cls=_HiddenAliases, hidden_aliases=("--out",),
+              type=click.Path(path_type=Path), required=True,
+              help="Folder for each run's reports (OUTPUT/<run>/) and fleet.csv, fleet.json, fleet.html.")
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: a process pool on this machine; ray: Ray tasks (extra rl-forensics[ray]).")
 @click.option("--address", help="Ray cluster address (default: start a local Ray instance).")
@@ -402,7 +594,8 @@ def diff(run_a: Path, run_b: Path, out_fmt: str, tolerance: float, samples: Path
               show_default=True, help="Each run's per-step table (as for scan).")
 @click.option("--no-html", is_flag=True, help="No report.html/report.md per run (thousands of "
               "runs); `forensics report OUT/<run>` renders one later.")
-@click.option("-q", "--quiet", is_flag=True, help="Print only the paths written (no progress).")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing on success (no progress; the exit code "
+              "tells the gate's verdict).")
 def fleet(paths: tuple[Path, ...], out_dir: Path, engine: str, address: str | None,
           policy_path: Path | None, workers: int | None, config_path: Path | None, strict: bool,
           metrics_fmt: str, no_html: bool, quiet: bool) -> None:
@@ -432,27 +625,30 @@ def fleet(paths: tuple[Path, ...], out_dir: Path, engine: str, address: str | No
         if policy is not None:
             gate = f"; gate: {sum(r['gate'] == 'passed' for r in rows)} passed, " \
                    f"{sum(r['gate'] in ('failed', 'error') for r in rows)} failed"
-        click.echo(f"{len(rows)} runs scanned ({engine}): {result.unreadable} could not be read{gate}")
+        echo(f"{len(rows)} runs scanned ({engine}): {result.unreadable} could not be read{gate}")
         for r in rows[:5]:
             what = f"error: {r['error']}" if r["error"] else (
                 f"health {r['health']:.2f}, {r['findings']['critical']} critical, "
                 f"{r['findings']['warning']} warning"
                 + (f", first domino {r['first_domino_rule']} @ {r['first_domino_step']}"
                    if r["first_domino_rule"] else ""))
-            click.echo(f"  {r['run']}: {what}" + (f" [gate {r['gate']}]" if r["gate"] else ""))
-    click.echo("wrote " + ", ".join(str(p) for p in result.paths.values()))
+            echo(f"  {r['run']}: {what}" + (f" [gate {r['gate']}]" if r["gate"] else ""))
+        echo("wrote " + ", ".join(str(p) for p in result.paths.values()))
     if result.gate_failed:
         click.get_current_context().exit(EXIT_GATE_FAILED)
 
 
 @main.command()
 @click.argument("src", type=click.Path(path_type=Path))
-@click.option("-o", "--out", "out_path", type=click.Path(path_type=Path), required=True,
+@click.option("-o", "--output", "--out", "out_path", cls=_HiddenAliases, hidden_aliases=("--out",),
+              type=click.Path(path_type=Path), required=True,
               help="Parquet file to write (the canonical step stream).")
-@click.option("--format", "fmt", help="Input format (default: detected from content).")
+@_input_format_option
+@_deprecated_format_option
 @click.option("--strict", is_flag=True, help="A malformed row is fatal (exit 3).")
-@click.option("-q", "--quiet", is_flag=True, help="Print only the path written.")
-def convert(src: Path, out_path: Path, fmt: str | None, strict: bool, quiet: bool) -> None:
+@_verbosity
+def convert(src: Path, out_path: Path, fmt: str | None, old_fmt: str | None, strict: bool, quiet: bool,
+            verbose: bool) -> None:
     """Convert a trainer log (any supported format) to the canonical step stream in Parquet.
 
     Keys are renamed to canonical names with their units normalised; unknown keys are kept under
@@ -460,52 +656,101 @@ def convert(src: Path, out_path: Path, fmt: str | None, strict: bool, quiet: boo
     """
     from .io.convert import convert as convert_log
 
-    result = convert_log(src, out_path, fmt=fmt, strict=strict)
-    if not quiet:
-        r = result.report
-        click.echo(f"{src} [{r.format}]: {r.rows_read} rows read, {r.rows_skipped} skipped")
-        for note in r.notes:
-            click.echo(f"  note: {note}")
-        for src_key, dst in sorted(result.mapping.mapping.items()):
-            if src_key != dst:
-                click.echo(f"  {src_key} -> {dst}")
-        if result.mapping.unmapped:
-            click.echo(f"  unmapped (kept as is): {', '.join(sorted(result.mapping.unmapped))}")
-    click.echo(result.summary() if not quiet else str(result.path))
+    result = convert_log(src, out_path, fmt=_resolve_format(fmt, old_fmt), strict=strict)
+    if quiet:
+        return
+    r = result.report
+    echo(f"{src} [{r.format}]: {r.rows_read} rows read, {r.rows_skipped} skipped")
+    for note in r.notes:
+        echo(f"  note: {note}")
+    for src_key, dst in sorted(result.mapping.mapping.items()):
+        if src_key != dst or verbose:
+            echo(f"  {src_key} -> {dst}")
+    if result.mapping.unmapped:
+        echo(f"  unmapped (kept as is): {', '.join(sorted(result.mapping.unmapped))}")
+    echo(result.summary())
 
+
+# --- watch ---------------------------------------------------------------------------------
 
 @main.command()
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", help="Input format (default: detected from content).")
+@_input_format_option
+@_deprecated_format_option
+@click.option("--meta", type=click.Path(path_type=Path),
+              help="Run metadata JSON (default: run.json beside the log, as for scan).")
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
-              help="TOML config: [run] metadata, tracker parameters.")
+              help="TOML config: [run] metadata, [columns] key names, tracker parameters.")
+@click.option("--map", "maps", multiple=True, metavar="SRC=CANONICAL[:UNIT]",
+              help="Your own key name for a canonical metric (repeatable), as for scan.")
 @click.option("--kl-target", type=Checked(run_field("kl_target")), help="Target KL (in the unit of --kl-unit).")
 @click.option("--kl-unit", type=click.Choice(["token", "sequence"]), help="Unit of --kl-target.")
 @click.option("--interval", type=Checked(Allowed(float, ge=0.01, le=86400)), default=2.0, show_default=True,
               help="Seconds between polls.")
 @click.option("--once", is_flag=True, help="Read what is there now, report, and exit.")
 @click.option("--timeout", type=Checked(Allowed(float, ge=0)), help="Stop after this many seconds.")
+@click.option("--wait", is_flag=True, help="Wait for a path that does not exist yet (without it, a "
+              "missing or unusable path exits 3 at once).")
 @click.option("--min-severity", type=click.Choice(["info", "warning", "critical"]), default="info",
               show_default=True, help="Print findings of at least this severity.")
-def watch(path: Path, fmt: str | None, config_path: Path | None, kl_target: float | None,
-          kl_unit: str | None, interval: float, once: bool, timeout: float | None,
-          min_severity: str) -> None:
-    """Follow a growing log and print each finding once, when it appears.
+@click.option("--jsonl", "jsonl_path", type=click.Path(path_type=Path),
+              help="Append each alert (new or escalated finding) to this file as a JSON line.")
+@click.option("--fail-on", type=click.Choice(["info", "warning", "critical"]),
+              help="Exit 1 once a finding reaches this severity (stops watching then).")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the alerts (no start and stop lines).")
+def watch(path: Path, fmt: str | None, old_fmt: str | None, meta: Path | None, config_path: Path | None,
+          maps: tuple[str, ...], kl_target: float | None, kl_unit: str | None, interval: float, once: bool,
+          timeout: float | None, wait: bool, min_severity: str, jsonl_path: Path | None, fail_on: str | None,
+          quiet: bool) -> None:
+    """Follow a growing log and print each finding when it appears, and again when it escalates.
 
-    Works on every supported format; line-oriented logs are read incrementally, others re-read
-    when they change. Stop with Ctrl-C (or --once / --timeout).
+    PATH is a log file, a run folder (its steps.* and run.json) or a trainer's output_dir, as
+    for scan. Line-oriented logs are read incrementally, others re-read when they change. Stop
+    with Ctrl-C (or --once / --timeout).
     """
     from .analysis.findings import Severity
     from .live.watch import Watcher
 
-    cfg = build_config(config_path, kl_target, kl_unit, False, None)
-    watcher = Watcher(path, fmt=fmt, config=cfg, echo=click.echo,
-                      min_severity=Severity.parse(min_severity))
+    cfg = build_config(config_path, kl_target, kl_unit, False, None, maps)
+    say = (lambda s: None) if quiet else echo
+    watcher = Watcher(path, fmt=_resolve_format(fmt, old_fmt), config=cfg, echo=echo, status=say,
+                      min_severity=Severity.parse(min_severity), meta_path=meta, wait=wait,
+                      jsonl=jsonl_path, fail_on=Severity.parse(fail_on) if fail_on else None)
     try:
         watcher.run(interval=interval, once=once, timeout=timeout)
     except KeyboardInterrupt:
-        click.echo(f"stopped: {watcher.scan.rows} step rows analysed, {len(watcher.findings)} finding(s) "
-                   "reported")
+        say(f"stopped: {watcher.scan.rows} step rows analysed, {len(watcher.findings)} alert(s)")
+    if watcher.failed is not None:
+        echo(f"failing: {watcher.failed.severity.value} {watcher.failed.rule} reached --fail-on {fail_on}", err=True)
+        click.get_current_context().exit(EXIT_GATE_FAILED)
+
+
+# --- export --------------------------------------------------------------------------------
+
+@main.command()
+@click.argument("analysis_path", metavar="ANALYSIS", type=click.Path(path_type=Path))
+@click.option("--to", "target", type=click.Choice(["tensorboard", "wandb-offline"]), required=True,
+              help="tensorboard: forensics/* scalars and a text summary in an event file; "
+              "wandb-offline: an offline W&B run (summary, alerts, a findings table).")
+@click.argument("out_dir", metavar="DIR", type=click.Path(path_type=Path))
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
+def export(analysis_path: Path, target: str, out_dir: Path, quiet: bool) -> None:
+    """Send a saved analysis to where you look at runs: TensorBoard or W&B (offline).
+
+    ANALYSIS is an analysis.json (or the folder a scan wrote). For TensorBoard, point
+    `tensorboard --logdir` at DIR (or at the run's own log folder); for W&B, `wandb sync DIR/wandb/...`.
+    """
+    from .report.export import export_analysis
+    from .verdicts.saved import load_analysis
+
+    why = _not_an_analysis(analysis_path)
+    if why is not None:
+        raise UsageError(f"{analysis_path}: {why}; run `forensics scan {analysis_path} -o DIR` first, then "
+                         f"`forensics export DIR --to {target} ...`")
+    file = analysis_path / "analysis.json" if analysis_path.is_dir() else analysis_path
+    written = export_analysis(load_analysis(file), target, out_dir)
+    if not quiet:
+        echo(f"wrote {written}")
 
 
 if __name__ == "__main__":  # pragma: no cover

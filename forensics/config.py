@@ -373,6 +373,8 @@ class Config:
                                    "bounded by the batch.", le=1 << 24)
     strict: bool = param(False, "A malformed row is fatal ([scan] strict, --strict).")
     source: str | None = None
+    #: the user's own key names (``[columns]``, ``--map``): source key -> UserColumn
+    columns: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in SCAN_OPTIONS:
@@ -473,6 +475,9 @@ def load_config(path: Path | None) -> Config:
         if key not in SCAN_OPTIONS:
             raise ConfigError(f"{path}: [scan] has no option {key!r}; known: " + ", ".join(SCAN_OPTIONS))
         setattr(cfg, key, scan_option(key).check(value, f"{path}: [scan] {key}"))
+    from .schema import user_columns
+
+    cfg.columns = user_columns(data.pop("columns", {}), f"{path}: [columns]")
     for section, values in data.items():
         if not isinstance(values, dict):
             raise ConfigError(f"{path}: {section} = {show_value(values)}: [{section}] must be a table "

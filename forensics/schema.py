@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -33,9 +34,11 @@ __all__ = [
     "Alias",
     "ColumnMapping",
     "Metric",
+    "UserColumn",
     "canonical_name",
     "metrics_for_tracker",
     "resolve_columns",
+    "user_columns",
 ]
 
 STEP = "step"
@@ -202,10 +205,20 @@ def _one_minus(x: np.ndarray) -> np.ndarray:
     return 1.0 - x
 
 
+def _times_0_01(x: np.ndarray) -> np.ndarray:
+    return x * 0.01
+
+
+def _times_1e_3(x: np.ndarray) -> np.ndarray:
+    return x * 1e-3
+
+
 TRANSFORMS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "square": _square,
     "times_1e-4": _times_1e_4,
     "one_minus": _one_minus,
+    "times_0.01": _times_0_01,  # a percentage given as a fraction (user column maps: unit "percent")
+    "times_1e-3": _times_1e_3,  # milliseconds as seconds (user column maps: unit "ms")
 }
 
 
@@ -534,6 +547,164 @@ def canonical_name(key: str, stream: str = STEP) -> tuple[str, Alias | None] | N
     return None
 
 
+# --- the user's own key names ----------------------------------------------------------------
+
+#: Where a user column map comes from, as the analysis lists it.
+USER_MAP_CONFIG = "config [columns]"
+USER_MAP_OPTION = "--map"
+
+
+@dataclass(frozen=True)
+class UserColumn:
+    """A user's own key name for a canonical metric (``[columns]`` in a config, ``--map``).
+
+    ``canonical`` is the name the key feeds (after the unit is applied: ``unit = "sequence"`` on
+    ``kl`` feeds ``kl_seq``), ``transform`` names an entry of :data:`TRANSFORMS` that turns the
+    values into the canonical unit, ``origin`` says where the map was given.
+    """
+
+    source: str
+    canonical: str
+    unit: str | None = None
+    transform: str | None = None
+    origin: str = USER_MAP_CONFIG
+
+    @property
+    def note(self) -> str:
+        unit = f", unit {self.unit}" if self.unit else ""
+        return f"mapped by {self.origin}{unit}"
+
+
+#: Units a user may give for a key, per canonical unit: ``unit -> (canonical sibling or None,
+#: transform or None)``. The canonical unit itself (or its short form) is always accepted.
+_USER_UNITS: dict[str, dict[str, tuple[str | None, str | None]]] = {
+    "kl": {"token": (None, None), "sequence": ("kl_seq", None), "nats/sequence": ("kl_seq", None),
+           "sqrt": (None, "square")},
+    "kl_seq": {"sequence": (None, None), "token": ("kl", None), "nats/token": ("kl", None)},
+    "entropy": {"token": (None, None), "sequence": ("entropy_seq", None), "nats/sequence": ("entropy_seq", None)},
+    "entropy_seq": {"sequence": (None, None), "token": ("entropy", None), "nats/token": ("entropy", None)},
+}
+_BY_UNIT: dict[str, dict[str, tuple[str | None, str | None]]] = {
+    "1": {"fraction": (None, None), "percent": (None, "times_0.01"), "%": (None, "times_0.01")},
+    "s": {"ms": (None, "times_1e-3")},
+}
+
+
+def _user_units(canonical: str) -> dict[str, tuple[str | None, str | None]]:
+    metric = METRICS.get(canonical)
+    units: dict[str, tuple[str | None, str | None]] = {}
+    if metric is not None:
+        units[metric.unit] = (None, None)
+        units.update(_BY_UNIT.get(metric.unit, {}))
+    units.update(_USER_UNITS.get(canonical, {}))
+    return units
+
+
+def _user_target(canonical: str) -> bool:
+    return canonical in METRICS or (canonical.startswith(REWARD_COMPONENT_PREFIX)
+                                    and len(canonical) > len(REWARD_COMPONENT_PREFIX))
+
+
+def user_column(source: str, canonical: str, unit: str | None = None,
+                origin: str = USER_MAP_CONFIG) -> UserColumn:
+    """One checked user column map; a :class:`~forensics.errors.ConfigError` names what is wrong.
+
+    >>> user_column("policy/kl_divergence", "kl").canonical
+    'kl'
+    >>> c = user_column("kl_sum", "kl", "sequence"); c.canonical, c.transform
+    ('kl_seq', None)
+    >>> user_column("clipped_pct", "clip_frac", "percent").transform
+    'times_0.01'
+    >>> user_column("x", "klx")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    forensics.errors.ConfigError: config [columns]: x = 'klx': not a canonical metric name ...
+    """
+    from .errors import ConfigError
+
+    if not isinstance(source, str) or not source:
+        raise ConfigError(f"{origin}: a source key must be a non-empty string, got {source!r}")
+    if not isinstance(canonical, str) or not _user_target(canonical):
+        raise ConfigError(f"{origin}: {source} = {canonical!r}: not a canonical metric name "
+                          "(forensics rules --metrics lists them)")
+    transform = None
+    if unit is not None:
+        units = _user_units(canonical)
+        if not isinstance(unit, str) or unit not in units:
+            raise ConfigError(f"{origin}: {source} = {canonical!r}: unit {unit!r} is not one forensics can "
+                              f"convert; allowed for {canonical}: " + ", ".join(sorted(units) or ["none"]))
+        sibling, transform = units[unit]
+        canonical = sibling or canonical
+    return UserColumn(source, canonical, unit, transform, origin)
+
+
+def user_columns(table: Any, origin: str = USER_MAP_CONFIG) -> dict[str, UserColumn]:
+    """The ``[columns]`` table of a config: ``source = "canonical"`` or ``source = {name =
+    "canonical", unit = "..."}``.
+
+    >>> cols = user_columns({"iteration": "step", "gnorm": {"name": "grad_norm"},
+    ...                      "kl_sum": {"name": "kl", "unit": "sequence"}})
+    >>> {k: c.canonical for k, c in cols.items()}
+    {'iteration': 'step', 'gnorm': 'grad_norm', 'kl_sum': 'kl_seq'}
+    """
+    from .errors import ConfigError
+
+    if not isinstance(table, dict):
+        raise ConfigError(f"{origin} must be a table of source key = canonical name")
+    out: dict[str, UserColumn] = {}
+    taken: dict[str, str] = {}
+    for source, spec in table.items():
+        if isinstance(spec, dict):
+            extra = set(spec) - {"name", "unit"}
+            if extra or "name" not in spec:
+                raise ConfigError(f"{origin}: {source} = {spec!r}: takes name (required) and unit")
+            col = user_column(source, spec["name"], spec.get("unit"), origin)
+        else:
+            col = user_column(source, spec, None, origin)
+        if col.canonical in taken:
+            raise ConfigError(f"{origin}: {source} and {taken[col.canonical]} both map to {col.canonical}: "
+                              "one source per canonical name")
+        taken[col.canonical] = source
+        out[source] = col
+    return out
+
+
+def parse_map_option(text: str) -> UserColumn:
+    """``--map SRC=CANONICAL`` (or ``SRC=CANONICAL:UNIT``): split at the last ``=`` (a source key
+    may hold one; a canonical name never does).
+
+    >>> c = parse_map_option("train/my kl=kl:sequence"); c.source, c.canonical
+    ('train/my kl', 'kl_seq')
+    """
+    from .errors import UsageError
+
+    source, sep, target = text.rpartition("=")
+    if not sep or not source or not target:
+        raise UsageError(f"--map {text!r}: expected SRC=CANONICAL or SRC=CANONICAL:UNIT "
+                         "(forensics rules --metrics lists the canonical names)")
+    name, _, unit = target.partition(":")
+    return user_column(source, name, unit or None, USER_MAP_OPTION)
+
+
+def merge_user_columns(*maps: dict[str, UserColumn]) -> dict[str, UserColumn]:
+    """Later maps win per source key (``--map`` over ``[columns]``); two sources for one
+    canonical name are a :class:`~forensics.errors.ConfigError`."""
+    from .errors import ConfigError
+
+    out: dict[str, UserColumn] = {}
+    for m in maps:
+        for src, col in m.items():
+            out.pop(src, None)
+            clash = next((c for c in out.values() if c.canonical == col.canonical), None)
+            if clash is not None:
+                if col.origin == clash.origin:
+                    raise ConfigError(f"{col.origin}: {src} and {clash.source} both map to {col.canonical}: "
+                                      "one source per canonical name")
+                out.pop(clash.source)  # the later map (the command line) wins
+            out[src] = col
+    return out
+
+
 @dataclass
 class ColumnMapping:
     """How the keys of one source were mapped: ``source -> canonical``, and the keys left as they are.
@@ -548,6 +719,8 @@ class ColumnMapping:
     shadowed: list[str] = field(default_factory=list)
     #: unit and meaning notes of the aliases used (``source -> note``), e.g. a per-sequence sum
     notes: dict[str, str] = field(default_factory=dict)
+    #: keys mapped by the user's own column map, and where it was given (``source -> origin``)
+    user: dict[str, str] = field(default_factory=dict)
 
     def target(self, key: str) -> str:
         """Column name a source key is stored under."""
@@ -567,6 +740,7 @@ class ColumnMapping:
             "unmapped": sorted(self.unmapped),
             "shadowed": sorted(self.shadowed),
             "notes": dict(sorted(self.notes.items())),
+            **({"user_mapped": dict(sorted(self.user.items()))} if self.user else {}),
         }
 
 
@@ -574,12 +748,13 @@ _ALIAS_RANK = {a.source: i for i, a in enumerate(ALIASES)}
 
 
 def resolve_columns(keys: Iterable[str], previous: ColumnMapping | None = None,
-                    stream: str = STEP) -> ColumnMapping:
+                    stream: str = STEP, user: dict[str, UserColumn] | None = None) -> ColumnMapping:
     """Map source keys to canonical names.
 
-    A canonical key present under its own name always wins over aliases; among aliases the one
-    listed first in :data:`ALIASES` wins. ``previous`` keeps decisions stable when keys appear
-    late in a stream: a key mapped once stays mapped the same way.
+    The user's own map (``user``: ``[columns]``, ``--map``) comes first: its canonical names are
+    reserved for its keys. Then a canonical key present under its own name wins over aliases;
+    among aliases the one listed first in :data:`ALIASES` wins. ``previous`` keeps decisions
+    stable when keys appear late in a stream: a key mapped once stays mapped the same way.
 
     >>> m = resolve_columns(["step", "grad_norm_policy", "completion_length",
     ...                      "completions/mean_length", "foo"])
@@ -587,16 +762,29 @@ def resolve_columns(keys: Iterable[str], previous: ColumnMapping | None = None,
     ('grad_norm', 'response_length_mean', ['foo'])
     >>> m.shadowed
     ['completion_length']
+    >>> m = resolve_columns(["iteration", "gnorm", "grad_norm"],
+    ...                     user=user_columns({"iteration": "step", "gnorm": "grad_norm"}))
+    >>> m.mapping, m.shadowed
+    ({'iteration': 'step', 'gnorm': 'grad_norm'}, ['grad_norm'])
     """
+    user = user or {}
     result = ColumnMapping() if previous is None else ColumnMapping(
         dict(previous.mapping), dict(previous.transforms), list(previous.unmapped),
-        list(previous.shadowed), dict(previous.notes))
-    taken = set(result.mapping.values())
+        list(previous.shadowed), dict(previous.notes), dict(previous.user))
+    taken = set(result.mapping.values()) | {c.canonical for c in user.values()}
     known = set(result.mapping) | set(result.unmapped) | set(result.shadowed)
     new = [k for k in keys if k not in known]
-    # direct canonical names first, then aliases in priority order, then unknown keys
+    # the user's keys first, then direct canonical names, aliases in priority order, unknown keys
     candidates: list[tuple[int, str, str, Alias | None]] = []
     for key in new:
+        col = user.get(key)
+        if col is not None:
+            result.mapping[key] = col.canonical
+            result.user[key] = col.origin
+            result.notes[key] = col.note
+            if col.transform:
+                result.transforms[key] = col.transform
+            continue
         hit = canonical_name(key, stream)
         if hit is None:
             result.unmapped.append(key)

@@ -174,7 +174,9 @@ def test_github_format_and_json(runs: dict[str, Path], tmp_path: Path) -> None:
     pol = policy(tmp_path, 'fail_on = "critical"\n')
     res = run("gate", str(runs["rldk"]), "--policy", pol, "--format", "github")
     assert res.exit_code == 0
-    assert res.output.startswith("::warning title=forensics kl.spike (steps ")
+    # passing warnings go into the one summary notice, never one annotation each
+    assert res.output.startswith("::notice title=forensics gate::gate passed") and "kl.spike (steps " in res.output
+    assert len(res.output.strip().splitlines()) == 1
     res = run("gate", str(runs["explode"]), "--policy", pol, "--format", "json")
     data = json.loads(res.output)
     assert data["passed"] is False and data["failing_findings"][0]["rule"] == "grad.explode"

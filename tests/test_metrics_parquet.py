@@ -58,7 +58,7 @@ def test_diff_and_report_read_the_parquet_table(log: Path, tmp_path: Path) -> No
     res = CliRunner().invoke(main, ["scan", str(log), "-o", str(tmp_path / "r"), "--metrics",
                                     "parquet", "-q"])
     assert res.exit_code == 0, res.output
-    assert "metrics.parquet" in res.output and "metrics.csv" not in res.output
+    assert (tmp_path / "r" / "metrics.parquet").is_file() and not (tmp_path / "r" / "metrics.csv").exists()
     saved = load_saved(tmp_path / "r")
     assert len(saved.frame["step"]) == 300 and "kl" in saved.frame
 

@@ -10,7 +10,7 @@ def test_exported_names() -> None:
     assert set(forensics.__all__) == {
         "Analysis", "Config", "ConfigError", "Finding", "ForensicsError", "FormatError",
         "InputError", "RunMeta", "Scan", "Severity", "StrictModeError", "UsageError",
-        "__version__", "load_config", "scan_path",
+        "__version__", "load_config", "scan_frame", "scan_path",
     }
     for name in forensics.__all__:
         assert hasattr(forensics, name)

@@ -152,11 +152,23 @@ def test_watch_verl_log_reports_entropy_decline(tmp_path: Path) -> None:
     assert any("entropy." in line for line in out)
 
 
-def test_watch_missing_file_waits_then_times_out(tmp_path: Path) -> None:
-    res = CliRunner().invoke(main, ["watch", str(tmp_path / "later.jsonl"), "--timeout", "0.1",
+def test_watch_missing_file_waits_only_with_wait(tmp_path: Path) -> None:
+    # without --wait: an error at once (exit 3), never "0 step rows analysed" and exit 0
+    t0 = time.monotonic()
+    res = CliRunner().invoke(main, ["watch", str(tmp_path / "later.jsonl"), "--timeout", "30"],
+                             catch_exceptions=False)
+    assert res.exit_code == 3 and "no such file" in res.output and "--wait" in res.output
+    assert time.monotonic() - t0 < 10  # did not wait for the timeout
+    res = CliRunner().invoke(main, ["watch", str(tmp_path / "later.jsonl"), "--wait", "--timeout", "0.1",
                                     "--interval", "0.05"], catch_exceptions=False)
     assert res.exit_code == 3 and "0 step rows" in res.output
     assert "no such file" in res.output
+
+
+def test_watch_unusable_folder_is_an_input_error(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hello\n")
+    res = CliRunner().invoke(main, ["watch", str(tmp_path), "--timeout", "30"])
+    assert res.exit_code == 3 and "no training log" in res.output
 
 
 # --- transformers / TRL callback, driven the way Trainer drives it -----------------------------
@@ -185,7 +197,7 @@ def test_trainer_callback_writes_streams_and_prints_findings(tmp_path: Path) -> 
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["max_grad_norm"] == 1.0 and meta["kl_coef_init"] == 0.04
     assert meta["config"]["train_summary"]["train_runtime"] == 10.0
-    assert sum("kl.spike" in line for line in out) == 1
+    assert sum(a["rule"] == "kl.spike" and a["event"] == "new" for a in cb.alerts) == 1
     assert out[-1].startswith("forensics: 400 step rows")
     res = CliRunner().invoke(main, ["scan", str(run_dir), "-o", str(tmp_path / "rep"), "-q"],
                              catch_exceptions=False)

@@ -32,7 +32,7 @@ from ..io.canonical import Batch, Canonicalizer
 from ..io.formats import open_source
 from ..io.memory import trim
 from ..io.readers import RawBatch, ReadReport
-from ..schema import ColumnMapping
+from ..schema import ColumnMapping, UserColumn
 from .context import infer_context
 from .findings import STREAM_RULES, Finding
 from .health import health_scores
@@ -44,7 +44,7 @@ from .trackers.base import TrackerResult
 if TYPE_CHECKING:  # pandas is imported when a DataFrame is asked for, not by every scan
     pass
 
-__all__ = ["Scan", "run_inputs", "scan_path"]
+__all__ = ["Scan", "make_config", "run_inputs", "scan_frame", "scan_path"]
 
 @dataclass
 class Replay:
@@ -194,7 +194,7 @@ class Scan:
 
     def _canonical(self, raw: RawBatch, report: ReadReport, stream: str = "step") -> tuple[Batch, np.ndarray]:
         if report.path not in self._canon:
-            self._canon[report.path] = Canonicalizer(stream)
+            self._canon[report.path] = Canonicalizer(stream, self.config.columns)
             self.reports.append(report)
         canon = self._canon[report.path]
         batch, keep = canon(raw, report)
@@ -380,27 +380,177 @@ class Scan:
         return out
 
 
-def _find_run_files(path: Path) -> tuple[Path, Path | None, Path | None]:
-    """A run folder holds steps.*, optional samples.* and run.json; a file stands alone."""
-    if path.is_dir():
-        # steps.jsonl, steps.parquet, or steps.parquet.parts/ left by a writer that was killed
-        # (a *.tmp is a write that never finished)
-        steps = [p for p in sorted(path.iterdir())
-                 if p.name.startswith("steps.") and not p.name.endswith(".tmp")]
-        if not steps:
-            from ..io.formats import FORMATS
-            if any(f.detect(path, b"") for f in FORMATS):  # a log folder, e.g. TensorBoard events
-                return path, None, None
-            raise InputError("run folder has no steps.jsonl or steps.parquet", path=str(path))
-        samples = [p for p in sorted(path.iterdir())
-                   if p.name.startswith("samples.") and not p.name.endswith(".tmp")]
-        meta = path / "run.json"
-        return steps[0], samples[0] if samples else None, meta if meta.exists() else None
-    if not path.name.startswith("steps."):
+#: Sub-folder where the trainer callback (forensics.live.transformers) writes the canonical
+#: streams inside a trainer's output_dir.
+CALLBACK_DIR = "forensics"
+
+
+def _checkpoint_number(p: Path) -> int:
+    try:
+        return int(p.name.rpartition("-")[2])
+    except ValueError:
+        return -1
+
+
+def trainer_state_of(folder: Path) -> Path | None:
+    """A transformers/TRL output_dir's ``trainer_state.json``: the one at its root or the one in
+    its newest ``checkpoint-N/`` (highest N), whichever was written last (a resumed run's root
+    file may be older than its latest checkpoint)."""
+    cands = []
+    root = folder / "trainer_state.json"
+    if root.is_file():
+        cands.append(root)
+    ckpts = sorted((p for p in folder.glob("checkpoint-*") if (p / "trainer_state.json").is_file()),
+                   key=_checkpoint_number)
+    if ckpts:
+        cands.append(ckpts[-1] / "trainer_state.json")
+    if not cands:
+        return None
+    return max(cands, key=lambda p: (p.stat().st_mtime, p != root))
+
+
+def _run_folder_files(path: Path) -> tuple[Path, Path | None, Path | None] | None:
+    steps = [p for p in sorted(path.iterdir())
+             if p.name.startswith("steps.") and not p.name.endswith(".tmp")]
+    if not steps:
+        return None
+    samples = [p for p in sorted(path.iterdir())
+               if p.name.startswith("samples.") and not p.name.endswith(".tmp")]
+    meta = path / "run.json"
+    return steps[0], samples[0] if samples else None, meta if meta.exists() else None
+
+
+def _find_run_files(path: Path, notes: list[str] | None = None) -> tuple[Path, Path | None, Path | None]:
+    """The step log, sample stream and run metadata of ``path``: a file stands alone (samples.*
+    and run.json beside a steps.* file count); a folder is searched in this order:
+
+    1. a run folder: ``steps.*`` (a ``steps.parquet.parts/`` left by a killed writer too; a
+       ``*.tmp`` is a write that never finished), ``samples.*``, ``run.json``;
+    2. the same in its ``forensics/`` sub-folder (what the trainer callback writes);
+    3. a transformers/TRL output_dir: ``trainer_state.json`` at its root or in the newest
+       ``checkpoint-N/``, preferred over a TensorBoard ``runs/`` folder beside it (the trainer's
+       own log, at full precision);
+    4. a W&B run folder (``wandb/run-*/``, ``offline-run-*``) whose ``.wandb`` file can be
+       decoded (the ``wandb`` package is installed), then TensorBoard event files, then a W&B run
+       folder's console and summary, then any other folder format (Parquet parts).
+
+    ``notes`` (when given) gets a line naming what was chosen over what.
+    """
+    if not path.is_dir():
+        if not path.name.startswith("steps."):
+            return path, None, None
+        cands = sorted(path.parent.glob("samples.*"))
+        meta_file = path.parent / "run.json"
+        return path, cands[0] if cands else None, meta_file if meta_file.exists() else None
+    found = _run_folder_files(path)
+    if found is not None:
+        return found
+    sub = path / CALLBACK_DIR
+    if sub.is_dir() and (found := _run_folder_files(sub)) is not None:
+        if notes is not None:
+            notes.append(f"read {sub.name}/{found[0].name}, the streams the forensics trainer callback wrote")
+        return found
+    from ..io.adapters import tensorboard, wandb_offline
+    from ..io.formats import FORMATS
+
+    state = trainer_state_of(path)
+    tb = tensorboard.detect(path, b"")
+    wb = wandb_offline.find_run(path)
+    if state is not None:
+        if notes is not None:
+            others = [what for what, there in (("TensorBoard event files", tb), ("a W&B run", wb)) if there]
+            notes.append(f"read {state.relative_to(path)} (the trainer's own log)"
+                         + (f"; not read: {', '.join(others)} in the same folder" if others else ""))
+        return state, None, None
+    if wb is not None and (wandb_offline.binary_readable(wb) or not tb):
+        if notes is not None and tb:
+            notes.append(f"read the W&B run {wb.name}; TensorBoard event files in the same folder not read")
+        return wb, None, None
+    if tb or any(f.detect(path, b"") for f in FORMATS):
         return path, None, None
-    cands = sorted(path.parent.glob("samples.*"))
-    meta_file = path.parent / "run.json"
-    return path, cands[0] if cands else None, meta_file if meta_file.exists() else None
+    raise InputError("folder has no training log forensics reads: no steps.jsonl or steps.parquet, no "
+                     "trainer_state.json (at its root or in a checkpoint-*/), no TensorBoard event files, no "
+                     "W&B run (wandb/run-*/)", path=str(path))
+
+
+def make_config(config: Config | None = None, *, config_path: Path | str | None = None,
+                kl_target: float | None = None, kl_unit: str | None = None, strict: bool | None = None,
+                batch_rows: int | None = None, columns: dict[str, str] | dict[str, UserColumn] | None = None,
+                maps: Iterable[str] = ()) -> Config:
+    """A scan's configuration from the options the command line takes.
+
+    ``config`` (or the TOML file ``config_path``) is the base; ``kl_target``/``kl_unit`` override
+    its ``[run]``, ``strict`` and ``batch_rows`` its ``[scan]``; ``columns`` (source key ->
+    canonical name, or :class:`~forensics.schema.UserColumn`) and ``maps`` (``"SRC=CANONICAL[:UNIT]"``,
+    as ``--map`` takes them) add to its ``[columns]``, winning over it.
+
+    >>> cfg = make_config(kl_target=6.0, kl_unit="sequence", columns={"gnorm": "grad_norm"})
+    >>> cfg.run.kl_target, cfg.run.kl_target_unit, cfg.columns["gnorm"].canonical
+    (6.0, 'sequence', 'grad_norm')
+    """
+    import dataclasses
+    import math
+
+    from ..config import load_config
+    from ..errors import UsageError
+    from ..schema import merge_user_columns, parse_map_option, user_column
+
+    if config is not None and config_path is not None:
+        raise UsageError("give a config or a config path, not both")
+    cfg = dataclasses.replace(config) if config is not None else load_config(
+        Path(config_path) if config_path is not None else None)
+    overrides: dict[str, Any] = {}
+    if kl_target is not None:
+        if isinstance(kl_target, bool) or not isinstance(kl_target, (int, float)) \
+                or not math.isfinite(kl_target) or kl_target <= 0:
+            raise UsageError(f"kl_target must be a positive number, not {kl_target!r}")
+        overrides["kl_target"] = float(kl_target)
+    if kl_unit is not None:
+        if kl_unit not in ("token", "sequence"):
+            raise UsageError(f"kl_unit must be 'token' or 'sequence', not {kl_unit!r}")
+        overrides["kl_target_unit"] = kl_unit
+    if overrides:
+        cfg.run = cfg.run.merged(RunMeta(**overrides))
+    if strict is not None:
+        cfg.strict = bool(strict) or cfg.strict
+    if batch_rows is not None:
+        if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+            raise UsageError(f"batch_rows must be a positive integer, not {batch_rows!r}")
+        cfg.batch_rows = batch_rows
+    given: dict[str, UserColumn] = {}
+    for src, target in (columns or {}).items():
+        given[src] = target if isinstance(target, UserColumn) else user_column(src, target, None, "columns=")
+    for text in maps:
+        col = parse_map_option(text)
+        given[col.source] = col
+    if given:
+        cfg.columns = merge_user_columns(cfg.columns, given)
+    return cfg
+
+
+def _feed_sources(scan: Scan, source: Any, sample_source: Any, config: Config,
+                  progress: Callable[[int], None] | None, where: str, step_batch_rows: int) -> Analysis:
+    """Feed the step source (batches of ``step_batch_rows``) and the sample source (or None, read
+    one batch ahead) to ``scan`` and finish it; ``progress(rows)`` after each batch of either."""
+    for raw in source.batches(step_batch_rows):
+        scan.feed(raw, source.report)
+        if progress is not None:
+            progress(len(raw))
+    if source.report.rows_kept == 0 and source.report not in scan.reports:
+        scan.reports.append(source.report)
+    if sample_source is not None:
+        for raw in _read_ahead(sample_source.batches(config.batch_rows)):
+            scan.feed_samples(raw, sample_source.report)
+            if progress is not None:
+                progress(len(raw))
+        if sample_source.report not in scan.reports:
+            scan.reports.append(sample_source.report)
+    if scan.rows == 0:
+        r = source.report
+        raise InputError(f"no usable rows ({r.rows_read} read, {r.rows_skipped} skipped"
+                         + (f"; first problem: line {r.issues[0].line}: {r.issues[0].reason}"
+                            if r.issues else "") + ")", path=where)
+    return scan.finish()
 
 
 #: Most values (rows x columns) in one batch of the step stream. A 20-metric log keeps the full
@@ -461,13 +611,35 @@ def scan_path(
     fmt: str | None = None,
     progress: Callable[[int], None] | None = None,
     trackers: Iterable[str] | None = None,
+    config_path: Path | str | None = None,
+    kl_target: float | None = None,
+    kl_unit: str | None = None,
+    strict: bool | None = None,
+    batch_rows: int | None = None,
+    columns: dict[str, str] | None = None,
+    maps: Iterable[str] = (),
 ) -> Analysis:
-    """Scan a step file or a run folder and return the analysis.
+    """Scan a step file or a run folder and return the analysis: what ``forensics scan`` does.
 
-    ``progress(rows)`` is called after each batch of either stream (rows of the batch).
+    Parameters
+    ----------
+    path : a log file, a run folder, a trainer's output_dir, a TensorBoard or W&B run folder
+        (see :func:`_find_run_files` for what is read in a folder).
+    samples, meta : the sample stream and run metadata (default: ``samples.*`` and ``run.json``
+        beside the step log).
+    config : a :class:`~forensics.config.Config`; or ``config_path``, a TOML file (``--config``).
+    fmt : the input format (``--input-format``; default: detected from content).
+    kl_target, kl_unit, strict, batch_rows : as ``--kl-target``, ``--kl-unit``, ``--strict``,
+        ``--batch-rows``.
+    columns : your own key names, source key -> canonical name (``[columns]``); ``maps`` the same
+        as ``--map`` strings (``"my_reward=reward_mean"``).
+    trackers : run only these trackers (default: all).
+    progress : called after each batch of either stream with its number of rows.
     """
-    config = config or Config()
-    steps_path, samples_path, meta_path = _find_run_files(Path(path))
+    config = make_config(config, config_path=config_path, kl_target=kl_target, kl_unit=kl_unit,
+                         strict=strict, batch_rows=batch_rows, columns=columns, maps=maps)
+    notes: list[str] = []
+    steps_path, samples_path, meta_path = _find_run_files(Path(path), notes)
     if samples is not None:
         samples_path = Path(samples)
     if meta is not None:
@@ -475,23 +647,61 @@ def scan_path(
     run_meta = load_run_meta(meta_path) if meta_path else RunMeta()
     scan = Scan(config, run_meta, trackers)
     source = open_source(steps_path, fmt, strict=config.strict)
-    for raw in source.batches(batch_rows_for(steps_path, config.batch_rows)):
-        scan.feed(raw, source.report)
-        if progress is not None:
-            progress(len(raw))
-    if source.report.rows_kept == 0 and source.report not in scan.reports:
-        scan.reports.append(source.report)
-    if samples_path is not None:
-        sample_source = open_source(samples_path, None, strict=config.strict)
-        for raw in _read_ahead(sample_source.batches(config.batch_rows)):
-            scan.feed_samples(raw, sample_source.report)
-            if progress is not None:
-                progress(len(raw))
-        if sample_source.report not in scan.reports:
-            scan.reports.append(sample_source.report)
-    if scan.rows == 0:
-        r = source.report
-        raise InputError(f"no usable rows ({r.rows_read} read, {r.rows_skipped} skipped"
-                         + (f"; first problem: line {r.issues[0].line}: {r.issues[0].reason}"
-                            if r.issues else "") + ")", path=str(steps_path))
-    return scan.finish()
+    source.report.notes[:0] = notes
+    sample_source = None if samples_path is None else open_source(samples_path, None, strict=config.strict)
+    return _feed_sources(scan, source, sample_source, config, progress, str(steps_path),
+                         batch_rows_for(steps_path, config.batch_rows))
+
+
+class _FrameSource:
+    """A pandas DataFrame as a :class:`~forensics.io.readers.Source` (rows numbered from 1)."""
+
+    def __init__(self, frame: Any, name: str) -> None:
+        import pyarrow as pa
+
+        named_index = frame.index.name is not None or any(n is not None for n in frame.index.names[1:])
+        try:
+            self.table = pa.Table.from_pandas(frame, preserve_index=named_index)
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise InputError(f"the DataFrame cannot be read: {exc}", path=name) from None
+        self.report = ReadReport(name, format="dataframe")
+
+    def batches(self, batch_rows: int) -> Iterator[RawBatch]:
+        import pyarrow as pa
+
+        from ..io.readers.arrow import table_to_raw
+
+        row = 1
+        for rb in self.table.to_batches(max_chunksize=max(batch_rows, 1)):
+            n = rb.num_rows
+            self.report.rows_read += n
+            self.report.rows_kept += n
+            yield table_to_raw(pa.Table.from_batches([rb]), np.arange(row, row + n, dtype=np.int64))
+            row += n
+
+
+def scan_frame(frame: Any, *, samples: Any = None, meta: RunMeta | dict[str, Any] | None = None,
+               name: str = "<DataFrame>", config: Config | None = None,
+               trackers: Iterable[str] | None = None, **options: Any) -> Analysis:
+    """Scan a pandas DataFrame of step rows (one per optimizer step, a ``step`` column or a
+    named index; your key names are mapped as a log's are): a notebook's own table.
+
+    ``samples`` is an optional DataFrame of the sample stream; ``meta`` run metadata (a
+    :class:`~forensics.config.RunMeta` or a dict as in run.json); ``options`` are
+    :func:`scan_path`'s (``kl_target``, ``columns``, ``maps``, ``strict``, ...).
+
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"iteration": range(50), "gnorm": [1.0] * 50})
+    >>> a = scan_frame(df, columns={"iteration": "step", "gnorm": "grad_norm"})
+    >>> a.steps["rows"], a.mappings["<DataFrame>"].mapping["gnorm"]
+    (50, 'grad_norm')
+    """
+    import pandas as pd
+
+    if not isinstance(frame, pd.DataFrame):
+        raise InputError(f"scan_frame takes a pandas DataFrame, not {type(frame).__name__}", path=name)
+    config = make_config(config, **options)
+    run_meta = RunMeta.from_dict(meta, source="meta") if isinstance(meta, dict) else (meta or RunMeta())
+    scan = Scan(config, run_meta, trackers)
+    sample_source = None if samples is None else _FrameSource(samples, name + " samples")
+    return _feed_sources(scan, _FrameSource(frame, name), sample_source, config, None, name, config.batch_rows)

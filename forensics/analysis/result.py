@@ -79,19 +79,64 @@ class Analysis:
         }
 
     def to_pandas(self, columns: list[str] | None = None) -> pd.DataFrame:
-        """The per-step metrics (all, or the named columns, plus the series derived from the
-        sample stream) as a pandas DataFrame indexed by step: a notebook post-mortem's table."""
+        """The per-step metrics as a pandas DataFrame indexed by step: a notebook post-mortem's
+        table. Without ``columns``: every column (and the series derived from the sample
+        stream); with ``columns``: exactly those, in that order (a name that is not a column is a
+        ``KeyError`` listing the ones there are)."""
         import pandas as pd
 
-        return pd.DataFrame(self.metrics_frame(columns)).set_index("step")
+        if isinstance(columns, str):
+            columns = [columns]
+        if columns is not None:
+            known = {*self.metrics.names, *self.sample_series}
+            missing = [c for c in columns if c not in known]
+            if missing:
+                raise KeyError(f"no per-step column {', '.join(map(repr, missing))}; the columns are: "
+                               + ", ".join(sorted(known)))
+        frame = self.metrics_frame(columns)
+        if columns is not None:
+            frame = {"step": frame["step"], **{c: frame[c] for c in columns if c != "step"}}
+        return pd.DataFrame(frame).set_index("step")
 
     def findings_frame(self) -> pd.DataFrame:
-        """One row per finding (the columns of ``findings.csv``; ``evidence`` as a dict)."""
+        """One row per finding (the columns of ``findings.csv``; ``evidence`` as a dict), with
+        ``severity`` an ordered categorical (info < warning < critical), so sorting or
+        ``df[df.severity >= "warning"]`` follows severity, not the alphabet."""
         import pandas as pd
 
         cols = ["rule", "severity", "tracker", "first_step", "last_step", "onset_step", "message",
                 "explanation", "remedy", "evidence"]
-        return pd.DataFrame([f.to_dict() for f in self.findings], columns=cols)
+        df = pd.DataFrame([f.to_dict() for f in self.findings], columns=cols)
+        order = [s.value for s in sorted(Severity, key=lambda s: s.rank)]
+        df["severity"] = pd.Categorical(df["severity"], categories=order, ordered=True)
+        return df
+
+    def _repr_html_(self) -> str:
+        """The summary in a notebook: the verdict, health scores and the top findings."""
+        from html import escape
+
+        d = self._core_dict()
+        h = self.health
+        counts = d["findings_by_severity"]
+        score = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
+        checked = self.coverage.get("checked", True)
+        head = ("Nothing checked: no training metric in the log was recognised" if not checked else
+                f"{counts.get('critical', 0)} critical, {counts.get('warning', 0)} warning, "
+                f"{counts.get('info', 0)} info finding(s)")
+        rows = "".join(
+            f"<tr><td>{escape(f.severity.value)}</td><td><code>{escape(f.rule)}</code></td>"
+            f"<td>{f.first_step}-{f.last_step}</td><td>{escape(f.message)}</td><td>{escape(f.remedy)}</td></tr>"
+            for f in self.findings[:10])
+        more = f"<p>... {len(self.findings) - 10} more: <code>.findings_frame()</code></p>" \
+            if len(self.findings) > 10 else ""
+        inputs = ", ".join(escape(r.path) for r in self.inputs)
+        return (f"<div class='forensics-analysis'><p><b>forensics</b>: {escape(inputs)}; steps "
+                f"{self.steps.get('first')}..{self.steps.get('last')} ({self.steps.get('rows')} rows)"
+                + (f"; algorithm {escape(str(self.meta.algorithm))}" if self.meta.algorithm else "")
+                + f"</p><p><b>{escape(head)}</b></p><p>health: overall {score(h.get('overall'))}, stability "
+                f"{score(h.get('stability'))}, convergence {score(h.get('convergence'))}</p>"
+                + (f"<table><tr><th>severity</th><th>rule</th><th>steps</th><th>message</th><th>remedy</th></tr>"
+                   f"{rows}</table>" if rows else "") + more + "</div>")
 
     def metrics_frame(self, columns: list[str] | None = None) -> dict[str, np.ndarray]:
         """Per-step columns (all, or the named ones) plus the per-step series derived from the

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..schema import ALIASES, METRICS, TRANSFORMS, Alias, ColumnMapping, canonical_name
+from ..schema import ALIASES, METRICS, TRANSFORMS, Alias, ColumnMapping, UserColumn, canonical_name
 from .limits import STEP_MAX, STEP_MIN
 from .readers import RawBatch, ReadReport
 
@@ -208,10 +208,17 @@ class _Stored:
 
 class Canonicalizer:
     """Renames one source's keys to canonical names as keys appear, applies unit transforms,
-    converts values to float64 metrics and an int64 step (see the module doc)."""
+    converts values to float64 metrics and an int64 step (see the module doc).
 
-    def __init__(self, stream: str = "step") -> None:
+    ``columns`` is the user's own map (``[columns]`` in a config, ``--map``): it is applied before
+    the aliases, and the canonical names it gives are reserved for its keys (a log's own key of
+    that name is carried through as shadowed, with a note).
+    """
+
+    def __init__(self, stream: str = "step", columns: dict[str, UserColumn] | None = None) -> None:
         self.stream = stream
+        self.columns = dict(columns or {})
+        self._reserved = {c.canonical: c.source for c in self.columns.values()}
         self.mapping = ColumnMapping()
         self.step_from_rows: bool | None = None
         self.next_row_step = 0
@@ -245,12 +252,31 @@ class Canonicalizer:
         m = self.mapping
         for key in sorted(new, key=lambda k: (firsts[k], *self._rank(k))):
             line = int(raw.lines[firsts[key]]) if firsts[key] < len(raw) else 0
+            user = self.columns.get(key)
+            if user is not None:
+                self._taken[user.canonical] = key
+                self._first_line[key] = line
+                self._stored[key] = _Stored(user.canonical, "mapped")
+                m.mapping[key] = user.canonical
+                m.user[key] = user.origin
+                m.notes[key] = user.note
+                if user.transform:
+                    m.transforms[key] = user.transform
+                continue
             hit = canonical_name(key, self.stream)
             if hit is None:
                 self._stored[key] = _Stored(key, "unmapped")
                 m.unmapped.append(key)
                 continue
             canonical, alias = hit
+            mine = self._reserved.get(canonical)
+            if mine is not None and mine != key:
+                m.shadowed.append(key)
+                name = SHADOW_PREFIX + key if key in METRICS else key
+                self._stored[key] = _Stored(name, "shadowed")
+                report.notes.append(f"{key} also means {canonical}, which your column map gives to {mine}: "
+                                    f"{key} is carried through as {name}")
+                continue
             owner = self._taken.get(canonical)
             if owner is not None:
                 m.shadowed.append(key)
@@ -269,6 +295,8 @@ class Canonicalizer:
             self._alias_extras(key, alias)
 
     def _rank(self, key: str) -> tuple[int, str]:
+        if key in self.columns:
+            return (-2, key)
         hit = canonical_name(key, self.stream)
         if hit is None:
             return (len(_ALIAS_RANK) + 1, key)

@@ -1,7 +1,8 @@
 """A transformers/TRL ``TrainerCallback`` that writes the canonical streams and watches the run.
 
 >>> from forensics.live.transformers import ForensicsCallback   # doctest: +SKIP
->>> trainer = GRPOTrainer(..., callbacks=[ForensicsCallback()])         # doctest: +SKIP
+>>> trainer = GRPOTrainer(..., callbacks=[ForensicsCallback(stop_on_critical=True)])  # doctest: +SKIP
+>>> ForensicsCallback.attach(trainer)   # or this: also reads the completions TRL keeps  # doctest: +SKIP
 
 On every ``on_log`` of the main process the callback
 
@@ -9,30 +10,51 @@ On every ``on_log`` of the main process the callback
   row to ``<output_dir>/forensics/steps.jsonl`` (``step`` = ``state.global_step``); evaluation
   logs (``eval_*``) go to ``eval.jsonl`` and the final summary (``train_runtime``) to
   ``run.json``, never into the training rows;
-* feeds the row to the trackers (``forensics.analysis.engine.Scan``) and prints each finding once, when
-  it first appears (``live=False`` turns this off).
+* writes the sample stream (``samples.jsonl``: step, prompt, completion, reward and each reward
+  function's ``reward/<name>``, advantage) when completions are available: those TRL's GRPO/RLOO
+  trainers keep for their last generation batch (the callback must know the trainer:
+  :meth:`ForensicsCallback.attach`), or what a training loop passes to :meth:`log_samples`;
+* feeds the rows to the trackers (:class:`forensics.analysis.engine.Scan`) and logs each finding
+  through :mod:`logging` (logger ``forensics``: critical findings at ERROR, warnings at WARNING,
+  the rest at INFO) when it appears and when it escalates; with ``stop_on_critical=True`` a
+  critical finding sets ``control.should_training_stop`` (the trainer then saves and stops);
+* sends the findings to the trainer's ``report_to`` targets, each only when its package is
+  installed: TensorBoard (``forensics/*`` scalars and a text summary in an event file of its own
+  in ``logging_dir``) and W&B (the active run's summary, an alert per critical finding, a
+  ``forensics/findings`` table at the end).
 
-The folder is a run folder: ``forensics scan <output_dir>/forensics`` analyses it afterwards and
-``forensics watch .../steps.jsonl`` can follow it from another terminal. Rows are flushed per log
-call, as plain Python floats (``.item()`` on tensors happens at log time in the Trainer already,
-so no extra GPU synchronisation).
+On each checkpoint save (``on_save``) it writes the analysis so far beside the checkpoint
+(``checkpoint-N/forensics/analysis.json``) and appends a row to ``forensics/checkpoints.csv``
+(step, health scores, findings by severity, the first domino so far), so a resume point can be
+chosen by the health the run had at each checkpoint.
 
-transformers is imported when this module is imported, not by ``import forensics``; without
-transformers the class still works with any caller that follows the ``TrainerCallback`` call
-protocol (duck typing), which is how it is tested.
+Settings come from the training arguments: ``learning_rate``, ``max_grad_norm``; GRPO/RLOO
+``beta`` (the KL coefficient), ``epsilon`` (clip range), ``num_generations``,
+``max_completion_length``; PPO ``kl_coef``, ``cliprange``, ``response_length``; DPO/KTO/ORPO/CPO
+``beta`` is the preference temperature (:attr:`RunMeta.beta`), never a KL coefficient.
+
+The folder is a run folder: ``forensics scan <output_dir>`` analyses it afterwards (the
+``forensics/`` sub-folder is found) and ``forensics watch <output_dir>`` can follow it. transformers
+is imported when this module is imported, not by ``import forensics``; without transformers the
+class works with any caller that follows the ``TrainerCallback`` call protocol (duck typing),
+which is how it is tested.
 """
 
 from __future__ import annotations
 
+import csv
+import importlib.util
 import json
+import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
 from ..analysis.engine import Scan
+from ..analysis.findings import Severity
 from ..config import Config, RunMeta
 from ..io.adapters.hf_trainer_state import classify
 from ..io.readers.arrow import rows_to_raw
@@ -45,7 +67,14 @@ try:  # pragma: no cover - depends on the environment
 except ImportError:  # duck-typed stand-in: the Trainer only calls the on_* methods by name
     _Base = object  # type: ignore[assignment,misc]
 
-__all__ = ["ForensicsCallback", "JsonlWriter"]
+__all__ = ["CHECKPOINT_COLUMNS", "ForensicsCallback", "JsonlWriter", "meta_from_args"]
+
+logger = logging.getLogger("forensics")
+
+#: Columns of ``forensics/checkpoints.csv``.
+CHECKPOINT_COLUMNS = ("step", "checkpoint", "rows", "health_overall", "health_stability", "health_convergence",
+                      "critical", "warning", "info", "first_domino_rule", "first_domino_step")
+_LEVEL = {"critical": logging.ERROR, "warning": logging.WARNING, "info": logging.INFO}
 
 
 def _plain(value: Any) -> Any:
@@ -73,7 +102,7 @@ class JsonlWriter:
     def write(self, row: dict[str, Any]) -> None:
         if self._fh is None:
             raise ValueError(f"{self.path} is closed")
-        self._fh.write(json.dumps(row, allow_nan=True, separators=(",", ":")) + "\n")
+        self._fh.write(json.dumps(row, allow_nan=True, separators=(",", ":"), default=str) + "\n")
         self._fh.flush()
 
     def close(self) -> None:
@@ -82,37 +111,141 @@ class JsonlWriter:
             self._fh = None
 
 
+def _number(args: Any, *names: str, positive: bool = True) -> float | None:
+    for name in names:
+        v = getattr(args, name, None)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v > 0 or not positive):
+            return float(v)
+    return None
+
+
+#: Training-argument classes by algorithm (TRL's config class names, lower case, start with these).
+_ALGORITHMS = ("grpo", "rloo", "ppo", "dpo", "kto", "orpo", "cpo", "simpo", "ipo", "online_dpo", "onlinedpo")
+_PREFERENCE = ("dpo", "kto", "orpo", "cpo", "simpo", "ipo")
+
+
+def meta_from_args(args: Any) -> RunMeta:
+    """Run metadata from a trainer's arguments (TRL's ``GRPOConfig``, ``PPOConfig``, ``DPOConfig``...).
+
+    >>> from types import SimpleNamespace as NS
+    >>> class DPOConfig(NS): ...
+    >>> m = meta_from_args(DPOConfig(beta=0.1, learning_rate=5e-7, max_grad_norm=1.0))
+    >>> m.algorithm, m.beta, m.kl_coef_init
+    ('dpo', 0.1, None)
+    >>> class PPOConfig(NS): ...
+    >>> m = meta_from_args(PPOConfig(kl_coef=0.05, cliprange=0.2, response_length=53))
+    >>> m.algorithm, m.kl_coef_init, m.clip_range, m.max_length
+    ('ppo', 0.05, 0.2, 53)
+    """
+    fields: dict[str, Any] = {}
+    name = type(args).__name__.lower().replace("_", "")
+    algo = next((a.replace("_", "") for a in _ALGORITHMS if name.startswith(a.replace("_", ""))), None)
+    if algo == "onlinedpo":
+        algo = "online_dpo"
+    if algo is not None:
+        fields["algorithm"] = algo
+    if (v := _number(args, "max_grad_norm")) is not None:
+        fields["max_grad_norm"] = v
+    if (v := _number(args, "learning_rate")) is not None:
+        fields["learning_rate"] = v
+    beta = _number(args, "beta", positive=False)
+    if algo in _PREFERENCE:
+        if beta is not None:
+            fields["beta"] = beta  # the preference temperature, not a KL coefficient
+    elif algo == "ppo":
+        if (v := _number(args, "kl_coef", "init_kl_coef", positive=False)) is not None:
+            fields["kl_coef_init"] = v
+    elif beta is not None:  # GRPO, RLOO, online DPO ... : beta weighs the KL term
+        fields["kl_coef_init"] = beta
+    if (v := _number(args, "epsilon", "cliprange", "clip_range")) is not None:
+        fields["clip_range"] = v
+    length = _number(args, "max_completion_length", "response_length", "max_new_tokens")
+    if length is not None:
+        fields["max_length"] = int(length)
+    if algo in ("grpo", "rloo") and (v := _number(args, "num_generations", "rloo_k")) is not None:
+        fields["group_size"] = int(v)
+    run_name = getattr(args, "run_name", None)
+    if isinstance(run_name, str):
+        fields["name"] = run_name
+    return RunMeta(**fields)
+
+
+def _report_to(args: Any) -> set[str]:
+    targets = getattr(args, "report_to", None)
+    if targets is None or targets == "none":
+        return set()
+    if isinstance(targets, str):
+        targets = [targets]
+    names = {str(t) for t in targets}
+    if "all" in names:
+        names |= {"tensorboard", "wandb"}
+    return names
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
-    """Writes ``steps.jsonl``/``eval.jsonl``/``run.json`` and runs the trackers as training goes.
+    """Writes the canonical streams, runs the trackers as training goes and reports back.
 
     Parameters
     ----------
     output_dir : folder for the streams (default ``<args.output_dir>/forensics``).
-    live : run the trackers and print findings as they appear.
-    echo : where findings are printed (default ``print``).
+    live : run the trackers (alerts, stopping, checkpoint analyses, dashboards).
+    echo : also print each alert here (default: only :mod:`logging`, logger ``forensics``).
     config, meta : tracker parameters and run metadata, as for a scan; the callback adds what the
-        training arguments tell (``max_grad_norm``, ``beta`` as ``kl_coef_init``, algorithm).
+        training arguments tell (see :func:`meta_from_args`).
     check_every : look for new findings every this many logged rows (a check finishes a copy of
         every tracker: tens of milliseconds).
+    stop_on_critical : a critical finding stops training (``control.should_training_stop``).
+    report_to : where findings go (``"tensorboard"``, ``"wandb"``); default: the trainer's own
+        ``report_to``, each only when its package is installed.
+    trainer : the trainer, to read the completions TRL keeps (or use :meth:`attach`).
     """
 
     def __init__(self, output_dir: str | Path | None = None, *, live: bool = True,
-                 echo: Callable[[str], None] = print, config: Config | None = None,
-                 meta: RunMeta | None = None, check_every: int = 1) -> None:
+                 echo: Callable[[str], None] | None = None, config: Config | None = None,
+                 meta: RunMeta | None = None, check_every: int = 1, stop_on_critical: bool = False,
+                 report_to: Iterable[str] | None = None, trainer: Any = None) -> None:
         self.check_every = max(1, int(check_every))
         self.output_dir = Path(output_dir) if output_dir is not None else None
         self.live = live
         self.echo = echo
         self.config = config or Config()
         self.meta = meta or RunMeta()
+        self.stop_on_critical = stop_on_critical
+        self.report_to = set(report_to) if report_to is not None else None
+        self.trainer = trainer
         self.mapping = ColumnMapping()
         self.steps: JsonlWriter | None = None
         self.evals: JsonlWriter | None = None
+        self.samples: JsonlWriter | None = None
         self.scan: Scan | None = None
         self.findings: LiveFindings | None = None
         self.report: ReadReport | None = None
+        self.sample_report: ReadReport | None = None
         self.rows = 0
+        self.sample_rows = 0
         self.summary: dict[str, Any] = {}
+        #: every alert so far (dicts as ``forensics watch --jsonl`` writes them)
+        self.alerts: list[dict[str, Any]] = []
+        self.stop_reason: str | None = None
+        self._stop_pending = False
+        self._tb: Any = None
+        self._wandb = False
+        self._seen_samples: tuple[int, int] | None = None
+
+    @classmethod
+    def attach(cls, trainer: Any, **kwargs: Any) -> ForensicsCallback:
+        """Make a callback that knows ``trainer`` (so it reads the completions TRL keeps) and add
+        it to the trainer's callbacks."""
+        cb = cls(trainer=trainer, **kwargs)
+        trainer.add_callback(cb)
+        return cb
 
     # -- TrainerCallback protocol -------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
@@ -120,15 +253,23 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
             return control
         out = self.output_dir or Path(getattr(args, "output_dir", ".") or ".") / "forensics"
         self.output_dir = out
-        meta = self._meta_from_args(args).merged(self.meta)
+        meta = meta_from_args(args).merged(self.meta)
         self.meta = meta
         self._write_run_json()
         self.steps = JsonlWriter(out / "steps.jsonl")
         self.evals = JsonlWriter(out / "eval.jsonl")
+        targets = self.report_to if self.report_to is not None else _report_to(args)
         if self.live:
             self.scan = Scan(self.config, meta)
             self.report = ReadReport(str(out / "steps.jsonl"), format="trainer-callback")
-            self.findings = LiveFindings(self.scan, self.echo)
+            self.sample_report = ReadReport(str(out / "samples.jsonl"), format="trainer-callback")
+            self.findings = LiveFindings(self.scan, self.echo or (lambda s: None), sink=self._on_alert)
+            if "tensorboard" in targets and _installed("tensorboard"):
+                from ..report.export import TensorBoardWriter
+
+                logdir = getattr(args, "logging_dir", None) or out
+                self._tb = TensorBoardWriter(logdir)
+            self._wandb = "wandb" in targets and _installed("wandb")
         return control
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
@@ -152,29 +293,174 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
         assert self.steps is not None
         self.steps.write(row)
         self.rows += 1
+        self._trainer_samples(step)
         if self.scan is not None and self.report is not None and self.findings is not None:
             self.report.rows_read += 1
             self.report.rows_kept += 1
             self.scan.feed(rows_to_raw([row], np.array([self.rows], dtype=np.int64)), self.report)
             if self.rows % self.check_every == 0:
-                self.findings.check()
+                self._check(step)
+        return self._control(control)
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        """The analysis so far beside the checkpoint, and a row of ``checkpoints.csv``."""
+        if self.scan is None or self.scan.rows == 0 or not getattr(state, "is_world_process_zero", True):
+            return control
+        from ..report.files import to_json
+
+        step = int(getattr(state, "global_step", 0))
+        ckpt = Path(getattr(args, "output_dir", ".") or ".") / f"checkpoint-{step}"
+        d = self.scan.peek().to_dict()
+        try:
+            (ckpt / "forensics").mkdir(parents=True, exist_ok=True)
+            (ckpt / "forensics" / "analysis.json").write_text(to_json(d), encoding="utf-8")
+            self._checkpoint_row(step, ckpt, d)
+        except OSError as exc:  # a full disk must not stop training: say so and go on
+            logger.warning("forensics: cannot write the checkpoint analysis for %s: %s", ckpt, exc)
         return control
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        if self.findings is not None:
-            self.findings.check()
-            n = len(self.findings.printed)
-            self.echo(f"forensics: {self.rows} step rows, {n} finding(s); full report: "
+        if self.findings is not None and self.scan is not None:
+            self._check(int(getattr(state, "global_step", 0)))
+            if self.scan.rows:
+                d = self.scan.peek().to_dict()
+                if self._tb is not None:
+                    self._tb.analysis(d, int(getattr(state, "global_step", 0)) or None)
+                run = self._wandb_run()
+                if run is not None:
+                    from ..report.export import wandb_log
+
+                    wandb_log(run, d, alerts=False)
+            n = len(self.findings.announced)
+            self._say(logging.INFO, f"forensics: {self.rows} step rows, {n} finding(s); full report: "
                       f"forensics scan {self.output_dir}")
-        for w in (self.steps, self.evals):
+        for w in (self.steps, self.evals, self.samples):
             if w is not None:
                 w.close()
         self._write_run_json()
         return control
 
+    # -- samples ------------------------------------------------------------------------
+    def log_samples(self, step: int, rows: Iterable[dict[str, Any]]) -> int:
+        """Append per-response rows (``prompt``, ``completion``, ``reward``, ``reward/<name>``,
+        ``advantage``, ``length``, ...) to ``samples.jsonl`` and feed them to the trackers;
+        return how many were written."""
+        if self.output_dir is None:
+            raise ValueError("log_samples before on_train_begin: the output folder is not known yet")
+        if self.samples is None:
+            self.samples = JsonlWriter(self.output_dir / "samples.jsonl")
+        out = [{"step": int(step), **{k: _plain(v) for k, v in r.items() if k != "step"}} for r in rows]
+        for r in out:
+            self.samples.write(r)
+        if out and self.scan is not None and self.sample_report is not None:
+            lines = np.arange(self.sample_rows + 1, self.sample_rows + len(out) + 1, dtype=np.int64)
+            self.sample_report.rows_read += len(out)
+            self.sample_report.rows_kept += len(out)
+            self.scan.feed_samples(rows_to_raw(out, lines), self.sample_report)
+        self.sample_rows += len(out)
+        return len(out)
+
+    def _trainer_samples(self, step: int) -> None:
+        """The completions TRL's GRPO/RLOO trainers keep for their last generation batch
+        (``trainer._logs``), written once per batch."""
+        logs = getattr(self.trainer, "_logs", None)
+        if not isinstance(logs, dict) or not logs.get("completion"):
+            return
+        completions = list(logs["completion"])
+        seen = (id(completions[-1]), len(completions))  # the deque is refilled per generation batch
+        if seen == self._seen_samples:
+            return
+        self._seen_samples = seen
+        prompts = list(logs.get("prompt") or [])
+        rewards = {str(k): list(v) for k, v in (logs.get("rewards") or {}).items()}
+        advantages = list(logs.get("advantages") or [])
+        rows = []
+        for i, completion in enumerate(completions):
+            row: dict[str, Any] = {"completion": _text(completion)}
+            if i < len(prompts):
+                row["prompt"] = _text(prompts[i])
+            parts = {name: vals[i] for name, vals in rewards.items() if i < len(vals)}
+            finite = [v for v in parts.values() if isinstance(v, (int, float)) and math.isfinite(v)]
+            if finite:
+                row["reward"] = float(sum(finite))
+            for name, v in parts.items():
+                row[f"reward/{name}"] = v
+            if i < len(advantages):
+                row["advantage"] = advantages[i]
+            rows.append(row)
+        self.log_samples(step, rows)
+
+    # -- alerts, stopping, dashboards -------------------------------------------------------
+    def _check(self, step: int) -> None:
+        assert self.findings is not None
+        self.findings.check()
+        if self._tb is not None and self.scan is not None and self.findings.current:
+            counts = {s.value: sum(1 for f in self.findings.current if f.severity is s) for s in Severity}
+            self._tb.scalars(step, {f"forensics/findings/{k}": float(v) for k, v in counts.items()})
+
+    def _on_alert(self, alert: dict[str, Any]) -> None:
+        self.alerts.append(alert)
+        sev = alert["severity"]
+        what = "escalated" if alert["event"] == "escalated" else "new"
+        self._say(_LEVEL.get(sev, logging.INFO),
+                  f"forensics: {what} {sev} finding {alert['rule']} at step {alert['onset_step']} "
+                  f"(steps {alert['first_step']}-{alert['last_step']}): {alert['message']}"
+                  + (f" -> {alert['remedy']}" if sev != "info" else ""))
+        if self._tb is not None and sev != "info":
+            from ..report.export import _SEVERITY_VALUE
+
+            self._tb.scalars(int(alert["onset_step"]), {f"forensics/rules/{alert['rule']}": _SEVERITY_VALUE[sev]})
+        if sev == "critical":
+            run = self._wandb_run()
+            if run is not None:
+                from ..report.export import wandb_alert
+
+                wandb_alert(run, alert)
+            if self.stop_on_critical and self.stop_reason is None:
+                self.stop_reason = f"{alert['rule']} at step {alert['onset_step']}: {alert['message']}"
+                self._stop_pending = True
+                self._say(logging.ERROR, f"forensics: stopping training (stop_on_critical): {self.stop_reason}")
+
+    def _control(self, control: Any) -> Any:
+        if self._stop_pending and control is not None:
+            control.should_training_stop = True
+            self._stop_pending = False
+        return control
+
+    def _wandb_run(self) -> Any:
+        if not self._wandb:
+            return None
+        try:
+            import wandb
+        except ImportError:
+            return None
+        return wandb.run
+
+    def _say(self, level: int, text: str) -> None:
+        logger.log(level, text)
+        if self.echo is not None:
+            self.echo(text)
+
+    def _checkpoint_row(self, step: int, ckpt: Path, d: dict[str, Any]) -> None:
+        assert self.output_dir is not None
+        path = self.output_dir / "checkpoints.csv"
+        domino = (d.get("timeline") or {}).get("first_domino") or {}
+        health = d.get("health") or {}
+        counts = d.get("findings_by_severity") or {}
+        row = [step, ckpt.name, (d.get("steps") or {}).get("rows"), health.get("overall"), health.get("stability"),
+               health.get("convergence"), counts.get("critical", 0), counts.get("warning", 0), counts.get("info", 0),
+               domino.get("rule", ""), domino.get("onset_step", "")]
+        new = not path.exists()
+        with open(path, "a", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            if new:
+                w.writerow(CHECKPOINT_COLUMNS)
+            w.writerow(["" if v is None else v for v in row])
+
     # -- helpers --------------------------------------------------------------------------
     def _canonical(self, step: int, values: dict[str, Any]) -> dict[str, Any]:
-        self.mapping = resolve_columns([k for k in values if k != "step"], self.mapping)
+        self.mapping = resolve_columns([k for k in values if k != "step"], self.mapping,
+                                       user=self.config.columns)
         row: dict[str, Any] = {"step": step}
         for key, v in values.items():
             if key == "step":
@@ -186,22 +472,7 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
 
     @staticmethod
     def _meta_from_args(args: Any) -> RunMeta:
-        fields: dict[str, Any] = {}
-        mgn = getattr(args, "max_grad_norm", None)
-        if isinstance(mgn, (int, float)) and mgn > 0 and math.isfinite(mgn):
-            fields["max_grad_norm"] = float(mgn)
-        beta = getattr(args, "beta", None)
-        if isinstance(beta, (int, float)) and not isinstance(beta, bool):
-            fields["kl_coef_init"] = float(beta)
-        name = type(args).__name__.lower()
-        for algo in ("grpo", "rloo", "ppo", "dpo", "kto", "orpo"):
-            if name.startswith(algo) or f"{algo}config" in name:
-                fields["algorithm"] = algo
-                break
-        run_name = getattr(args, "run_name", None)
-        if isinstance(run_name, str):
-            fields["name"] = run_name
-        return RunMeta(**fields)
+        return meta_from_args(args)
 
     def _write_run_json(self) -> None:
         if self.output_dir is None:
@@ -212,3 +483,12 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
             data["config"] = {**data.get("config", {}), "train_summary": self.summary}
         (self.output_dir / "run.json").write_text(json.dumps(data, indent=2, allow_nan=True) + "\n",
                                                   encoding="utf-8")
+
+
+def _text(value: Any) -> str:
+    """A prompt or completion as text (TRL keeps conversational ones as lists of messages)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(m, dict) for m in value):
+        return "\n".join(str(m.get("content", "")) for m in value)
+    return str(value)

@@ -17,11 +17,20 @@ long log costs what a scan of it costs.
 
 Rows go to the same trackers as an offline scan, through :class:`forensics.analysis.engine.Scan` in small
 batches; after each batch the analysis so far (``Scan.peek``) is compared with what was already
-printed, keyed by ``(rule, onset_step)``.
+announced (:class:`LiveFindings`): a finding is announced when it first appears and again when it
+escalates (a higher severity, a new episode, or an episode that doubled in length), the alerts
+of one poll in step order. ``--jsonl`` appends each alert as a JSON line, ``--fail-on`` stops at
+the first finding of that severity (exit 1).
+
+The path is found as a scan finds it (:func:`forensics.analysis.engine._find_run_files`): a run
+folder's ``steps.*`` with its ``run.json``, a trainer's output_dir's ``trainer_state.json``. A
+path that does not exist, or a folder with no log, is an error at once (exit 3) unless
+``wait`` is set, when it is waited for.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import select
@@ -37,7 +46,7 @@ import numpy as np
 
 from ..analysis.engine import Scan
 from ..analysis.findings import Finding, Severity
-from ..config import Config, RunMeta
+from ..config import Config, RunMeta, load_run_meta
 from ..errors import FormatError, InputError, UsageError
 from ..io.canonical import Canonicalizer
 from ..io.formats import HEAD_BYTES, detect_format, detect_head, open_source
@@ -52,36 +61,90 @@ __all__ = ["LiveFindings", "Watcher"]
 
 
 class LiveFindings:
-    """Prints each finding of a running :class:`Scan` once, when it first appears.
+    """Announces the findings of a running :class:`Scan`: once when one first appears, and again
+    when it escalates (its severity rises, it has a new episode, or its latest episode has at
+    least doubled in length since it was announced). :meth:`check` peeks at the analysis so far
+    (without disturbing the scan) and echoes the alerts of this check in step order.
 
-    A finding is known by ``(rule, onset_step)``; :meth:`check` peeks at the analysis so far
-    (without disturbing the scan) and echoes the findings not seen before.
+    A finding is known by its rule and tracker. ``sink`` (when given) receives each alert as a
+    dict (``event``: ``new`` or ``escalated``); ``printed`` is the set of ``(rule, onset_step)``
+    first announced.
     """
 
     def __init__(self, scan: Scan, echo: Callable[[str], None] = print,
-                 min_severity: Severity = Severity.INFO) -> None:
+                 min_severity: Severity = Severity.INFO,
+                 sink: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.scan = scan
         self.echo = echo
         self.min_severity = min_severity
+        self.sink = sink
         self.printed: set[tuple[str, int]] = set()
+        #: (tracker, rule) -> (severity rank, episodes, first step, last step) last announced
+        self.announced: dict[tuple[str, str], tuple[int, int, int, int]] = {}
+        #: every finding of the last check (announced or not: below ``min_severity``)
+        self.current: list[Finding] = []
+
+    @staticmethod
+    def _shape(f: Finding) -> tuple[int, int, int, int]:
+        ranges = f.episode_ranges()
+        first, last, _ = ranges[-1]
+        return f.severity.rank, len(ranges), first, last
+
+    def _escalated(self, before: tuple[int, int, int, int], now: tuple[int, int, int, int]) -> str:
+        rank0, n0, first0, last0 = before
+        rank, n, first, last = now
+        if rank > rank0:
+            return "severity"
+        if n > n0:
+            return "new episode"
+        if first == first0 and (last - first + 1) >= 2 * (last0 - first0 + 1) and last > last0:
+            return "range"
+        return ""
 
     def check(self) -> list[Finding]:
         if self.scan.rows == 0:
             return []
-        new: list[Finding] = []
-        for f in self.scan.peek().findings:
-            key = (f.rule, f.onset_step)
-            if key in self.printed or f.severity.rank < self.min_severity.rank:
+        self.current = self.scan.peek().findings
+        alerts: list[tuple[int, str, Finding, dict[str, Any]]] = []
+        for f in self.current:
+            if f.severity.rank < self.min_severity.rank:
                 continue
-            self.printed.add(key)
-            new.append(f)
-            self.echo(format_finding(f))
-        return new
+            key = (f.tracker, f.rule)
+            shape = self._shape(f)
+            before = self.announced.get(key)
+            if before is None:
+                event: dict[str, Any] = {"event": "new"}
+            else:
+                why = self._escalated(before, shape)
+                if not why:
+                    continue
+                event = {"event": "escalated", "why": why,
+                         "previous_severity": _severity_of_rank(before[0]),
+                         "previous_steps": [before[2], before[3]]}
+            self.announced[key] = shape
+            self.printed.add((f.rule, f.onset_step))
+            alerts.append((shape[2], f.rule, f, event))
+        alerts.sort(key=lambda a: (a[0], a[1]))
+        for _, _, f, event in alerts:
+            self.echo(format_finding(f, event))
+            if self.sink is not None:
+                self.sink({**event, **f.to_dict(), "rows_analysed": self.scan.rows})
+        return [f for _, _, f, _ in alerts]
 
 
-def format_finding(f: Finding) -> str:
-    """One finding as the live commands print it (two lines when it has a remedy to act on)."""
-    text = f"[step {f.onset_step}] {f.severity.value.upper():<8} {f.rule}: {f.message}"
+def _severity_of_rank(rank: int) -> str:
+    return next(s.value for s in Severity if s.rank == rank)
+
+
+def format_finding(f: Finding, event: dict[str, Any] | None = None) -> str:
+    """One finding as the live commands print it (two lines when it has a remedy to act on); an
+    escalation says what it escalated from."""
+    first, last, onset = f.episode_ranges()[-1]
+    text = f"[step {onset}] {f.severity.value.upper():<8} {f.rule}: {f.message}"
+    if event and event.get("event") == "escalated":
+        a, b = event["previous_steps"]
+        text += (f" (escalated: {event['why']}; was {event['previous_severity']}, steps {a}-{b}; "
+                 f"now steps {first}-{last})")
     if f.severity is not Severity.INFO:
         text += f"\n           -> {f.remedy}"
     return text
@@ -148,20 +211,35 @@ class Watcher:
 
     def __init__(self, path: Path | str, *, fmt: str | None = None, config: Config | None = None,
                  meta: RunMeta | None = None, echo: Callable[[str], None] = print,
-                 min_severity: Severity = Severity.INFO, batch_rows: int | None = None) -> None:
+                 min_severity: Severity = Severity.INFO, batch_rows: int | None = None,
+                 status: Callable[[str], None] | None = None, meta_path: Path | str | None = None,
+                 wait: bool = False, jsonl: Path | str | None = None,
+                 fail_on: Severity | None = None) -> None:
+        self.given = Path(path)
         self.path = Path(path)
         self.fmt = fmt
         self.config = config or Config()
-        self.scan = Scan(self.config, meta)
+        self.meta = meta
+        self.meta_path = Path(meta_path) if meta_path is not None else None
+        self.wait = wait
+        self.fail_on = fail_on
+        #: the first finding that reached ``fail_on`` (the watch then stops)
+        self.failed: Finding | None = None
+        self.jsonl = Path(jsonl) if jsonl is not None else None
         self.echo = echo
+        #: start and stop lines (``-q`` silences them; alerts always go to ``echo``)
+        self.status = status or echo
         self.min_severity = min_severity
+        self.located = False
+        self.why_not: InputError | None = None  # why the log cannot be read yet
+        self._locate(must=False)
+        self.scan = Scan(self.config, self._run_meta())
         #: rows per batch fed to the trackers (a poll's rows are fed in batches of this size)
         self.batch_rows = batch_rows or self.config.batch_rows
         self.report = ReadReport(str(self.path))
         self.started = False
-        self.live = LiveFindings(self.scan, echo, min_severity)
+        self.live = LiveFindings(self.scan, echo, min_severity, self._append_alert if self.jsonl else None)
         self.findings: list[Finding] = []
-        self.why_not: InputError | None = None  # why the format is not known yet
         # line mode
         self.parser: Any = None
         self.offset = 0
@@ -185,8 +263,63 @@ class Watcher:
         self.src_skipped: Counter[str] = Counter()
         self.src_issues: set[tuple[int, str]] = set()
 
+    # -- where, and with which metadata ---------------------------------------------------
+    def _locate(self, must: bool = True) -> bool:
+        """Find the log in the given path as a scan does (a run folder's steps.* and run.json,
+        a trainer's output_dir): True once found. A missing path or a folder with no log is an
+        :class:`InputError` when ``must`` (:meth:`run` without ``wait``), else waited for."""
+        if self.located:
+            return True
+        from ..analysis.engine import _find_run_files
+
+        if str(self.given) == STDIN or is_stream(self.given):
+            self.located = True
+            return True
+        if not self.given.exists():
+            if self.wait or not must:
+                self.why_not = InputError("no such file or directory (waiting for it)", path=str(self.given))
+                return False
+            raise InputError("no such file or directory (forensics watch --wait waits for a log that does "
+                             "not exist yet)", path=str(self.given))
+        try:
+            steps, _samples, meta = _find_run_files(self.given)
+        except InputError as exc:
+            if (self.wait or not must) and self.given.is_dir():
+                self.why_not = exc
+                return False
+            raise
+        self.path = steps
+        if self.meta_path is None and meta is not None:
+            self.meta_path = meta
+        self.located = True
+        return True
+
+    def _run_meta(self) -> RunMeta | None:
+        """``--meta`` or the run.json found beside the log, under what the caller gave."""
+        if self.meta_path is None:
+            return self.meta
+        found = load_run_meta(self.meta_path)
+        return found if self.meta is None else found.merged(self.meta)
+
+    def _append_alert(self, alert: dict[str, Any]) -> None:
+        assert self.jsonl is not None
+        try:
+            self.jsonl.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.jsonl, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"time": time.time(), "path": str(self.path), **alert}, sort_keys=True,
+                                    default=str) + "\n")
+        except OSError as exc:
+            raise UsageError(f"cannot append alerts to {self.jsonl}: {exc.strerror or exc}") from None
+
     # -- format -----------------------------------------------------------------------
     def _resolve_format(self, final: bool = False, deadline: float | None = None) -> bool:
+        if not self.located:
+            if not self._locate(must=False):
+                return False
+            self.scan = Scan(self.config, self._run_meta())  # nothing was fed yet
+            self.live.scan = self.scan
+            self.report.path = str(self.path)
+            self.stream = is_stream(self.path)
         if self.stream:
             return self._resolve_stream(final, deadline)
         if self.fmt is not None:
@@ -239,7 +372,7 @@ class Watcher:
     def _start(self) -> None:
         self.started = True
         self.report.format = self.fmt or ""
-        self.echo(f"watching {self.path} (format {self.fmt})")
+        self.status(f"watching {self.path} (format {self.fmt})")
         parsers = _line_parsers()
         if self.fmt in parsers:
             self.parser = parsers[self.fmt](self.report, self.config.strict)
@@ -314,6 +447,8 @@ class Watcher:
     def _new_findings(self) -> list[Finding]:
         new = self.live.check()
         self.findings.extend(new)
+        if self.fail_on is not None and self.failed is None:
+            self.failed = next((f for f in self.live.current if f.severity.rank >= self.fail_on.rank), None)
         return new
 
     def _read_file(self) -> bytes:
@@ -468,19 +603,21 @@ class Watcher:
         if timeout is not None and not (isinstance(timeout, (int, float)) and math.isfinite(timeout)
                                         and timeout >= 0):
             raise UsageError(f"--timeout must be a finite number of seconds >= 0, not {timeout!r}")
+        if not self.wait and not self.located:
+            self._locate()  # a missing path or a folder with no log: an error now, not a wait
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
         while True:
             done = once or (deadline is not None and time.monotonic() >= deadline) or (self.stream and self.eof)
             self.poll(final=done, deadline=deadline)
-            if done:
+            if done or self.failed is not None:
                 break
             pause = interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic()))
             sleep(pause)
         if self.parser is not None:
             self.parser.finish_notes()
         rows = self.scan.rows
-        self.echo(f"stopped: {rows} step rows analysed, {len(self.findings)} finding(s) reported")
+        self.status(f"stopped: {rows} step rows analysed, {len(self.findings)} alert(s)")
         if not self.started:
             raise self.why_not or InputError("nothing could be read", path=str(self.path))
         if rows == 0:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,7 @@ from ..analysis.result import Analysis
 from ..errors import UsageError
 from ..io.output import Outputs
 
-__all__ = ["ANALYSIS_FILE", "METRICS_FORMATS", "METRICS_PARQUET_ROWS", "summary_dict", "to_json",
+__all__ = ["ANALYSIS_FILE", "MANIFEST_FILE", "METRICS_FORMATS", "METRICS_PARQUET_ROWS", "summary_dict", "to_json",
            "write_reports"]
 
 ANALYSIS_FILE = "analysis.json"
@@ -29,7 +32,7 @@ HTML_FILE = "report.html"
 MARKDOWN_FILE = "report.md"
 #: Every file ``write_reports`` may write (all are checked before the first is written).
 REPORT_FILES = (ANALYSIS_FILE, SUMMARY_FILE, METRICS_FILE, METRICS_PARQUET_FILE, FINDINGS_FILE, WINDOWS_FILE,
-                RECOMMENDATIONS_JSON, RECOMMENDATIONS_YAML, HTML_FILE, MARKDOWN_FILE)
+                RECOMMENDATIONS_JSON, RECOMMENDATIONS_YAML, HTML_FILE, MARKDOWN_FILE, "plotly.min.js")
 #: Runs of more steps than this get the per-step table as metrics.parquet instead of metrics.csv
 #: (``auto``): a million steps of 30 columns are a 260 MB CSV and a 50 MB Parquet file.
 METRICS_PARQUET_ROWS = 100_000
@@ -139,9 +142,39 @@ def write_findings_csv(analysis: Analysis, path: Path, outputs: Outputs | None =
             w.writerow([d[c] for c in cols])
 
 
-def write_reports(analysis: Analysis, out_dir: Path, *, script: str = "inline", metrics: str = "auto",
+#: The files the last scan wrote into a folder (hidden): the next scan into the same folder
+#: removes those it does not write again, and never touches any other file.
+MANIFEST_FILE = ".forensics-files.json"
+#: What a scan may write into its folder: the names an older folder (no manifest yet) is known
+#: to hold from a scan, when its analysis.json is a forensics analysis.
+SCAN_FILES = ("analysis.json", "summary.json", "metrics.csv", "metrics.parquet", "findings.csv", "windows.csv",
+              "recommendations.json", "recommendations.yaml", "report.html", "report.md", "plotly.min.js")
+
+
+def _owned(out_dir: Path) -> set[str]:
+    """Names of the files an earlier scan wrote into ``out_dir`` (its manifest; for a folder from
+    before manifests, the scan's file names, when its analysis.json is one forensics wrote)."""
+    try:
+        data = json.loads((out_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
+        files = data.get("files") if isinstance(data, dict) else None
+        if isinstance(files, list):
+            return {f for f in files if isinstance(f, str) and f and "/" not in f and f not in (".", "..")}
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(out_dir / ANALYSIS_FILE, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return set()
+    # the writer sorts keys: an analysis opens with "column_mapping"
+    if head.lstrip().startswith(b"{") and b'"column_mapping"' in head:
+        return {n for n in SCAN_FILES if (out_dir / n).is_file()}
+    return set()
+
+
+def write_reports(analysis: Analysis, out_dir: Path | str, *, script: str = "inline", metrics: str = "auto",
                   rendered: bool = True, outputs: Outputs | None = None) -> dict[str, Path]:
-    """Write the reports into ``out_dir``; return their paths by kind.
+    """Write the reports into ``out_dir`` (a str or a Path); return their paths by kind.
 
     ``script``: how report.html carries plotly.js (see :func:`forensics.report.html.render_html`).
     ``metrics`` chooses the per-step table: ``auto`` writes metrics.csv up to
@@ -151,15 +184,54 @@ def write_reports(analysis: Analysis, out_dir: Path, *, script: str = "inline", 
 
     ``outputs`` knows the inputs (see :mod:`forensics.io.output`): every file is checked against
     them before any is written (an output that would replace an input, a link or a special file
-    is a :class:`~forensics.errors.UsageError`), then written to a temporary file renamed into
-    place. The files the scan read are added to it here.
+    is a :class:`~forensics.errors.UsageError`). The files the scan read are added to it here.
+
+    The scan owns its folder's files: they are written into a temporary folder inside
+    ``out_dir`` and moved into place when all are written (a scan that fails leaves the folder as
+    it was), the files an earlier scan wrote there and this one did not (``windows.csv``,
+    ``recommendations.*`` of a longer run) are removed, and a hidden manifest
+    (:data:`MANIFEST_FILE`) lists what this scan wrote. No other file, and never an input, is
+    touched.
     """
+    out_dir = Path(out_dir)
     tables = metrics_formats(analysis.steps.get("rows") or 0, metrics)
     outputs = outputs or Outputs()
     outputs.add(*(r.path for r in analysis.inputs))
     outputs.folder(out_dir)
     for name in REPORT_FILES:
         outputs.check(out_dir / name)
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=".forensics-", dir=out_dir))
+    except OSError as exc:
+        raise UsageError(f"cannot create output folder {out_dir}: {exc.strerror or exc}") from None
+    try:
+        written = _write_files(analysis, tmp, script, tables, rendered, outputs)
+        previous = _owned(out_dir)
+        names = sorted(p.name for p in tmp.iterdir() if p.is_file())
+        for name in names:
+            outputs.check(out_dir / name)
+            os.replace(tmp / name, out_dir / name)
+        for name in sorted(previous - set(names) - {MANIFEST_FILE}):
+            target = out_dir / name
+            try:
+                outputs.check(target)
+            except UsageError:
+                continue  # never remove an input (or anything but a regular file)
+            if target.is_file() and not target.is_symlink():
+                target.unlink()
+        manifest = tmp / MANIFEST_FILE
+        manifest.write_text(json.dumps({"written_by": "forensics scan", "files": names}, indent=1) + "\n",
+                            encoding="utf-8")
+        os.replace(manifest, out_dir / MANIFEST_FILE)
+    except OSError as exc:
+        raise UsageError(f"cannot write reports to {out_dir}: {exc.strerror or exc}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {kind: out_dir / p.name for kind, p in written.items()}
+
+
+def _write_files(analysis: Analysis, out_dir: Path, script: str, tables: tuple[str, ...],
+                 rendered: bool, outputs: Outputs) -> dict[str, Path]:
     paths = {
         "analysis": out_dir / ANALYSIS_FILE,
         "summary": out_dir / SUMMARY_FILE,

@@ -11,14 +11,40 @@ from ..analysis.spans import with_span
 from ..analysis.timeline import timeline_section
 from .verdict import verdict
 
-__all__ = ["render_summary"]
+__all__ = ["paint", "render_plan", "render_summary"]
+
+#: How each kind of text is coloured on a terminal (click.style keywords).
+STYLES: dict[str, dict[str, Any]] = {
+    "critical": {"fg": "red", "bold": True},
+    "warning": {"fg": "yellow", "bold": True},
+    "info": {"fg": "cyan"},
+    "ok": {"fg": "green"},
+    "bad": {"fg": "red", "bold": True},
+    "title": {"bold": True},
+}
+
+
+def paint(text: str, kind: str, colour: bool) -> str:
+    r"""``text`` in the colour of ``kind`` when ``colour`` is on (a terminal without NO_COLOR).
+
+    >>> paint("critical", "critical", False)
+    'critical'
+    >>> paint("ok", "ok", True)
+    '\x1b[32mok\x1b[0m'
+    """
+    if not colour or kind not in STYLES:
+        return text
+    import click
+
+    return click.style(text, **STYLES[kind])
 
 
 def _score(v: float | None) -> str:
     return "  n/a" if v is None else f"{v:5.2f}"
 
 
-def render_summary(analysis: Analysis, top: int = 8) -> str:
+def render_summary(analysis: Analysis, top: int = 8, colour: bool = False) -> str:
+    """The terminal summary (``colour``: severities and the verdict in colour)."""
     lines: list[str] = []
     for r in analysis.inputs:
         skipped = ""
@@ -45,17 +71,21 @@ def render_summary(analysis: Analysis, top: int = 8) -> str:
     advice = advice_sections(analysis, timeline)
     v = verdict([f.to_dict() for f in analysis.findings], timeline, advice.get("recommendations"),
                 analysis.coverage)
-    lines += ["", f"verdict: {v['headline']}"]
+    healthy = not any(f.severity is not Severity.INFO for f in analysis.findings) and analysis.coverage.get(
+        "checked", True)
+    lines += ["", paint(f"verdict: {v['headline']}", "ok" if healthy else "bad", colour)]
     if v.get("domino"):
         lines.append(f"first domino: {v['domino']}")
     for item in v.get("do_now") or []:
         lines.append(f"  do now: {item}")
     counts = {s: sum(1 for f in analysis.findings if f.severity is s) for s in Severity}
     lines.append("")
-    lines.append(f"findings: {counts[Severity.CRITICAL]} critical, {counts[Severity.WARNING]} "
-                 f"warning, {counts[Severity.INFO]} info")
+    crit, warn = counts[Severity.CRITICAL], counts[Severity.WARNING]
+    lines.append(f"findings: {paint(f'{crit} critical', 'critical', colour and crit > 0)}, "
+                 f"{paint(f'{warn} warning', 'warning', colour and warn > 0)}, {counts[Severity.INFO]} info")
     for f in analysis.findings[:top]:
-        lines.append(f"  [{f.severity.value:<8}] {f.rule:<26} {with_span(f.message, f.first_step, f.last_step)}")
+        label = paint(f"[{f.severity.value:<8}]", f.severity.value, colour)
+        lines.append(f"  {label} {f.rule:<26} {with_span(f.message, f.first_step, f.last_step)}")
         if f.severity is not Severity.INFO:
             lines.append(f"  {'':<10} -> {f.remedy}")
     if len(analysis.findings) > top:
@@ -65,6 +95,35 @@ def render_summary(analysis: Analysis, top: int = 8) -> str:
     if notes:
         lines.append("")
         lines.extend(f"note: {n}" for n in notes)
+    return "\n".join(lines)
+
+
+def render_plan(analysis: Analysis) -> str:
+    """What ``-v`` adds: each input's column mapping (source key -> canonical name, with unit
+    notes and the user's own maps marked) and the tracker plan (what each tracker reads, or why it
+    did not run)."""
+    from ..schema import metrics_for_tracker
+
+    lines = ["column mapping:"]
+    for path, m in sorted(analysis.mappings.items()):
+        lines.append(f"  {path}:")
+        for src, dst in sorted(m.mapping.items()):
+            extra = [x for x in (m.notes.get(src), m.transforms.get(src) and f"transform {m.transforms[src]}") if x]
+            lines.append(f"    {src} -> {dst}" + (f"  ({'; '.join(extra)})" if extra else ""))
+        if m.shadowed:
+            lines.append("    shadowed (another key feeds the name; carried through): "
+                         + ", ".join(sorted(m.shadowed)))
+        if m.unmapped:
+            lines.append("    unmapped (carried through; --map SRC=CANONICAL names one): "
+                         + ", ".join(sorted(m.unmapped)))
+    mapped = set(analysis.coverage.get("columns", {}).get("mapped_names", []))
+    lines.append("tracker plan:")
+    for name, entry in analysis.coverage.get("trackers", {}).items():
+        if entry.get("active"):
+            reads = [c for c in metrics_for_tracker(name) if c in mapped]
+            lines.append(f"  {name:<12} runs on {', '.join(reads) if reads else 'derived series'}")
+        else:
+            lines.append(f"  {name:<12} not run: {entry.get('reason', '')}")
     return "\n".join(lines)
 
 

@@ -33,9 +33,15 @@ analysis' ``coverage.checked`` is false) fails the gate unless ``allow_unchecked
 findings" on a log nothing could read is not a verdict of health. Unknown keys, severities or rule ids are a
 :class:`~forensics.errors.ConfigError` (exit 2): a typo must not silently pass a gate.
 
-Outputs: text, JSON, JUnit XML (one test case per rule of the catalogue, a failure for each
-failing rule; health checks in a second suite) and GitHub Actions workflow commands
-(``::error title=...::message``).
+Without a policy file the gate applies :func:`default_policy`: fail on a critical finding, and
+fail when nothing was checked.
+
+Outputs: text, JSON, JUnit XML (one test case per rule of the catalogue: a failure for each
+failing rule, ``skipped`` with the reason for each rule that could not run on this log, such as
+a tracker with none of its metrics logged or a KL check without a KL target; health checks in a
+second suite) and GitHub Actions workflow commands: an ``::error`` for each failure (at most
+:data:`GITHUB_MAX_ERRORS`, the last one counting the rest: GitHub shows 10 a step) and one
+``::notice`` that sums up everything else.
 """
 
 from __future__ import annotations
@@ -51,8 +57,8 @@ from ..analysis.findings import Severity
 from ..config import Allowed, read_toml, show_value
 from ..errors import ConfigError, InputError
 
-__all__ = ["GateResult", "Policy", "evaluate", "load_policy", "render_github", "render_json",
-           "render_junit", "render_text", "rule_catalogue"]
+__all__ = ["DEFAULT_POLICY", "GateResult", "Policy", "default_policy", "evaluate", "load_policy",
+           "render_github", "render_json", "render_junit", "render_text", "rule_catalogue"]
 
 _TOP_KEYS = {"fail_on", "fail_rules", "min_health", "overrides", "allow", "allow_unchecked"}
 _HEALTH_KEYS = {"overall", "stability", "convergence", "areas"}
@@ -92,6 +98,44 @@ class Policy:
             if fnmatch.fnmatchcase(rule, pattern):
                 return None if value == "ignore" else value
         return severity
+
+
+#: What ``forensics gate`` applies without ``--policy``.
+DEFAULT_POLICY = "default policy: fail on a critical finding; fail when nothing was checked"
+
+
+def default_policy() -> Policy:
+    """The gate's policy without a policy file: ``fail_on = "critical"``, ``allow_unchecked =
+    false``, no minimum health score.
+
+    >>> p = default_policy(); p.fail_on.value, p.allow_unchecked, p.min_health
+    ('critical', False, {})
+    """
+    return Policy(fail_on=Severity.CRITICAL, allow_unchecked=False, source=DEFAULT_POLICY)
+
+
+#: Rules that need a KL target in the unit of the logged KL (the band, saturation and
+#: controller-direction checks): without one they cannot run.
+NEEDS_KL_TARGET = ("kl.off_target", "kl_ctl.wrong_direction", "kl_ctl.overshoot", "kl_ctl.saturated")
+
+
+def skipped_rules(analysis: dict[str, Any], catalogue: list[tuple[str, str, str]]) -> dict[str, str]:
+    """``rule -> why it could not run on this log``: every rule of a tracker that did not run
+    (the coverage section says why), and the KL checks that need a target the run did not give."""
+    coverage = analysis.get("coverage") or {}
+    trackers = coverage.get("trackers") or {}
+    out: dict[str, str] = {}
+    for rule, tracker, _sev in catalogue:
+        entry = trackers.get(tracker)
+        if isinstance(entry, dict) and entry.get("active") is False:
+            out[rule] = f"tracker {tracker} did not run: {entry.get('reason') or 'not applicable to this log'}"
+    kl = (analysis.get("trackers") or {}).get("kl_schedule") or {}
+    if kl.get("active") and (kl.get("summary") or {}).get("target") is None:
+        note = next((n for n in kl.get("notes") or [] if "target" in n.lower()),
+                    "no KL target given (run.json, [run] kl_target or --kl-target)")
+        for rule in NEEDS_KL_TARGET:
+            out.setdefault(rule, note)
+    return out
 
 
 def rule_catalogue() -> list[tuple[str, str, str]]:
@@ -220,6 +264,9 @@ class GateResult:
     health_checks: list[dict[str, Any]]
     rules: list[tuple[str, str, str]]
     run: str = ""
+    #: rules that could not run on this log, and why (JUnit ``skipped``)
+    skipped: dict[str, str] = field(default_factory=dict)
+    policy: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -230,6 +277,8 @@ class GateResult:
             "ignored_findings": self.ignored,
             "other_findings": self.passing,
             "health_checks": self.health_checks,
+            "skipped_rules": dict(sorted(self.skipped.items())),
+            "policy": self.policy,
         }
 
 
@@ -279,7 +328,10 @@ def evaluate(analysis: dict[str, Any], policy: Policy) -> GateResult:
     run = (analysis.get("run") or {}).get("name") or ", ".join(
         i.get("path", "") for i in analysis.get("inputs", []))
     passed = not failing and all(c["passed"] for c in checks)
-    return GateResult(passed, failing, allowed, ignored, passing, checks, catalogue, run)
+    failing_rules = {f["rule"] for f in failing}
+    skipped = {r: why for r, why in skipped_rules(analysis, catalogue).items() if r not in failing_rules}
+    return GateResult(passed, failing, allowed, ignored, passing, checks, catalogue, run, skipped,
+                      policy.source or "policy")
 
 
 def _steps(f: dict[str, Any]) -> str:
@@ -288,6 +340,8 @@ def _steps(f: dict[str, Any]) -> str:
 
 def render_text(result: GateResult) -> str:
     lines = [f"gate {'PASSED' if result.passed else 'FAILED'}" + (f": {result.run}" if result.run else "")]
+    if result.policy:
+        lines.append(f"  ({result.policy})")
     for f in result.failing:
         lines.append(f"  FAIL  [{f['severity']}] {f['rule']} ({_steps(f)}): {f['message']}")
     for c in result.health_checks:
@@ -321,12 +375,16 @@ def render_junit(result: GateResult) -> str:
     for f in result.failing:
         by_rule.setdefault(f["rule"], []).append(f)
     root = ET.Element("testsuites", name="forensics gate")
+    skipped = {r: why for r, why in result.skipped.items() if r not in by_rule}
     rules = ET.SubElement(root, "testsuite", name="forensics.rules", tests=str(len(result.rules)),
-                          failures=str(len(by_rule)), errors="0", skipped="0")
+                          failures=str(len(by_rule)), errors="0",
+                          skipped=str(sum(1 for r, _, _ in result.rules if r in skipped)))
     for rule, tracker, _sev in result.rules:
         case = ET.SubElement(rules, "testcase", classname=f"forensics.{tracker or 'rules'}", name=rule)
         found = by_rule.get(rule)
-        if found:
+        if rule in skipped:
+            ET.SubElement(case, "skipped", message=skipped[rule])
+        elif found:
             fail = ET.SubElement(case, "failure", type=found[0]["severity"],
                                  message=f"{len(found)} failing finding(s): {found[0]['message']}")
             fail.text = "\n".join(f"[{f['severity']}] {_steps(f)}: {f['message']}\nremedy: "
@@ -334,7 +392,7 @@ def render_junit(result: GateResult) -> str:
     health = ET.SubElement(root, "testsuite", name="forensics.analysis.health",
                            tests=str(len(result.health_checks)),
                            failures=str(sum(not c["passed"] for c in result.health_checks)),
-                           errors="0", skipped="0")
+                           errors="0", skipped=str(sum(c["value"] is None for c in result.health_checks)))
     for c in result.health_checks:
         case = ET.SubElement(health, "testcase", classname="forensics.analysis.health", name=c["name"])
         if c["value"] is None:
@@ -354,22 +412,41 @@ def _gh_prop(s: str) -> str:
     return _gh_data(s).replace(":", "%3A").replace(",", "%2C")
 
 
+#: Error annotations GitHub shows for one step (it drops the rest, as it does past 10 warnings
+#: and 10 notices): the gate writes at most this many, the last one counting what it left out.
+GITHUB_MAX_ERRORS = 10
+
+
+def _health_message(c: dict[str, Any]) -> str:
+    if c["name"] == "coverage.checked":
+        return "nothing checked: no training metric in the log was recognised (allow_unchecked = true passes it)"
+    return f"{c['name']} = {c['value']:.3f} is below the minimum {c['minimum']:.3f}"
+
+
 def render_github(result: GateResult) -> str:
-    """GitHub Actions workflow commands: ``::error`` per failure, ``::warning`` for the rest."""
-    out = []
+    """GitHub Actions workflow commands: an ``::error`` per failure (at most
+    :data:`GITHUB_MAX_ERRORS`, the last one counting the failures left out) and one ``::notice``
+    with the verdict and the findings that did not fail (never more than GitHub shows a step)."""
+    errors = []
     for f in result.failing:
         title = _gh_prop(f"forensics {f['rule']} ({_steps(f)})")
-        out.append(f"::error title={title}::{_gh_data(f['message'] + ' - ' + f.get('remedy', ''))}")
+        errors.append(f"::error title={title}::{_gh_data(f['message'] + ' - ' + f.get('remedy', ''))}")
     for c in result.health_checks:
         if not c["passed"]:
-            title = _gh_prop(f"forensics {c['name']}")
-            msg = f"{c['name']} = {c['value']:.3f} is below the minimum {c['minimum']:.3f}"
-            out.append(f"::error title={title}::{_gh_data(msg)}")
-    for f in result.passing + result.allowed:
-        if f["severity"] != "info":
-            title = _gh_prop(f"forensics {f['rule']} ({_steps(f)})")
-            out.append(f"::warning title={title}::{_gh_data(f['message'])}")
+            errors.append(f"::error title={_gh_prop('forensics ' + c['name'])}::{_gh_data(_health_message(c))}")
+    if len(errors) > GITHUB_MAX_ERRORS:
+        left = len(errors) - (GITHUB_MAX_ERRORS - 1)
+        errors = errors[:GITHUB_MAX_ERRORS - 1] + [
+            f"::error title=forensics gate::{left} more failure(s) not annotated (GitHub shows "
+            f"{GITHUB_MAX_ERRORS} a step): see the gate's text, JSON or JUnit output"]
+    rest = [f for f in result.passing + result.allowed if f["severity"] != "info"]
     verdict = "passed" if result.passed else "failed"
-    out.append(f"::notice title=forensics gate::gate {verdict}: {len(result.failing)} failing finding(s), "
+    summary = (f"gate {verdict}: {len(result.failing)} failing finding(s), "
                f"{sum(not c['passed'] for c in result.health_checks)} failing health check(s)")
-    return "\n".join(out)
+    if rest:
+        shown = "; ".join(f"[{f['severity']}] {f['rule']} ({_steps(f)})" for f in rest[:20])
+        summary += f"; {len(rest)} finding(s) below the failing severity or allowed: {shown}" + (
+            "; ..." if len(rest) > 20 else "")
+    if result.skipped:
+        summary += f"; {len(result.skipped)} rule(s) could not run on this log"
+    return "\n".join([*errors, f"::notice title=forensics gate::{_gh_data(summary)}"])

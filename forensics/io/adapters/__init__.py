@@ -8,7 +8,19 @@ names and units, so the report can say which source key fed which metric.
 from __future__ import annotations
 
 from ..readers import Format
-from . import deepspeed_chat, hf_console, hf_trainer_state, llamafactory, openrlhf, tensorboard, verl, wandb
+from . import (
+    csv_table,
+    deepspeed_chat,
+    hf_console,
+    hf_trainer_state,
+    llamafactory,
+    openrlhf,
+    rldk_events,
+    tensorboard,
+    verl,
+    wandb,
+    wandb_offline,
+)
 from ._common import LineParser
 
 __all__ = ["ADAPTERS", "LINE_PARSERS", "LineParser"]
@@ -20,12 +32,16 @@ ADAPTERS: tuple[Format, ...] = (
            "Hugging Face trainer_state.json (TRL, Unsloth, LLaMA-Factory): log_history rows"),
     Format("verl-jsonl", verl.detect_jsonl, lambda p, s: verl.VerlJsonlSource(p, s),
            'veRL file logger JSONL: {"step": N, "data": {...}}'),
+    Format("rldk-events", rldk_events.detect, lambda p, s: rldk_events.RldkEventsSource(p, s),
+           "RLDK event stream: one JSON line per metric and step (time, step, name, value), pivoted"),
     Format("llamafactory", llamafactory.detect, lambda p, s: llamafactory.LlamaFactorySource(p, s),
            "LLaMA-Factory trainer_log.jsonl"),
     Format("wandb-history", wandb.detect_history, lambda p, s: wandb.WandbHistorySource(p, s),
            "W&B API history export (CSV or JSONL with _step, _runtime, _timestamp)"),
     Format("wandb-csv", wandb.detect_chart, lambda p, s: wandb.WandbChartSource(p, s),
            "W&B chart CSV export (Step, '<run> - <metric>' columns)"),
+    Format("wandb-offline", wandb_offline.detect, lambda p, s: wandb_offline.WandbOfflineSource(p, s),
+           "W&B run folder (wandb/run-*/): the .wandb history (with the wandb package), else files/output.log"),
     Format("tensorboard", tensorboard.detect, lambda p, s: tensorboard.TensorBoardSource(p, s),
            "TensorBoard event file, or a folder of them (merged, de-duplicated by tag and step)"),
     Format("openrlhf-console", openrlhf.detect, lambda p, s: openrlhf.OpenRLHFSource(p, s),
@@ -36,6 +52,8 @@ ADAPTERS: tuple[Format, ...] = (
            "veRL console logger of every era: 'step:N - key:value - ...' lines"),
     Format("hf-console", hf_console.detect, lambda p, s: hf_console.HFConsoleSource(p, s),
            "Hugging Face Trainer console: {'loss': ...} dict lines (no step: rows numbered)"),
+    Format("csv", csv_table.detect, lambda p, s: csv_table.CsvTableSource(p, s),
+           "plain CSV or TSV: a header of key names, one row per step (a step column, or rows numbered)"),
 )
 
 #: Line-oriented formats and their parsers (``forensics watch`` feeds them appended lines).
@@ -46,4 +64,5 @@ LINE_PARSERS: dict[str, type[LineParser]] = {
     "openrlhf-console": openrlhf.OpenRLHFParser,
     "deepspeed-chat": deepspeed_chat.DeepSpeedChatParser,
     "hf-console": hf_console.HFConsoleParser,
+    "rldk-events": rldk_events.RldkEventsParser,
 }

@@ -74,13 +74,13 @@ def _cell(text: str) -> Any:
     return text if num is None else num
 
 
-def _csv_rows(path: Path) -> Iterator[tuple[int, list[str] | str]]:
+def _csv_rows(path: Path, delimiter: str = ",") -> Iterator[tuple[int, list[str] | str]]:
     """``(line, cells)``; the line is the 1-based line of the record's start. A record the CSV
     reader rejects (a NUL byte, a field longer than ``MAX_LINE_BYTES``) comes as its reason."""
     csv.field_size_limit(max(csv.field_size_limit(), MAX_LINE_BYTES))
     with open_binary(path) as fh:
         text = io.TextIOWrapper(fh, encoding="utf-8-sig", errors="replace", newline="")
-        reader = csv.reader(text)
+        reader = csv.reader(text, delimiter=delimiter)
         start = 1
         while True:
             try:
@@ -166,10 +166,14 @@ class WandbChartSource(_WandbSource):
 class WandbHistorySource(_WandbSource):
     format_name = "wandb-history"
 
-    def rows(self) -> Iterator[Row]:
+    def _raw_rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """``(line, row)`` under W&B's keys (``_step``, ``_runtime``, ...), before the step is chosen."""
         with open_binary(self.path) as fh:
             first = fh.read(len(BOM) + 1)
-        raw = self._json_rows() if first.removeprefix(BOM)[:1] == b"{" else self._csv_dicts()
+        return self._json_rows() if first.removeprefix(BOM)[:1] == b"{" else self._csv_dicts()
+
+    def rows(self) -> Iterator[Row]:
+        raw = self._raw_rows()
         self.histograms = 0
         self.no_step = 0
         self.step_key: str | None = None

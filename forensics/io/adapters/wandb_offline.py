@@ -1,0 +1,281 @@
+"""W&B run folders as ``wandb`` leaves them on disk (``wandb/run-*/``, ``wandb/offline-run-*/``).
+
+A run folder holds the full history in its binary ``run-<id>.wandb`` file, the captured console
+in ``files/output.log`` and (online runs) the last values in ``files/wandb-summary.json``.
+
+* **The binary history** (when the ``wandb`` package is installed: ``pip install
+  rl-forensics[wandb]``): a 7-byte header (``:W&B``, magic ``0xBEE1``, a version byte), then
+  LevelDB-log framing in 32 KiB blocks (chunks of ``crc32 | length | type``; FULL, or FIRST,
+  MIDDLE..., LAST; a block's tail shorter than a chunk header is zero padding). The framing is
+  read here; each payload is a ``Record`` protobuf decoded with the ``wandb`` package's own
+  message classes (``wandb.proto.wandb_internal_pb2``). History records become rows under their
+  keys (``train/loss``, ``_step``, ``_runtime``...) and are then read as the W&B API history is
+  (:class:`~forensics.io.adapters.wandb.WandbHistorySource`: the step is ``train/global_step``
+  when logged, else ``_step``). A record whose checksum fails is skipped to the next block, a
+  file cut short (a killed run) gives every complete record before the cut; both are noted.
+* **Without the package**: ``files/output.log`` is read in whatever console format it holds
+  (a Hugging Face, veRL or OpenRLHF console), and when it holds none, ``wandb-summary.json`` is
+  one row of the run's last values; a note says the full history needs the package.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ...errors import FormatError, InputError, StrictModeError
+from ..readers.base import RawBatch, ReadReport
+from ._common import RowSource, step_value
+from .wandb import WandbHistorySource
+
+__all__ = ["WandbOfflineSource", "binary_readable", "detect", "find_run", "read_records"]
+
+HEADER = struct.Struct("<4sHB")
+MAGIC = 0xBEE1
+CHUNK = struct.Struct("<IHB")
+BLOCK = 32768
+FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
+#: A payload larger than this is not a history record (a bound on what one record may claim).
+MAX_RECORD = 256 << 20
+_RUN_PREFIXES = ("run-", "offline-run-")
+
+
+def _is_run_dir(path: Path) -> bool:
+    if not path.name.startswith(_RUN_PREFIXES) or not path.is_dir():
+        return False
+    return binary_file(path) is not None or (path / "files" / "output.log").is_file() \
+        or (path / "files" / "wandb-summary.json").is_file()
+
+
+def find_run(path: Path) -> Path | None:
+    """The W&B run folder ``path`` is, or holds (``wandb/latest-run``, else the newest
+    ``wandb/*run-*``): ``None`` when there is none."""
+    if _is_run_dir(path):
+        return path
+    for base in (path, path / "wandb") if path.name != "wandb" else (path,):
+        if not base.is_dir():
+            continue
+        latest = base / "latest-run"
+        if latest.is_dir() and _is_run_dir(latest.resolve()):
+            return latest.resolve()
+        runs = sorted((p for p in base.iterdir() if _is_run_dir(p)),
+                      key=lambda p: p.name.removeprefix("offline-"))  # run-YYYYMMDD_HHMMSS-id
+        if runs:
+            return runs[-1]
+    return None
+
+
+def detect(path: Path, head: bytes) -> bool:
+    """A W&B run folder, or a ``wandb/`` folder of them (never a folder that merely holds one:
+    :func:`forensics.analysis.engine._find_run_files` chooses between the logs of a folder)."""
+    return path.is_dir() and (_is_run_dir(path) or (path.name == "wandb" and find_run(path) is not None))
+
+
+def binary_file(run: Path) -> Path | None:
+    files = sorted(run.glob("*.wandb"))
+    return files[0] if files else None
+
+
+def _record_class() -> Any:
+    try:
+        from wandb.proto import wandb_internal_pb2
+    except Exception:  # not installed, or a build that cannot load: the console is read instead
+        return None
+    return wandb_internal_pb2.Record  # type: ignore[attr-defined]
+
+
+def binary_readable(run: Path) -> bool:
+    """Whether the run's ``.wandb`` history can be decoded here (file present, package installed)."""
+    return binary_file(run) is not None and _record_class() is not None
+
+
+def read_records(path: Path, report: ReadReport, strict: bool = False) -> Iterator[tuple[int, bytes]]:
+    """``(record number, payload)`` of a ``.wandb`` file (see the module doc for the framing)."""
+    crc_seed = {t: zlib.crc32(bytes([t])) for t in (FULL, FIRST, MIDDLE, LAST)}
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", path=str(path)) from None
+    with fh:
+        head = fh.read(HEADER.size)
+        if len(head) < HEADER.size:
+            raise FormatError("not a W&B history file (shorter than its header)", path=str(path))
+        ident, magic, _version = HEADER.unpack(head)
+        if ident != b":W&B" or magic != MAGIC:
+            raise FormatError(f"not a W&B history file (header {head!r})", path=str(path))
+        index = HEADER.size
+        number = 0
+        parts: list[bytes] = []
+
+        def bad(reason: str) -> None:
+            if strict:
+                raise StrictModeError(reason, path=str(path), line=number)
+            report.rows_read += 1
+            report.skip(number, reason, "corrupt record")
+
+        while True:
+            left = BLOCK - index % BLOCK
+            if left < CHUNK.size:  # the block's zero-padded tail
+                fh.read(left)
+                index += left
+            header = fh.read(CHUNK.size)
+            if len(header) < CHUNK.size:
+                if header.strip(b"\x00") or parts:
+                    report.notes.append("the .wandb file ends inside a record (the run was stopped while "
+                                        "writing): every complete record before it was read")
+                return
+            crc, length, kind = CHUNK.unpack(header)
+            index += CHUNK.size
+            if kind == 0 and length == 0 and crc == 0:  # zeros: the end of what was written
+                return
+            data = fh.read(length)
+            index += len(data)
+            if len(data) < length:
+                report.notes.append("the .wandb file ends inside a record (the run was stopped while "
+                                    "writing): every complete record before it was read")
+                return
+            if kind not in crc_seed or zlib.crc32(data, crc_seed[kind]) != crc:
+                number += 1
+                bad(f"W&B record {number}: checksum or chunk type wrong; skipped to the next block")
+                parts = []
+                skip = BLOCK - index % BLOCK
+                if skip < BLOCK:
+                    fh.read(skip)
+                    index += skip
+                continue
+            if kind == FULL:
+                number += 1
+                yield number, data
+            elif kind == FIRST:
+                parts = [data]
+            elif kind == MIDDLE and parts:
+                parts.append(data)
+            elif kind == LAST and parts:
+                parts.append(data)
+                number += 1
+                whole = b"".join(parts)
+                parts = []
+                if len(whole) <= MAX_RECORD:
+                    yield number, whole
+
+
+class _BinaryHistory(WandbHistorySource):
+    """The history records of a ``.wandb`` file, read as W&B's API history."""
+
+    format_name = "wandb-offline"
+
+    def _raw_rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        record_class = _record_class()
+        others = 0
+        for number, data in read_records(self.path, self.report, self.strict):
+            rec = record_class()
+            try:
+                rec.ParseFromString(data)
+            except Exception as exc:  # a payload the protobuf rejects
+                if self.strict:
+                    raise StrictModeError(f"W&B record {number}: {exc}", path=str(self.path), line=number) from None
+                self.report.rows_read += 1
+                self.report.skip(number, f"W&B record {number} cannot be decoded: {exc}", "corrupt record")
+                continue
+            if rec.WhichOneof("record_type") != "history":
+                others += 1
+                continue
+            row: dict[str, Any] = {}
+            for item in rec.history.item:
+                key = item.key or "/".join(item.nested_key)
+                try:
+                    row[key] = json.loads(item.value_json)
+                except ValueError:
+                    row[key] = item.value_json
+            if "_step" not in row and rec.history.HasField("step"):
+                row["_step"] = rec.history.step.num
+            yield number, row
+        self.report.notes.append(f"W&B binary history {self.path.name} (read with the wandb package's "
+                                 f"record definitions); {others} non-history record(s) (config, summary, "
+                                 "system) passed over")
+
+
+class _SummaryRow(RowSource):
+    """``wandb-summary.json``: the run's last values, one row."""
+
+    format_name = "wandb-offline"
+
+    def rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8", errors="replace"))
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot read the W&B summary: {exc}", path=str(self.path)) from None
+        if not isinstance(data, dict):
+            raise InputError("the W&B summary is not a JSON object", path=str(self.path))
+        key = next((k for k in ("train/global_step", "trainer/global_step", "global_step", "_step") if k in data),
+                   None)
+        step, why = step_value(data.get(key)) if key else (None, "no _step")
+        if step is None:
+            raise InputError(f"the W&B summary has no usable step ({why})", path=str(self.path))
+        row = {k: v for k, v in data.items() if not isinstance(v, (dict, list)) and k != key}
+        self.report.notes.append("only the run's last values (wandb-summary.json): install the wandb package "
+                                 "(pip install rl-forensics[wandb]) to read the full history from the .wandb file")
+        yield 1, {"step": step, **row}
+
+
+class WandbOfflineSource:
+    """A W&B run folder: the binary history when it can be decoded, else the console, else the
+    summary (see the module doc). ``report`` names the file that was read."""
+
+    def __init__(self, path: Path, strict: bool = False) -> None:
+        run = find_run(Path(path))
+        if run is None:
+            raise InputError("not a W&B run folder (no run-*.wandb, files/output.log or wandb-summary.json)",
+                             path=str(path))
+        self.run = run
+        self.inner: Any
+        binary = binary_file(run)
+        log = run / "files" / "output.log"
+        summary = run / "files" / "wandb-summary.json"
+        note = ""
+        if binary is not None and _record_class() is not None:
+            self.inner = _BinaryHistory(binary, strict)
+        elif log.is_file() and (found := self._console(log)) is not None:
+            fmt, opener = found
+            self.inner = opener(log, strict)
+            note = (f"W&B run {run.name}: the console it captured (files/output.log, {fmt})"
+                    + (": install the wandb package (pip install rl-forensics[wandb]) to read the full "
+                       "history from the .wandb file" if binary is not None else ""))
+        elif summary.is_file():
+            self.inner = _SummaryRow(summary, strict)
+        else:
+            raise FormatError("W&B run folder without a readable history: the .wandb file needs the wandb package "
+                              "(pip install rl-forensics[wandb]); files/output.log holds no console format forensics "
+                              "reads and there is no wandb-summary.json", path=str(run))
+        self.report: ReadReport = self.inner.report
+        self.report.format = "wandb-offline"
+        if note:
+            self.report.notes.append(note)
+
+    @staticmethod
+    def _console(log: Path) -> tuple[str, Any] | None:
+        """The console format ``output.log`` holds (the line-oriented adapters, in their
+        detection order) and its source class, or None."""
+        from ..inputs import read_head
+        from . import deepspeed_chat, hf_console, openrlhf, verl
+
+        try:
+            head = read_head(log)
+        except (OSError, InputError):
+            return None
+        consoles = (("verl-console", verl.detect_console, verl.VerlConsoleSource),
+                    ("openrlhf-console", openrlhf.detect, openrlhf.OpenRLHFSource),
+                    ("deepspeed-chat", deepspeed_chat.detect, deepspeed_chat.DeepSpeedChatSource),
+                    ("hf-console", hf_console.detect, hf_console.HFConsoleSource))
+        if head.strip():
+            for name, detect_fmt, source in consoles:
+                if detect_fmt(log, head):
+                    return name, source
+        return None
+
+    def batches(self, batch_rows: int) -> Iterator[RawBatch]:
+        return self.inner.batches(batch_rows)
