@@ -151,7 +151,7 @@ class HealthCheckParams:
     loss_level_sigmas: float = param(2.0, "A window's loss is a progress signal only where |mean| "
                                      "exceeds this many standard deviations (a GRPO loss near zero "
                                      "is not).")
-    plateau_windows: int = param(8, "Windows over which a reward that does not rise is a plateau.")
+    plateau_windows: int = param(8, "Windows over which a reward that does not rise is a plateau.", ge=3)
     plateau_t: float = param(2.0, "The reward moves (no plateau) when the slope of the last "
                              "plateau_windows window means exceeds this many standard errors.")
 

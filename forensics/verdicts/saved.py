@@ -303,7 +303,7 @@ MAPPING = Obj(optional={"mapping": MapOf(STR), "unmapped": STRINGS, "shadowed": 
 
 WINDOW = Obj(optional={"first_step": Nullable(INT), "last_step": Nullable(INT), "status": Nullable(STR),
                        "issues": Either(STR, ListOf(ANY)), "reward_direction": Nullable(STR),
-                       "loss_direction": Nullable(STR)})
+                       "loss_direction": Nullable(STR), "findings": STRINGS, "loss_metric": Nullable(STR)})
 
 # the report draws these two sections whole, a list of objects as a table
 ADJUSTMENT = Obj(optional={"parameter": STR, "text": STR, "key": Nullable(STR), "source": Nullable(STR),

@@ -55,7 +55,7 @@ class GradNormsParams:
     clip_far: float = param(10.0, "Grad norm this many times max_grad_norm (on clip_far_k of 5 "
                             "rows, from the first step) makes clipping saturation critical: the "
                             "update is a tenth of what the gradient asks for, every step.")
-    clip_far_k: int = param(3, "Rows out of 5 the grad norm must be clip_far x max_grad_norm.")
+    clip_far_k: int = param(3, "Rows out of 5 the grad norm must be clip_far x max_grad_norm.", le=5)
     spike_warning_ratio: float = param(10.0, "Spike peak / trailing median below which a "
                                        "gradient spike is information (healthy runs show 3-5x "
                                        "spikes; the clip bounds their update). A one-step spike "

@@ -85,7 +85,7 @@ class HyperparamsParams:
     lr_low: float = param(5e-8, "A learning rate that never rose above this is too low for anything "
                           "to move (10x below the smallest rates in use).")
     lr_rows: int = param(3, "Rows out of 5 the learning rate must be out of range (no probation; "
-                         "judged from the first step).")
+                         "judged from the first step).", le=5)
 
 
 _R = RuleSpec

@@ -62,7 +62,7 @@ class KLScheduleParams:
                                                "critical.")
     excessive_rows: int = param(3, "Rows of the last 5 on which the KL level must exceed the "
                                 "prior (kl.excessive; no probation: a run broken from its first "
-                                "update is caught).")
+                                "update is caught).", le=5)
     band_low: float = param(0.5, "Lower edge of the target band, as a multiple of the target.")
     band_high: float = param(1.5, "Upper edge of the target band (SIGNATURES #1: 1.5 x target).")
     runaway_critical: float = param(4.0, "KL above this multiple of the target is critical.")
