@@ -243,3 +243,37 @@ def test_online_health_check_and_its_config_patch() -> None:
     # an issue that moves a parameter the other way is held back
     both = {a["parameter"]: a for a in HealthCheck().adjustments_for(["loss_spiking", "variance_high"])}
     assert both["max_grad_norm"]["also_raised_by"] == ["variance_high"]
+
+
+# -- the rewards tracker on autocorrelated noise ------------------------------------------------
+@pytest.mark.parametrize("phi", [0.0, 0.5, 0.9, 0.95])
+def test_autocorrelated_reward_noise_is_no_decline_at_any_length(phi: float) -> None:
+    """The running best of a long stationary reward sits far above its mean by chance alone: the
+    decline's selection margin keeps 400,000 rows of AR(1) noise from warning (1,384 episodes at
+    phi 0.9 before it)."""
+    n = 400_000
+    rng = np.random.default_rng(int(phi * 100))
+    d = scan_columns({"step": np.arange(n), "reward_mean": 0.5 + 0.05 * ar1(n, phi, rng)}, ("rewards",))
+    assert [f for f in d["findings"] if f["severity"] != "info"] == []
+
+
+@pytest.mark.parametrize("phi", [0.0, 0.9])
+def test_a_decline_in_autocorrelated_noise_is_still_found(phi: float) -> None:
+    """A rise, a plateau, then a fall of ten noise sigmas (0.5) from step 2,000: one decline, near
+    its onset, whatever the noise's autocorrelation."""
+    n = 3000
+    rng = np.random.default_rng(7)
+    level = np.minimum(np.arange(n) / 1000, 1.0) - np.clip((np.arange(n) - 2000) / 200, 0.0, 1.0) * 0.5
+    d = scan_columns({"step": np.arange(n), "reward_mean": level + 0.05 * ar1(n, phi, rng)}, ("rewards",),
+                     batch=700)
+    dec = [f for f in d["findings"] if f["rule"] == "reward.decline"]
+    assert len(dec) == 1 and 2000 <= dec[0]["onset_step"] <= 2200, dec
+
+
+def test_the_selection_margin_does_not_depend_on_the_batches() -> None:
+    n = 5000
+    rng = np.random.default_rng(11)
+    level = np.minimum(np.arange(n) / 1000, 1.0) - np.clip((np.arange(n) - 3000) / 300, 0.0, 1.0) * 0.4
+    cols = {"step": np.arange(n), "reward_mean": level + 0.05 * ar1(n, 0.9, rng)}
+    runs = [scan_columns(cols, ("rewards",), batch=b)["findings"] for b in (65536, 1000, 137, 99)]
+    assert "reward.decline" in [f["rule"] for f in runs[0]] and all(r == runs[0] for r in runs[1:])

@@ -16,7 +16,10 @@ Every rule is relative to the run's own level and noise:
   long run that improves slowly is judged over a span where its progress shows, while a reward
   that levelled off is found within a window of the plateau.
 * ``reward.decline`` (warning): the level fell from the run's best by more than
-  ``decline_sigmas`` noise sigmas and ``decline_share`` of the range the run covered, sustained.
+  ``decline_sigmas`` noise sigmas and ``decline_share`` of the range the run covered, sustained,
+  and by more than the best of the run's levels stands above stationary noise by chance
+  (``sqrt(2 ln M)`` level sigmas over M levels, see ``_selection_margin``): a long run of
+  autocorrelated noise otherwise "declines" from a lucky best again and again.
 
 Rewards come from the step stream (``reward_mean``, ``reward/<name>``); a run that logs only
 per-response rewards (sample stream ``reward``, ``reward/<name>``) is aggregated per step (mean,
@@ -42,7 +45,7 @@ from ...schema import REWARD_COMPONENT_PREFIX
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
-from ..stats import Context, History, PrefixSums, shift, trend_spearman, window_median
+from ..stats import Context, History, PrefixSums, RunMedian, shift, trend_spearman, window_median
 from .base import Tracker, TrackerResult
 from .grouping import StepGrouper
 
@@ -89,7 +92,10 @@ class RewardsParams:
     decline_sigmas: float = param(4.0, "Fall from the best level, in noise sigmas, that is a decline. "
                                   "The sigma is how far the reward wanders over `smooth` rows (not "
                                   "only its step-to-step noise, which autocorrelated rewards "
-                                  "understate), and the best level is a best_smooth-row median.")
+                                  "understate), and the best level is a best_smooth-row median. "
+                                  "The fall must also exceed (decline_sigmas + sqrt(2 ln M)) sigmas "
+                                  "of the level itself, M = rows / best_smooth: how far a running "
+                                  "best of M levels stands above stationary noise by chance.")
     best_smooth: int = param(60, "Rows in the median whose running best is the run's best level.")
     decline_share: float = param(0.10, "...and at least this share of the range the run's level "
                                  "covered (best minus lowest).", le=1)
@@ -205,7 +211,7 @@ class Rewards(Tracker):
         p: RewardsParams = self.params
         self.p = p
         self.trends: dict[str, _Trend] = {}
-        self.ctx = Context(max(p.window, p.best_smooth) + 2 * p.window + p.smooth + 2)
+        self.ctx = Context(max(p.window, 2 * p.best_smooth) + 2 * p.window + p.smooth + 2)
         self.best = -np.inf
         self.low = np.inf
         self.ep = {"reward.sign_flip": Episodes(p.sign_rows, p.sign_rows, gap=10**9, mode="absmax"),
@@ -226,6 +232,13 @@ class Rewards(Tracker):
         self.sample_rows = 0
         # the finite rewards' prefix sums, as far back as a stagnation window can reach
         self.prefix = PrefixSums()
+        # the decline's selection margin: the median of the level's second differences over the
+        # run, the rows of the block not yet done, and that median after each number of blocks
+        self.bend_median = RunMedian()
+        self.pending: list[np.ndarray] = []
+        self.blocks = 0
+        self.bend_medians: list[float] = [float("nan")]
+        self.bend_medians_from = 0
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
         if batch.stream == "sample":
@@ -322,7 +335,8 @@ class Rewards(Tracker):
     def _levels_inner(self, rows: np.ndarray, steps: np.ndarray, r: np.ndarray) -> None:
         p = self.p
         full, n0 = self.ctx.extend(r=r)
-        level = block_median(full["r"], p.smooth, max(p.smooth // 2, 1))[n0:]
+        level_full = block_median(full["r"], p.smooth, max(p.smooth // 2, 1))
+        level = level_full[n0:]
         sigma = diff_sigma(full["r"], p.window, p.window // 4)[n0:]
         # how far the reward wanders over `smooth` rows: the robust spread of x_t - x_(t-smooth),
         # over the window. The step-to-step noise alone understates an autocorrelated reward
@@ -350,10 +364,12 @@ class Rewards(Tracker):
         drop = best - level
         span = best - lo
         level_sigma = np.fmax(sigma, np.where(np.isfinite(spread), spread, 0.0))
+        margin = self._selection_margin(rows, level_full, n0)
         decline = (after & noisy & fin & (drop > p.decline_sigmas * level_sigma)
-                   & (drop > p.decline_share * span))
+                   & (drop > p.decline_share * span) & ~(drop <= margin))  # NaN margin: no level moves yet
         self.ep["reward.decline"].update(rows, steps, decline, drop,
-                                         {"level": level, "best": best, "sigma": level_sigma})
+                                         {"level": level, "best": best, "sigma": level_sigma,
+                                          "margin": margin})
         (m1, n1), (m2, n2) = first_half, second_half
         se = sigma * np.sqrt(1.0 / n1 + 1.0 / n2)
         z = (m2 - m1) / np.where(noisy & (n1 >= 2) & (n2 >= 2), se, np.nan)
@@ -367,6 +383,46 @@ class Rewards(Tracker):
             hit = np.flatnonzero(fin & (level >= t))
             if len(hit):
                 self.target_step = int(steps[hit[0]])
+
+    def _selection_margin(self, rows: np.ndarray, level_full: np.ndarray, n0: int) -> np.ndarray:
+        """The fall from the running best that stationary noise reaches by chance at each row.
+
+        The best is the maximum over the ``rows / best_smooth`` levels seen so far, so on a reward
+        that only fluctuates it sits about ``sqrt(2 ln M)`` level sigmas above the mean and creeps
+        up as the run grows: a fixed number of sigmas below it is crossed sooner or later on any
+        long run, and often when the reward is autocorrelated (a level then moves nearly as much
+        as a single step). The margin is ``(decline_sigmas + sqrt(2 ln M))`` sigmas of the level
+        itself. That sigma is a run-long median (up to one window back, updated each ``window``
+        rows), which neither a short quiet stretch nor a few sharp bends move, of the level's
+        second differences at lag ``best_smooth``, which a steady rise or fall does not inflate
+        (a first difference would: a run that climbed for most of its length would then hide the
+        decline that follows). For an independent reward it is the step noise over about
+        ``sqrt(smooth)``, so the margin stays under the ``decline_sigmas`` step-noise threshold
+        and changes nothing.
+        """
+        p = self.p
+        lag = p.best_smooth
+        bend = np.abs(level_full - 2.0 * shift(level_full, lag) + shift(level_full, 2 * lag))[n0:]
+        # each `window`-row block of bends (rows aligned on multiples of `window`) goes into the
+        # run's median as it completes; row t is judged by the blocks done by t - window
+        w, last = p.window, int(rows[-1])
+        self.pending.append(bend)
+        pending = np.concatenate(self.pending)
+        start = last + 1 - len(pending)  # the row of pending[0]: the first row of a block not done
+        for end in range(self.blocks * w + w, last + 2, w):
+            self.bend_median.add(pending[self.blocks * w - start : end - start])
+            self.bend_medians.append(self.bend_median.median())
+            self.blocks += 1
+        self.pending = [pending[self.blocks * w - start :]]
+        k = np.maximum((rows + 1 - w) // w, 0) - self.bend_medians_from
+        level_bend = np.asarray(self.bend_medians)[k]
+        first_next = max((last + 2 - w) // w, 0)  # the next batch needs no earlier block count
+        del self.bend_medians[: first_next - self.bend_medians_from]
+        self.bend_medians_from = first_next
+        # |a - 2b + c| of three independent N(m, v) is |N(0, 6 v)|, whose median is 0.6745 sqrt(6 v)
+        level_sd = level_bend / (0.6745 * np.sqrt(6.0))
+        m = np.maximum((rows + 1) / p.best_smooth, 1.0)
+        return (p.decline_sigmas + np.sqrt(2.0 * np.log(m))) * level_sd
 
     def _halves(self, rows: np.ndarray, r: np.ndarray, span: np.ndarray
                 ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
