@@ -749,6 +749,13 @@ def export(analysis_path: Path, target: str, out_dir: Path, quiet: bool) -> None
                          f"`forensics export DIR --to {target} ...`")
     file = analysis_path / "analysis.json" if analysis_path.is_dir() else analysis_path
     written = export_analysis(load_analysis(file), target, out_dir)
+    if target == "wandb-offline":
+        # run.finish() can return before W&B's service has written the run's last records; its
+        # teardown waits for them, so the folder is complete when the command returns (as at the
+        # exit of a process), also when the command runs inside another one
+        import wandb
+
+        wandb.teardown()
     if not quiet:
         echo(f"wrote {written}")
 
