@@ -21,6 +21,7 @@ __all__ = [
     "History",
     "PrefixSums",
     "RunMedian",
+    "TrailingRunMedian",
     "aligned_blocks",
     "block_quantiles",
     "pearson",
@@ -157,6 +158,52 @@ class RunMedian:
             return float("nan")
         b = int(np.searchsorted(np.cumsum(self.counts), (self.n + 1) // 2))
         return 0.0 if b == 0 else float(10.0 ** (self.LOW + (b + 0.5) / self.per_decade))
+
+
+class TrailingRunMedian:
+    """For each row ``t``, the median of a stream's values over the run up to about ``lag`` rows
+    back: the rows of every ``block``-row block (aligned on multiples of ``block``) that ended by
+    row ``t - lag``. A run-long yardstick that a short quiet stretch cannot shrink and a few
+    outliers cannot move, at O(1) memory and O(1) work per row, the same however the rows were
+    batched. Rows must increase; rows never given count as missing.
+
+    >>> tm = TrailingRunMedian(block=2, lag=1)
+    >>> np.round(tm.update(np.arange(4), np.array([1.0, 3.0, 5.0, 7.0])), 1).tolist()
+    [nan, nan, 1.0, 1.0]
+    >>> np.round(tm.update(np.arange(4, 6), np.array([9.0, 9.0])), 1).tolist()
+    [3.0, 3.0]
+    """
+
+    def __init__(self, block: int, lag: int) -> None:
+        self.block, self.lag = max(block, 1), max(lag, 1)
+        self.hist = RunMedian()
+        self.rows = np.zeros(0, dtype=np.int64)  # rows of the block not yet done, and their values
+        self.vals = np.zeros(0)
+        self.done = 0  # blocks done: every block ending before row done * block
+        self.medians: list[float] = [float("nan")]  # median after (first + i) blocks
+        self.first = 0
+
+    def update(self, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+        if not len(rows):
+            return np.zeros(0)
+        r = np.concatenate([self.rows, rows.astype(np.int64, copy=False)])
+        v = np.concatenate([self.vals, values])
+        last = int(rows[-1])
+        n_done = (last + 1) // self.block
+        cut = np.searchsorted(r, np.arange(self.done + 1, n_done + 1) * self.block)
+        prev = 0
+        for c in cut.tolist():
+            self.hist.add(v[prev:c])
+            self.medians.append(self.hist.median())
+            prev = c
+        self.done = max(self.done, n_done)
+        self.rows, self.vals = r[prev:], v[prev:]
+        k = np.maximum((rows + 1 - self.lag) // self.block, 0) - self.first
+        out = np.asarray(self.medians)[k]
+        nxt = max((last + 2 - self.lag) // self.block, 0)  # later rows need no fewer blocks
+        del self.medians[: nxt - self.first]
+        self.first = nxt
+        return out
 
 
 def _move_median(x: np.ndarray, window: int, min_periods: int) -> np.ndarray:

@@ -30,7 +30,7 @@ from ...io.canonical import Batch
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
-from ..stats import BlockStats, Context, History, _block_median_mad
+from ..stats import BlockStats, Context, History, TrailingRunMedian, _block_median_mad
 from .base import Tracker, TrackerResult
 
 __all__ = ["KLSchedule"]
@@ -43,7 +43,10 @@ class KLScheduleParams:
     min_history: int = param(20, "Rows of history needed before a robust z-score is trusted.")
     probation: int = param(10, "Rows at the start of the run on which no rule fires.", ge=0)
     baseline_rows: int = param(50, "Rows after probation that define the run's KL baseline.")
-    spike_z: float = param(6.0, "Robust z of log KL (vs the trailing window) that marks a spike.")
+    spike_z: float = param(6.0, "Robust z of log KL (vs the trailing window) that marks a spike. The "
+                           "sigma is the window's spread or, if larger, the run's median deviation "
+                           "from the trailing median: a KL that wanders slowly looks calm within one "
+                           "window.")
     spike_min_ratio: float = param(2.0, "A spike must also be this many times the trailing median.")
     spike_critical_ratio: float = param(10.0, "Spike peak / median ratio that makes it critical.")
     spike_floor_token: float = param(0.1, "A spike must reach this per-token KL (nats/token; a "
@@ -192,6 +195,9 @@ class KLSchedule(Tracker):
         self.series_name: str | None = None
         self.bs = BlockStats(p.window, p.block, min_blocks=max(p.min_history // p.block, 2))
         self.tail = History(p.window)
+        # the run's typical |log KL - trailing median| (past probation), a floor under the window's
+        # own spread: a KL that wanders slowly looks calm within one window
+        self.run_spread = TrailingRunMedian(block=p.window, lag=p.window)
         self.baseline_vals: list[np.ndarray] = []
         self.baseline: float | None = None
         self.ep = {
@@ -270,6 +276,11 @@ class KLSchedule(Tracker):
             logkl = np.log(np.where(kl > 0, kl, np.nan))
         med, sigma = self.bs.update(logkl, batch.row0)
         sigma = np.fmax(sigma, 0.05)  # log-scale floor: a 5% wiggle is never a spike
+        # ...nor a wander the run makes all the time (AR(1) noise at phi 0.9 spreads a window only
+        # half as wide as the run): the run's median deviation from the trailing median, as a sigma
+        dev = np.where(after_probation, np.abs(logkl - med), np.nan)
+        run_sigma = self.run_spread.update(rows, dev) / 0.6745
+        sigma = np.where(run_sigma > sigma, run_sigma, sigma)
         z = (logkl - med) / sigma
         ratio = kl / np.exp(med)
         recent, previous = self.bs.trend(max(self.bs.nblocks // 2, 1))

@@ -45,7 +45,7 @@ from ...schema import REWARD_COMPONENT_PREFIX
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
-from ..stats import Context, History, PrefixSums, RunMedian, shift, trend_spearman, window_median
+from ..stats import Context, History, PrefixSums, TrailingRunMedian, shift, trend_spearman, window_median
 from .base import Tracker, TrackerResult
 from .grouping import StepGrouper
 
@@ -232,13 +232,8 @@ class Rewards(Tracker):
         self.sample_rows = 0
         # the finite rewards' prefix sums, as far back as a stagnation window can reach
         self.prefix = PrefixSums()
-        # the decline's selection margin: the median of the level's second differences over the
-        # run, the rows of the block not yet done, and that median after each number of blocks
-        self.bend_median = RunMedian()
-        self.pending: list[np.ndarray] = []
-        self.blocks = 0
-        self.bend_medians: list[float] = [float("nan")]
-        self.bend_medians_from = 0
+        # the decline's selection margin: the run's median of the level's second differences
+        self.bends = TrailingRunMedian(block=p.window, lag=p.window)
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
         if batch.stream == "sample":
@@ -403,22 +398,7 @@ class Rewards(Tracker):
         p = self.p
         lag = p.best_smooth
         bend = np.abs(level_full - 2.0 * shift(level_full, lag) + shift(level_full, 2 * lag))[n0:]
-        # each `window`-row block of bends (rows aligned on multiples of `window`) goes into the
-        # run's median as it completes; row t is judged by the blocks done by t - window
-        w, last = p.window, int(rows[-1])
-        self.pending.append(bend)
-        pending = np.concatenate(self.pending)
-        start = last + 1 - len(pending)  # the row of pending[0]: the first row of a block not done
-        for end in range(self.blocks * w + w, last + 2, w):
-            self.bend_median.add(pending[self.blocks * w - start : end - start])
-            self.bend_medians.append(self.bend_median.median())
-            self.blocks += 1
-        self.pending = [pending[self.blocks * w - start :]]
-        k = np.maximum((rows + 1 - w) // w, 0) - self.bend_medians_from
-        level_bend = np.asarray(self.bend_medians)[k]
-        first_next = max((last + 2 - w) // w, 0)  # the next batch needs no earlier block count
-        del self.bend_medians[: first_next - self.bend_medians_from]
-        self.bend_medians_from = first_next
+        level_bend = self.bends.update(rows, bend)
         # |a - 2b + c| of three independent N(m, v) is |N(0, 6 v)|, whose median is 0.6745 sqrt(6 v)
         level_sd = level_bend / (0.6745 * np.sqrt(6.0))
         m = np.maximum((rows + 1) / p.best_smooth, 1.0)
