@@ -303,3 +303,26 @@ def test_a_kl_spike_in_wandering_noise_is_still_found(batch: int) -> None:
     d = scan_columns({"step": np.arange(n), "kl": kl}, ("kl_schedule",), batch=batch)
     spikes = [f for f in d["findings"] if f["rule"] == "kl.spike"]
     assert len(spikes) == 1 and 3000 <= spikes[0]["onset_step"] <= 3002, spikes
+
+
+def test_the_rewards_trackers_memory_is_bounded_and_batch_invariant() -> None:
+    """400,000 rows: the stagnation halves keep a bounded number of prefix sums (a quarter of the
+    run, 100,000, before), the run-long values are on disk, and the findings (stagnation
+    included) do not depend on the batches."""
+    n = 400_000
+    rng = np.random.default_rng(12)
+    cols = {"step": np.arange(n), "reward_mean": 0.5 + 0.05 * ar1(n, 0.9, rng),
+            "reward_std": 0.2 + 0.01 * rng.random(n), "reward_max": 0.9 + 0.01 * rng.random(n)}
+    found = []
+    for batch in (65536, 9999):
+        sc = Scan(None, None, ("rewards",))
+        rep = ReadReport("steps.jsonl")
+        for i in range(0, n, batch):
+            j = min(i + batch, n)
+            sc.feed(RawBatch({k: np.asarray(v[i:j], dtype=np.float64) for k, v in cols.items()},
+                             {}, {}, np.arange(i, j) + 1), rep)
+        tracker = sc.trackers[0]
+        assert len(tracker.prefix) < 16_000
+        assert tracker.var.spilled and tracker.var.held <= tracker.var.memory + batch
+        found.append(sc.finish().to_dict()["findings"])
+    assert found[0] == found[1] and any(f["rule"] == "reward.stagnation" for f in found[0])

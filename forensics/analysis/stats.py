@@ -67,57 +67,69 @@ class History:
 
 
 class PrefixSums:
-    """Running prefix sums and counts of the finite values of a stream, with the oldest forgotten.
+    """Running prefix sums and counts of the finite values of a stream, kept through every
+    ``stride``-th row (the rows ``r`` with ``(r + 1) % stride == 0``), the oldest forgotten.
 
-    ``at(rows)`` gives the sum and count of the finite values through each row (rows before the
-    stream: zero). Sums are a sequential cumsum, so they are the same however the stream was
-    batched. Stored in a buffer that grows by doubling and is compacted as rows are forgotten:
-    amortised O(1) per row.
+    :meth:`extend` returns the new rows' own prefixes; :meth:`at` gives them for kept rows (rows
+    before the stream's first row: zero). The stride is a power of two that may only grow (:meth:`coarsen`
+    drops the rows it no longer keeps), so a caller whose look-back grows with the run keeps a
+    bounded number of prefixes by rounding its rows down to the stride. Sums are a sequential
+    cumsum, so they are the same however the stream was batched.
 
     >>> ps = PrefixSums()
-    >>> ps.extend(np.array([1.0, np.nan, 2.0])); ps.extend(np.array([4.0]))
+    >>> s, c = ps.extend(np.array([1.0, np.nan, 2.0])); _ = ps.extend(np.array([4.0]))
     >>> [v.tolist() for v in ps.at(np.array([-5, 0, 1, 3]))]
     [[0.0, 1.0, 1.0, 7.0], [0, 1, 1, 3]]
+    >>> ps.coarsen(2); ps.rows.tolist()
+    [1, 3]
     """
 
     def __init__(self) -> None:
-        self._s = np.zeros(1024)
-        self._c = np.zeros(1024, dtype=np.int64)
-        self._lo, self._hi = 0, 1  # live slots; slot _lo holds the prefix through row _row0
-        self._row0 = -1  # slot 0 starts as row -1: nothing summed yet
+        self.stride = 1
+        self.rows = np.zeros(0, dtype=np.int64)
+        self.s = np.zeros(0)
+        self.c = np.zeros(0, dtype=np.int64)
+        self._last = (0.0, 0)  # the prefix through the last row given
+        self._first: int | None = None  # the stream's first row
+        self._next = 0  # the next row
 
-    def extend(self, x: np.ndarray) -> None:
-        n = len(x)
-        if self._hi + n > len(self._s):
-            live = self._hi - self._lo
-            cap = max(2 * (live + n), 1024)
-            s, c = np.zeros(cap), np.zeros(cap, dtype=np.int64)
-            s[:live], c[:live] = self._s[self._lo : self._hi], self._c[self._lo : self._hi]
-            self._s, self._c, self._lo, self._hi = s, c, 0, live
+    def extend(self, x: np.ndarray, row0: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Add the rows from ``row0`` on (the first call's ``row0`` starts the stream; later
+        calls continue it) and return their prefixes."""
+        if self._first is None:
+            self._first = self._next = row0
         fin = np.isfinite(x)
-        last = self._hi - 1
-        self._s[self._hi : self._hi + n] = np.cumsum(np.concatenate([self._s[last : last + 1],
-                                                                     np.where(fin, x, 0.0)]))[1:]
-        self._c[self._hi : self._hi + n] = self._c[last] + np.cumsum(fin)
-        self._hi += n
+        s = np.cumsum(np.concatenate([[self._last[0]], np.where(fin, x, 0.0)]))[1:]
+        c = self._last[1] + np.cumsum(fin)
+        rows = self._next + np.arange(len(x), dtype=np.int64)
+        keep = (rows + 1) % self.stride == 0
+        self.rows = np.concatenate([self.rows, rows[keep]])
+        self.s, self.c = np.concatenate([self.s, s[keep]]), np.concatenate([self.c, c[keep]])
+        if len(x):
+            self._last, self._next = (float(s[-1]), int(c[-1])), self._next + len(x)
+        return s, c
 
     def at(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        i = rows - self._row0
-        if self._row0 == -1:  # nothing forgotten: rows before the stream have the zero prefix
-            i = np.maximum(i, 0)
-        elif len(i) and int(i.min()) < 0:
-            raise RuntimeError("prefix sums of forgotten rows were asked for")
-        i = i + self._lo
-        return self._s[i], self._c[i]
+        i = np.minimum(np.searchsorted(self.rows, rows), max(len(self.rows) - 1, 0))
+        before = rows < (self._first or 0)
+        if not len(self.rows) or np.any(~before & (self.rows[i] != rows)):
+            raise RuntimeError("prefix sums of rows not kept were asked for")
+        return np.where(before, 0.0, self.s[i]), np.where(before, 0, self.c[i])
 
     def __len__(self) -> int:  # prefixes kept
-        return self._hi - self._lo
+        return len(self.rows)
+
+    def coarsen(self, stride: int) -> None:
+        """Keep every ``stride``-th row only (a power of two, at least the current stride)."""
+        if stride > self.stride:
+            self.stride = stride
+            keep = (self.rows + 1) % stride == 0
+            self.rows, self.s, self.c = self.rows[keep], self.s[keep], self.c[keep]
 
     def forget_before(self, row: int) -> None:
-        """Forget the prefixes of rows before ``row`` (the last one is always kept)."""
-        k = min(max(row - self._row0, 0), self._hi - self._lo - 1)
-        self._lo += k
-        self._row0 += k
+        """Forget the prefixes of rows before ``row``."""
+        k = int(np.searchsorted(self.rows, row))
+        self.rows, self.s, self.c = self.rows[k:], self.s[k:], self.c[k:]
 
 
 class RunMedian:

@@ -44,10 +44,14 @@ from ...io.canonical import Batch
 from ...schema import REWARD_COMPONENT_PREFIX
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
+from ..run_values import RunValues
 from ..spans import append_span, step_span
-from ..stats import Context, History, PrefixSums, TrailingRunMedian, shift, trend_spearman, window_median
+from ..stats import Context, History, PrefixSums, TrailingRunMedian, shift, window_median
 from .base import Tracker, TrackerResult
 from .grouping import StepGrouper
+
+#: Rows in a stagnation half up to which the halves' prefix sums are kept for every row.
+HALF_ROWS = 2048
 
 __all__ = ["Rewards", "block_median", "diff_sigma"]
 
@@ -147,14 +151,14 @@ class _Trend:
         self.ctx = Context(3 * p.trend_window + 2)
         self.ep = {"up": Episodes(10, 10, gap=p.trend_window, mode="max"),
                    "down": Episodes(10, 10, gap=p.trend_window, mode="min")}
-        self.values: list[np.ndarray] = []
+        self.values = RunValues()
         self.head = History(p.trend_window)
         self.head_done = False
         self.tail = History(p.trend_window)
 
     def update(self, rows: np.ndarray, steps: np.ndarray, x: np.ndarray, alerts: bool = True) -> None:
         p = self.p
-        self.values.append(x)
+        self.values.extend(x)
         if not self.head_done:
             self.head.values = np.concatenate([self.head.values, x])[: p.trend_window]
             self.head_done = len(self.head.values) >= p.trend_window
@@ -178,8 +182,7 @@ class _Trend:
                                {"level": cur[n0:], "previous": prev[n0:]})
 
     def stats(self) -> dict[str, Any]:
-        v = np.concatenate(self.values) if self.values else np.zeros(0)
-        v = v[np.isfinite(v)]
+        v = self.values
         if not len(v):
             return {"rows": 0}
         head = self.head.values[np.isfinite(self.head.values)]
@@ -189,8 +192,8 @@ class _Trend:
         change = None
         if first is not None and last is not None and first != 0:
             change = (last - first) / abs(first)
-        return {"rows": len(v), "mean": float(np.mean(v)), "std": float(np.std(v, ddof=1))
-                if len(v) > 1 else None, "min": float(v.min()), "max": float(v.max()),
+        return {"rows": len(v), "mean": v.mean(), "std": v.std(ddof=1) if len(v) > 1 else None,
+                "min": v.min(), "max": v.max(),
                 "first": first, "last": last, "change_share": change,
                 "direction": None if first is None or last is None else
                 ("up" if last > first else "down" if last < first else "flat")}
@@ -217,14 +220,16 @@ class Rewards(Tracker):
         self.ep = {"reward.sign_flip": Episodes(p.sign_rows, p.sign_rows, gap=10**9, mode="absmax"),
                    "reward.stagnation": Episodes(10, 10, gap=p.stagnation_gap, mode="min"),
                    "reward.decline": Episodes(p.decline_k, p.decline_m, gap=p.smooth, mode="max")}
-        self.reward: list[np.ndarray] = []
-        self.var: list[np.ndarray] = []
-        self.gap: list[np.ndarray] = []
+        # run-long values for the summary's medians and rank correlation (bounded memory)
+        self.reward = RunValues()
+        self.var = RunValues(ends=p.trend_window)
+        self.gap = RunValues(ends=p.trend_window)
+        self.has_gap = False
         self.moved = False
         self.first_value: float | None = None
         self.target_step: int | None = None
         self.last_level = float("nan")
-        self.comp_std: dict[str, list[np.ndarray]] = {}
+        self.comp_std: dict[str, RunValues] = {}
         # the stream the rewards come from: the step stream, or per-response rows aggregated per step
         self.source: str | None = None
         self.grouper = StepGrouper()
@@ -296,16 +301,17 @@ class Rewards(Tracker):
                 short = name[len(REWARD_COMPONENT_PREFIX):]
                 for key in (f"rewards/{short}/std", f"reward/{short}/std"):
                     if key in batch.columns or key in self.comp_std:
-                        self.comp_std.setdefault(key, []).append(batch.col(key))
-        self.reward.append(r)
-        self.var.append(np.square(batch.col("reward_std")))
+                        self.comp_std.setdefault(key, RunValues()).extend(batch.col(key))
+        self.reward.extend(r)
+        self.var.extend(np.square(batch.col("reward_std")))
         if len(self.trends) == 2:  # one reward function: the total is w x its score
             self._sign(rows, steps, r, batch.col(components[0]) if components else
                        batch.col(next(n for n in self.trends if n != "reward_mean")))
         out: dict[str, np.ndarray] = {}
-        if batch.has("reward_max") or self.gap:
+        if batch.has("reward_max") or self.has_gap:
+            self.has_gap = True
             gap = batch.col("reward_max") - r
-            self.gap.append(gap)
+            self.gap.extend(gap)
             out["reward_best_of_n_gap"] = gap
         fin = r[np.isfinite(r)]
         if len(fin):
@@ -407,19 +413,26 @@ class Rewards(Tracker):
     def _halves(self, rows: np.ndarray, r: np.ndarray, span: np.ndarray
                 ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
         """Mean and count of the finite rewards over the first and the second half of the
-        ``span`` rows ending at each row."""
-        self.prefix.extend(r)
+        ``span`` rows ending at each row.
+
+        The span grows with the run (a share of it), and so would the prefix sums kept to reach
+        back over it: past ``HALF_ROWS`` rows a half, the halves' starts are rounded down to a
+        power-of-two stride of at most half / HALF_ROWS rows (a half is then longer by less than
+        0.05%), so at most about 4 x HALF_ROWS prefixes are kept at any run length."""
         half = span // 2
-        s0, c0 = self.prefix.at(rows - 2 * half)
-        s1, c1 = self.prefix.at(rows - half)
-        s2, c2 = self.prefix.at(rows)
+        stride = 2 ** np.floor(np.log2(np.maximum(half / HALF_ROWS, 1.0))).astype(np.int64)
+        self.prefix.coarsen(int(stride[0]))  # the batch's smallest: later rows need no finer one
+        s2, c2 = self.prefix.extend(r, int(rows[0]))
+        s0, c0 = self.prefix.at((rows - 2 * half + 1) // stride * stride - 1)
+        s1, c1 = self.prefix.at((rows - half + 1) // stride * stride - 1)
         n1, n2 = c1 - c0, c2 - c1
         with np.errstate(divide="ignore", invalid="ignore"):  # an empty half: NaN
             out = ((s1 - s0) / n1, n1.astype(float)), ((s2 - s1) / n2, n2.astype(float))
         # a later row r reaches back to r - span(r), which grows with r (span grows by at most
         # ``stagnation_share`` per row, up to rounding): keep from the next row's reach, with a margin
         nxt = int(rows[-1]) + 1
-        self.prefix.forget_before(nxt - max(self.p.stagnation_window, int(self.p.stagnation_share * nxt)) - 16)
+        reach = max(self.p.stagnation_window, int(self.p.stagnation_share * nxt))
+        self.prefix.forget_before(nxt - reach - 16 - int(stride[-1]))
         return out
 
     def finish(self) -> TrackerResult:
@@ -428,34 +441,29 @@ class Rewards(Tracker):
         p = self.p
         notes: list[str] = []
         summary: dict[str, Any] = {"rows": self.rows, "source": self.source}
-        # joined in place, freeing the pieces (a million rows: not pieces and joins at once)
-        self.reward[:] = [np.concatenate(self.reward)] if self.reward else []
-        r = self.reward[0] if self.reward else np.zeros(0)
         if self.active:
-            summary["reward_step_spearman"] = trend_spearman(r)
+            rho, used = self.reward.trend_spearman()
+            summary["reward_step_spearman"] = rho
+            if used < len(self.reward):
+                notes.append(f"reward_step_spearman ranks every {-(-len(self.reward) // used)}th "
+                             f"reward ({used:,} of {len(self.reward):,}): the run is too long to "
+                             f"rank every one in memory")
             summary["total"] = self.trends["reward_mean"].stats() if "reward_mean" in self.trends \
                 else {"rows": 0}
             summary["components"] = {name[len(REWARD_COMPONENT_PREFIX):]: tr.stats()
                                      for name, tr in self.trends.items() if name != "reward_mean"}
-            for key, parts in self.comp_std.items():
-                v = np.concatenate(parts)
-                v = v[np.isfinite(v)]
+            for key, v in self.comp_std.items():
                 short = key.split("/")[1]
                 if len(v) and short in summary["components"]:
-                    summary["components"][short]["batch_std_median"] = float(np.median(v))
+                    summary["components"][short]["batch_std_median"] = v.quantiles([0.5])[0]
             summary["best_level"] = self.best if np.isfinite(self.best) else None
             summary["current_level"] = self.last_level
-            var = np.concatenate(self.var)
-            if np.isfinite(var).any():
-                summary["variance"] = self._variance(var)
-            if self.gap:
-                g = np.concatenate(self.gap)
-                g = g[np.isfinite(g)]
-                if len(g):
-                    w = min(p.trend_window, len(g))
-                    summary["best_of_n_gap"] = {"mean": float(np.mean(g)), "median": float(np.median(g)),
-                                                "first": float(np.median(g[:w])),
-                                                "last": float(np.median(g[-w:]))}
+            if len(self.var):
+                summary["variance"] = self._variance(self.var)
+            if len(g := self.gap):
+                summary["best_of_n_gap"] = {"mean": g.mean(), "median": g.quantiles([0.5])[0],
+                                            "first": float(np.median(g.head())),
+                                            "last": float(np.median(g.tail()))}
             if np.isfinite(p.target):
                 cur = self.last_level
                 summary["target"] = {"target": p.target, "current": cur, "distance": p.target - cur,
@@ -509,13 +517,11 @@ class Rewards(Tracker):
                        "metrics": ["reward_mean"]})
         return self.result(summary, notes)
 
-    def _variance(self, var: np.ndarray) -> dict[str, Any]:
+    def _variance(self, v: RunValues) -> dict[str, Any]:
         """Within-batch reward variance (reward_std squared): level and early-vs-late trend."""
-        v = var[np.isfinite(var)]
-        w = min(self.p.trend_window, len(v))
-        first, last = float(np.median(v[:w])), float(np.median(v[-w:]))
+        first, last = float(np.median(v.head())), float(np.median(v.tail()))
         ratio = last / first if first > 0 else None
-        return {"median": float(np.median(v)), "first": first, "last": last, "late_over_early": ratio,
+        return {"median": v.quantiles([0.5])[0], "first": first, "last": last, "late_over_early": ratio,
                 "direction": None if ratio is None else
                 ("up" if ratio > 1 + self.p.trend_share else
                  "down" if ratio < 1 - self.p.trend_share else "flat")}

@@ -22,7 +22,6 @@ planned number of steps in the trainer config (``max_steps``, ``total_steps``,
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +31,7 @@ from ...config import param
 from ...io.canonical import Batch
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
+from ..run_values import RunValues
 from ..spans import step_span
 from ..stats import Context, History, aligned_blocks, block_quantiles, shift, window_median
 from .base import Tracker, TrackerResult
@@ -43,8 +43,9 @@ RATES = ("step_time", "gen_tokens_per_s", "train_tokens_per_s", "samples_per_s")
 RESOURCES = ("gpu_mem_allocated_gb", "gpu_mem_reserved_gb", "ram_gb", "cpu_percent")
 MEMORY = ("gpu_mem_allocated_gb", "gpu_mem_reserved_gb", "ram_gb")
 API = ("api_tokens_sent", "api_tokens_received")
-#: Columns kept per row until the end of the run (their quantiles and exact sums need every value);
-#: timestamps, num_tokens and epochs are summarised as they stream by.
+#: Columns whose finite values are kept over the run (their quantiles and exact sums need every
+#: value; :class:`RunValues` bounds the memory); timestamps, num_tokens and epochs are summarised as
+#: they stream by.
 STORED = (*RATES, *RESOURCES, *API, "mfu", "api_input_tokens_per_s", "api_output_tokens_per_s")
 #: Trainer-config keys that give the planned number of steps (for the ETA).
 TOTAL_STEP_KEYS = ("max_steps", "total_steps", "total_training_steps", "trainer.total_training_steps",
@@ -96,13 +97,13 @@ RULES = (
 )
 
 
-def _stats(v: np.ndarray) -> dict[str, Any] | None:
-    v = v[np.isfinite(v)]
-    if not len(v):
-        return None
-    p50, p99 = np.percentile(v, [50, 99])
-    return {"rows": len(v), "mean": float(np.mean(v)), "p50": float(p50), "p99": float(p99),
-            "min": float(v.min()), "max": float(v.max())}
+#: Rate x step time, summed into the run's estimated token totals.
+TOKEN_TOTALS = (("gen_tokens_per_s", "gen_tokens_estimated"), ("train_tokens_per_s", "train_tokens_estimated"))
+
+
+def _stats(v: RunValues) -> dict[str, Any]:
+    p50, p99 = v.quantiles([0.5, 0.99])
+    return {"rows": len(v), "mean": v.mean(), "p50": p50, "p99": p99, "min": v.min(), "max": v.max()}
 
 
 def _config_value(config: dict[str, Any], dotted: str) -> Any:
@@ -129,7 +130,7 @@ class Throughput(Tracker):
         super().__init__(params, meta)
         p: ThroughputParams = self.params
         self.p = p
-        self.values: dict[str, list[np.ndarray]] = {}
+        self.values: dict[str, RunValues] = {}  # a column's, from its first finite value
         self.n_steps = 0
         self.last_step = 0
         # timestamps: first and last finite value, how many, and the last eta_rows + 1 of them
@@ -149,7 +150,6 @@ class Throughput(Tracker):
                for m in MEMORY},
         }
         self.logged: set[str] = set()
-        self.n_stored = 0
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
         seen = {c for c in self.requires if batch.has(c)}
@@ -178,13 +178,13 @@ class Throughput(Tracker):
                                      / self.meta.peak_flops)
             if np.isfinite(cols["mfu_estimated"]).any():
                 out["mfu_estimated"] = cols["mfu_estimated"]
+        for name, key in TOKEN_TOTALS:
+            cols[key] = batch.col(name) * st
         for name, v in cols.items():
             if name not in self.values and np.isfinite(v).any():
-                # a column seen for the first time: NaN for the rows stored before, so all align
-                self.values[name] = [np.full(self.n_stored, np.nan)]
+                self.values[name] = RunValues(ends=p.eta_rows)
             if name in self.values:
-                self.values[name].append(v)
-        self.n_stored += len(steps)
+                self.values[name].extend(v)
         self._stream(steps, batch)
         after = rows >= p.probation
         full, n0 = self.ctx.extend(**{k: batch.col(k) for k in
@@ -273,29 +273,25 @@ class Throughput(Tracker):
     # -- finish ---------------------------------------------------------------------------
     def finish(self) -> TrackerResult:
         notes: list[str] = []
-        # concatenated in place: the pieces are freed as each column is joined (a million-step
-        # run keeps several columns; holding pieces and joins at once doubled the peak)
-        for a in self.values.values():
-            a[:] = [np.concatenate(a)]
-        v = {k: a[0] for k, a in self.values.items()}
+        v = self.values
         summary: dict[str, Any] = {"rows": self.rows}
         if self.active:
             summary.update(self._summary(v, notes))
         self._emit_all()
         return self.result(summary, notes)
 
-    def _summary(self, v: dict[str, np.ndarray], notes: list[str]) -> dict[str, Any]:
+    def _summary(self, v: dict[str, RunValues], notes: list[str]) -> dict[str, Any]:
         p = self.p
         s: dict[str, Any] = {}
         for name in RATES:
-            if name in v and (st := _stats(v[name])):
-                s[name] = st
+            if name in v:
+                s[name] = _stats(v[name])
         st_t = v.get("step_time")
         duration: dict[str, Any] | None = None
         if self.ts_count >= 2:
             duration = {"seconds": self.ts_last - self.ts_first, "source": "timestamps"}
-        elif st_t is not None and np.isfinite(st_t).any():
-            duration = {"seconds": float(np.sum(st_t[np.isfinite(st_t)])), "source": "sum of step_time"}
+        elif st_t is not None:
+            duration = {"seconds": st_t.fsum(), "source": "sum of step_time"}
         s["duration"] = duration
         if duration and duration["seconds"] > 0:
             s["steps_per_s"] = (self.n_steps - (1 if duration["source"] == "timestamps" else 0)) / duration[
@@ -304,18 +300,14 @@ class Throughput(Tracker):
         totals: dict[str, Any] = {}
         if self.num_tokens is not None:
             totals["num_tokens"] = self.num_tokens
-        if st_t is not None:
-            for name, key in (("gen_tokens_per_s", "gen_tokens_estimated"),
-                              ("train_tokens_per_s", "train_tokens_estimated")):
-                if name in v:
-                    prod = v[name] * st_t
-                    if np.isfinite(prod).any():
-                        totals[key] = float(np.sum(prod[np.isfinite(prod)]))
+        for _, key in TOKEN_TOTALS:
+            if key in v:
+                totals[key] = v[key].fsum()
         s["totals"] = totals
         # MFU
         for name in ("mfu", "mfu_estimated"):
-            if name in v and (st := _stats(v[name])):
-                s["mfu"] = {**st, "source": "logged" if name == "mfu" else
+            if name in v:
+                s["mfu"] = {**_stats(v[name]), "source": "logged" if name == "mfu" else
                             "6 * param_count * train_tokens_per_s / peak_flops"}
                 break
         else:
@@ -332,8 +324,8 @@ class Throughput(Tracker):
         if total is not None and self.n_steps:
             remaining = max(total[1] - float(self.last_step), 0.0)
             per_step = None
-            if st_t is not None and np.isfinite(st_t).any():
-                per_step = float(np.median(st_t[np.isfinite(st_t)][-p.eta_rows:]))
+            if st_t is not None:
+                per_step = float(np.median(st_t.tail()[-p.eta_rows:]))
             elif self.ts_count >= 2:
                 dt = np.diff(self.eta_ts.values) / np.diff(self.eta_steps.values)
                 per_step = float(np.median(dt)) if len(dt) else None
@@ -343,21 +335,20 @@ class Throughput(Tracker):
         # API usage
         api: dict[str, Any] = {}
         for name in API:
-            if name in v and np.isfinite(v[name]).any():
-                x = v[name][np.isfinite(v[name])]
-                api[name] = {"total": math.fsum(x), "per_step_mean": float(np.mean(x))}
+            if name in v:
+                run_total = v[name].fsum()
+                api[name] = {"total": run_total, "per_step_mean": v[name].mean()}
                 if self.epochs:
-                    api[name]["per_epoch_mean"] = math.fsum(x) / len(self.epochs)
+                    api[name]["per_epoch_mean"] = run_total / len(self.epochs)
         for name in ("api_input_tokens_per_s", "api_output_tokens_per_s"):
-            if name in v and (st := _stats(v[name])):
-                api[name] = st
+            if name in v:
+                api[name] = _stats(v[name])
         if api:
             s["api"] = api
         res: dict[str, Any] = {}
         for name in RESOURCES:
-            if name in v and (st := _stats(v[name])):
-                fin = v[name][np.isfinite(v[name])]
-                res[name] = {**st, "last": float(fin[-1])}
+            if name in v:
+                res[name] = {**_stats(v[name]), "last": float(v[name].tail()[-1])}
         if res:
             s["resources"] = res
         return s

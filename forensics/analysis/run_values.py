@@ -1,0 +1,215 @@
+"""Every finite value of a series over the whole run, in bounded memory.
+
+A tracker that reports run-long order statistics (a median, a 99th percentile) needs every value,
+and a ten-million-step log holds 80 MB of each series. :class:`RunValues` keeps the first
+``memory`` values in memory and appends the rest to an unnamed temporary file, so a scan's memory
+does not grow with the run. Everything it reports is exact at any length:
+
+* quantiles by radix selection over the file: the values are mapped to unsigned integers in the
+  same order, and each pass over the file counts one 16-bit digit of the wanted ranks' keys (at
+  most four passes; a pass collects the candidates and finishes in memory once they fit);
+* mean, standard deviation, minimum, maximum and the exact sum (``math.fsum``) a chunk at a time;
+* the first and last ``ends`` values, kept beside.
+
+The one statistic that is not exact past the memory is :meth:`trend_spearman` (it ranks every
+value): there it is computed on every k-th value, a systematic sample of at most ``memory`` values
+whose size it states. While the values fit in memory every result is the numpy function's own.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import IO, Any
+
+import numpy as np
+
+from .stats import trend_spearman
+
+__all__ = ["RunValues"]
+
+_SIGN = np.uint64(1 << 63)
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+_DIGIT = 16
+_CHUNK = 1 << 18  # values read back at a time (2 MB)
+
+
+def _keys(v: np.ndarray) -> np.ndarray:
+    """Unsigned integers in the order of the (finite) float64 values."""
+    b = v.view(np.uint64)
+    return b ^ np.where(b >> np.uint64(63), _ALL, _SIGN)
+
+
+def _value(key: int) -> float:
+    k = np.uint64(key)
+    b = k ^ _SIGN if k & _SIGN else k ^ _ALL
+    return float(np.array([b], dtype=np.uint64).view(np.float64)[0])
+
+
+class RunValues:
+    """The finite values of one series over the run (see module doc).
+
+    >>> rv = RunValues(memory=4, ends=2)
+    >>> for part in ([3.0, np.nan, 1.0], [4.0, 1.0, 5.0], [9.0, 2.0, 6.0]):
+    ...     rv.extend(np.array(part))
+    >>> len(rv), rv.spilled, rv.head().tolist(), rv.tail().tolist()
+    (8, 5, [3.0, 1.0], [2.0, 6.0])
+    >>> rv.quantiles([0.0, 0.5, 0.99]) == np.percentile([3, 1, 4, 1, 5, 9, 2, 6], [0, 50, 99]).tolist()
+    True
+    >>> rv.min(), rv.max(), rv.fsum(), rv.mean()
+    (1.0, 9.0, 31.0, 3.875)
+    """
+
+    def __init__(self, memory: int = 1 << 18, ends: int = 0) -> None:
+        self.memory = max(int(memory), 1)
+        self.ends = ends
+        self.parts: list[np.ndarray] = []
+        self.held = 0  # values in parts
+        self.spilled = 0  # values in the file
+        self.file: IO[bytes] | None = None
+        self._head = np.zeros(0)
+        self._tail = np.zeros(0)
+
+    def __len__(self) -> int:
+        return self.held + self.spilled
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> RunValues:
+        """A copy for a live peek: the file is shared (it is only appended to, and read by offset
+        up to the copy's own count), the in-memory parts are copied."""
+        out = copy.copy(self)
+        out.parts = [p.copy() for p in self.parts]
+        return out
+
+    def extend(self, x: np.ndarray) -> None:
+        v = np.asarray(x, dtype=np.float64)
+        v = v[np.isfinite(v)]
+        if not len(v):
+            return
+        if self.ends:
+            if len(self._head) < self.ends:
+                self._head = np.concatenate([self._head, v[: self.ends - len(self._head)]])
+            self._tail = np.concatenate([self._tail, v[-self.ends:]])[-self.ends:]
+        # a copy: a view would keep the caller's whole buffer (a reader's column) alive
+        self.parts.append(v.copy() if v.base is not None else v)
+        self.held += len(v)
+        if self.held > self.memory:
+            self._spill()
+
+    def _spill(self) -> None:
+        if self.file is None:
+            self.file = tempfile.TemporaryFile(prefix="forensics-values-")
+        self.file.seek(0, os.SEEK_END)
+        for p in self.parts:
+            self.file.write(p.tobytes())
+        self.file.flush()
+        self.spilled += self.held
+        self.parts, self.held = [], 0
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        """The values in order, at most ``_CHUNK`` of the file's at a time, then the held ones."""
+        if self.file is not None:
+            fd = self.file.fileno()
+            for start in range(0, self.spilled, _CHUNK):
+                n = min(_CHUNK, self.spilled - start)
+                yield np.frombuffer(os.pread(fd, 8 * n, 8 * start), dtype=np.float64)
+        yield from self.parts
+
+    def values(self) -> np.ndarray:
+        """All values, in memory: only while they are held there (``spilled == 0``)."""
+        if self.spilled:
+            raise RuntimeError("the values were spilled to disk: use the chunked statistics")
+        if len(self.parts) > 1:
+            self.parts = [np.concatenate(self.parts)]
+        return self.parts[0] if self.parts else np.zeros(0)
+
+    def head(self) -> np.ndarray:
+        return self._head
+
+    def tail(self) -> np.ndarray:
+        return self._tail
+
+    # -- statistics -----------------------------------------------------------------------------
+    def min(self) -> float:
+        return min(float(c.min()) for c in self.chunks() if len(c))
+
+    def max(self) -> float:
+        return max(float(c.max()) for c in self.chunks() if len(c))
+
+    def fsum(self) -> float:
+        return math.fsum(x for c in self.chunks() for x in c.tolist())
+
+    def mean(self) -> float:
+        if not self.spilled:
+            return float(np.mean(self.values()))
+        return self.fsum() / len(self)
+
+    def std(self, ddof: int = 0) -> float:
+        if not self.spilled:
+            return float(np.std(self.values(), ddof=ddof))
+        m = self.mean()
+        ss = math.fsum(float(np.sum(np.square(c - m))) for c in self.chunks())
+        return math.sqrt(ss / (len(self) - ddof))
+
+    def quantiles(self, qs: list[float]) -> list[float]:
+        """Exact quantiles, as ``np.percentile``'s default (linear) interpolation gives them."""
+        n = len(self)
+        if not self.spilled:
+            return [float(x) for x in np.percentile(self.values(), [100.0 * q for q in qs])]
+        h = [(n - 1) * q for q in qs]
+        ranks = sorted({r for x in h for r in (math.floor(x), min(math.floor(x) + 1, n - 1))})
+        at = dict(zip(ranks, self._select(ranks)))
+        out = []
+        for x in h:
+            lo = math.floor(x)
+            a, b, t = at[lo], at[min(lo + 1, n - 1)], x - lo
+            out.append(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t)  # numpy's lerp
+        return out
+
+    def _select(self, ranks: list[int]) -> list[float]:
+        """The values of the given 0-based ranks in sorted order (radix selection)."""
+        out = []
+        for rank in ranks:
+            prefix, left, bits = 0, rank, 64  # the key's known top (64 - bits) bits; rank within
+            count = len(self)
+            while True:
+                if count <= self.memory:  # the candidates fit: collect them and finish in memory
+                    cand = np.concatenate([c[(k >> np.uint64(bits)) == np.uint64(prefix)]
+                                           if bits < 64 else c
+                                           for c in self.chunks() for k in (_keys(c),)])
+                    out.append(float(np.partition(cand, left)[left]))
+                    break
+                shift = bits - _DIGIT
+                hist = np.zeros(1 << _DIGIT, dtype=np.int64)
+                for c in self.chunks():
+                    k = _keys(c)
+                    if bits < 64:
+                        k = k[(k >> np.uint64(bits)) == np.uint64(prefix)]
+                    hist += np.bincount(((k >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.int64),
+                                        minlength=1 << _DIGIT)
+                cum = np.cumsum(hist)
+                d = int(np.searchsorted(cum, left, side="right"))
+                left -= int(cum[d - 1]) if d else 0
+                count = int(hist[d])
+                prefix, bits = (prefix << _DIGIT) | d, shift
+                if bits == 0:  # every bit known: the value itself
+                    out.append(_value(prefix))
+                    break
+        return out
+
+    def trend_spearman(self) -> tuple[float, int]:
+        """:func:`trend_spearman` of the values in order, and how many values it used (every k-th
+        value once they were spilled)."""
+        if not self.spilled:
+            v = self.values()
+            return trend_spearman(v), len(v)
+        k = -(-len(self) // self.memory)
+        picked, pos = [], 0
+        for c in self.chunks():
+            first = (-pos) % k
+            picked.append(c[first::k])
+            pos += len(c)
+        sample = np.concatenate(picked)
+        return trend_spearman(sample), len(sample)
