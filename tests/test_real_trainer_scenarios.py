@@ -196,3 +196,20 @@ def test_deepspeed_chat_critic_loss_growing_with_the_reward_scale_is_healthy(tmp
     a = scan_path(deepspeed_chat(tmp_path / "ds.log", rows))
     assert a.meta.algorithm == "ppo"
     assert "loss.divergence" not in rules(a), [(f.rule, f.message) for f in a.findings]
+
+
+def test_deepspeed_chat_critic_through_a_reward_crossing_zero_is_healthy(tmp_path: Path) -> None:
+    # the reward model's score climbs from -0.6 through zero to 2; the critic's error grows
+    # slowly with the returns. Judged against a scale that followed |mean reward| down to zero,
+    # the value loss was a critical 20x "divergence" near the crossing.
+    rng = np.random.default_rng(12)
+    rows = []
+    for s in range(400):
+        reward = -0.6 + 2.6 * s / 399 + rng.normal(0, 0.1)
+        cri = float(np.float16(0.06 * (1.0 + 9.0 * s / 399) * np.exp(rng.normal(0, 0.15))))
+        act = float(np.float16(rng.normal(0.0, 0.06)))
+        rows.append({"step": s, "act_loss": act, "cri_loss": cri, "reward": round(reward, 5)})
+    from .trainer_logs import deepspeed_chat
+    a = scan_path(deepspeed_chat(tmp_path / "ds.log", rows))
+    assert [f.rule for f in a.findings if f.severity.value != "info"] == [], \
+        [(f.rule, f.message) for f in a.findings]

@@ -11,7 +11,12 @@ sigmas); only then do the ratio guards apply. Deviations are always measured in 
 the blocks' MAD / 0.6745 combined with the spread of their medians over the trailing window
 (spikes; see :class:`forensics.analysis.stats.BlockScale`: the window is the ``window // block`` blocks of
 ``block`` rows before the row's own block) or the robust per-step noise ``median |diff| / 0.954``
-over half a window (divergence), which a trend does not inflate.
+over half a window (divergence), which a trend does not inflate. Both are floored by the run's
+own wander, measured up to one window back so a fault does not widen its own yardstick: the
+run's median deviation from the trailing median (spikes) and the run's median move of the level
+over ``smooth`` rows (divergence). An autocorrelated loss looks calm within a window and moves
+little from step to step, yet wanders over a long run; against the window alone, stationary
+AR(1) noise at phi 0.9 gave 16 to 325 divergence warnings.
 
 * ``loss.spike`` (warning): robust z against the trailing window *excluding* the current point
   and its block (SIGNATURES section 2.1) above ``spike_z``; on a positive-level series the value must also be
@@ -40,7 +45,7 @@ from ...io.canonical import Batch
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
-from ..stats import BlockScale, Context, History, shift, window_median
+from ..stats import BlockScale, Context, History, TrailingRunMedian, shift, window_median
 from .advantages import GROUP_RELATIVE
 from .base import Tracker, TrackerResult
 from .rewards import DIFF_TO_SIGMA
@@ -158,6 +163,10 @@ class _LossSeries:
         # the robust baseline, created once the scale is decided (its block summaries are on it)
         self.bs: BlockScale | None = None
         self.sigma_hist = History(p.window)  # sigma one window back (the run's scale near zero)
+        # the run's typical move of the level over a window (see _update's divergence)
+        self.wander = TrailingRunMedian(block=p.smooth, lag=p.window)
+        # the run's typical deviation from the trailing median (a floor under the spike's sigma)
+        self.spread = TrailingRunMedian(block=p.window, lag=p.window)
         self.base: list[np.ndarray] = []
         self.base_swing: float | None = None
         self.lowest = np.inf
@@ -181,7 +190,7 @@ class _LossSeries:
         }
 
     def update(self, batch: Batch, scale: np.ndarray | None = None) -> dict[str, np.ndarray]:
-        with np.errstate(invalid="ignore", divide="ignore"):
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # a reward of 1e200 squared
             return self._update(batch, scale)
 
     def _decide(self, rows: np.ndarray, x: np.ndarray) -> None:
@@ -238,6 +247,11 @@ class _LossSeries:
             else np.zeros(len(rows), dtype=bool)
         med_b, sigma_b = self._baseline(rows, yf, n0)
         scale_b = np.fmax(sigma_b, np.fmax(0.0 if self.log else 1e-3 * np.abs(med_b), 1e-12))
+        # a loss that wanders slowly looks calm within one window: the run's median deviation
+        # from the trailing median (one window back) floors the sigma, as for KL spikes
+        dev = np.where(ready, np.abs(yf[n0:] - med_b), np.nan)
+        run_sigma = self.spread.update(rows, dev) / 0.6745
+        scale_b = np.where(run_sigma > scale_b, run_sigma, scale_b)
         z = (yf[n0:] - med_b) / scale_b
         if self.log:
             spike = (z > p.spike_z) & (x >= p.spike_min_ratio * np.exp(med_b))
@@ -286,6 +300,15 @@ class _LossSeries:
         level_now = level_f[n0:]
         noise = np.fmax(noise, p.noise_floor if self.log else
                         np.fmax(p.noise_floor * np.abs(level_now), 1e-12))
+        # ...and under the level's own wander: an autocorrelated loss (AR(1) noise at phi 0.9)
+        # moves little from step to step but its level wanders by twice that per-step noise, and
+        # over a long run its lowest level sits far below its mean. The run-long median move of
+        # the level over ``smooth`` rows (up to one window back, so a divergence does not widen
+        # its own yardstick), as a sigma; for independent noise it is below the per-step noise
+        # and changes nothing
+        move = np.where(ready, np.abs(level - shift(level_f, p.smooth)[n0:]), np.nan)
+        wander = self.wander.update(rows, move) / 0.6745
+        noise = np.where(wander > noise, wander, noise)
         lv = np.where(np.isfinite(level) & ready, level, np.inf)
         lowest = np.minimum.accumulate(np.concatenate([[self.lowest], lv]))[1:]
         self.lowest = float(lowest[-1])
@@ -344,16 +367,17 @@ class Losses(Tracker):
         return out
 
     def _reward_scale(self, batch: Batch) -> np.ndarray:
-        """The reward's scale at each row: the median |reward_mean| over the trailing window,
-        floored at a tenth of its largest earlier value (a reward crossing zero is not a zero
-        scale). A critic's squared error grows with the square of the returns it predicts, so
-        the value loss is judged relative to it: a value loss that grows with the reward scale
-        is a healthy critic, not a divergence."""
+        """The reward's scale at each row: the largest median |reward_mean| over a trailing
+        window so far. A critic's squared error grows with the square of the returns it
+        predicts, so the value loss is judged relative to it: a value loss that grows with the
+        reward scale is a healthy critic, not a divergence. The scale never falls: a reward that
+        climbs from -0.6 through zero to 2 has returns of that size all along (a scale that
+        followed |mean| to zero turned a steady critic into a 20x "divergence")."""
         full, n0 = self.reward_ctx.extend(r=np.abs(batch.col("reward_mean")))
-        med = window_median(full["r"], self.p.window, 5)[n0:]
+        med = window_median(full["r"], self.p.smooth, 5)[n0:]
         peak = np.fmax.accumulate(np.concatenate([[self.reward_peak], np.nan_to_num(med)]))
         self.reward_peak = float(peak[-1])
-        return np.fmax(med, np.fmax(0.1 * peak[1:], 1e-6))
+        return np.fmax(peak[1:], 1e-6)
 
     def finish(self) -> TrackerResult:
         summary: dict[str, Any] = {"rows": self.rows, "series": {}}
@@ -390,7 +414,8 @@ class Losses(Tracker):
         else:
             rel, sig = ep.peak, ep.extras.get("sigmas", float("nan"))
             level, lowest = ep.extras.get("level", float("nan")), ep.extras.get("lowest", float("nan"))
-            msg = (f"{name} rose to {level:.4g} ({rel:.1f}x the run's scale and {sig:.1f} noise sigmas "
+            what = f"{name} / reward_scale^2" if name == "value_loss" and self.scaled else name
+            msg = (f"{what} rose to {level:.4g} ({rel:.1f}x the run's scale and {sig:.1f} noise sigmas "
                    f"above its lowest level {lowest:.4g}), {span}")
             ev.update(level=level, lowest_level=lowest, rise_sigmas=sig, rise_over_scale=rel,
                       threshold_sigmas=p.divergence_sigmas, threshold_ratio=p.divergence_min_ratio)
