@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from forensics import scan_path
 
@@ -105,6 +106,15 @@ def test_verl_catastrophic_grpo_run(tmp_path: Path) -> None:
         assert found[rule].severity.value == "critical", (rule, alarms(a))
     assert found["kl.excessive"].onset_step <= 3
     assert found["length.collapse"].onset_step <= 12
+    # the reward pinned at its floor after a better start: the policy broke (not "too easy")
+    assert "the policy broke" in found["group.no_signal"].message
+    # the first domino is the KL far out from the first update, and what to do first is to cut
+    # the learning rate (not to raise the temperature for the entropy collapse it caused)
+    d = a.to_dict()
+    assert d["timeline"]["first_domino"]["rule"] == "kl.excessive"
+    first = d["recommendations"]["adjustments"][0]
+    assert (first["parameter"], first["direction"], first["source"]) == ("learning_rate", "lower", "kl.excessive")
+    assert first["new"] == pytest.approx(1e-7)
 
 
 def dpo_columns(steps: np.ndarray, rng: np.random.Generator, *, loss: np.ndarray, margin: np.ndarray,

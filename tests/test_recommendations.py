@@ -24,8 +24,10 @@ SHARED_LOGS = ROOT.parent.parent / "shared" / "real-logs"
 
 
 def _every_log() -> list[Path]:
-    """Every fixture run, every format fixture and every real log (the shared copies too)."""
+    """Every fixture run (both corpora), every format fixture and every real log (the shared
+    copies too)."""
     paths = sorted((FIXTURES / "runs").iterdir())
+    paths += sorted(p for p in (FIXTURES / "trl").iterdir() if p.is_dir())
     paths += sorted(p for p in (FIXTURES / "formats").iterdir() if p.suffix not in (".md", ".py"))
     paths += sorted(p for p in (FIXTURES / "real-logs").iterdir() if p.suffix != ".md")
     for base in (SHARED_LOGS, Path("/work/shared/real-logs")):
@@ -72,9 +74,15 @@ def test_no_parameter_raised_and_lowered_and_no_finding_contradicted(
             acts = applicable_actions(f, d["findings"])
             for a in rec["adjustments"]:
                 dirs = {x.direction for x in acts if x.parameter == a["parameter"]} - {
-                    "restore", "restore_first", "set"}
+                    "restore", "restore_first", "set", "suggested"}
                 if dirs and a["direction"] in ("lower", "raise") and a["direction"] not in dirs:
                     assert (a["parameter"], f["rule"]) in held, (path, f["rule"], a["text"])
+        # a learning rate a finding calls far too high is not kept (nor merely cut 20%)
+        lr = next((a for a in rec["adjustments"] if a["parameter"] == "learning_rate"), None)
+        for f in d["findings"]:
+            ev = f.get("evidence") or {}
+            if f["rule"] == "lr.out_of_range" and ev["learning_rate"] > ev["prior_high"]:
+                assert lr is not None and lr["new"] is not None and lr["new"] <= ev["prior_high"], (path, lr)
         # the patch holds numbers only, under real keys
         for value in _leaves(rec["config_patch"]):
             assert isinstance(value, (int, float)) and not isinstance(value, bool), (path, value)

@@ -62,9 +62,12 @@ class Action:
     """One parameter change a rule's remedy asks for.
 
     ``direction``: ``lower`` / ``raise`` by ``factor``, ``set`` to ``value``, ``restore`` (the value
-    before a logged change) or ``restore_first`` (the run's first logged value). ``when``:
-    ``repeats`` (only when the rule fired more than once) or ``no_kl_surge`` (only when no KL spike
-    or runaway was found). ``phrase``: the words of the remedy it stands for (a regex).
+    before a logged change), ``restore_first`` (the run's first logged value) or ``suggested``
+    (the value the finding's evidence suggests). ``when``:
+    ``repeats`` (only when the rule fired more than once), ``no_kl_surge`` (only when no KL spike
+    or runaway was found) or ``unexplained`` (only when no other finding is linked to it as its
+    cause: raising max_length for responses that grew because the reward pays for length, or
+    because the policy broke, treats the symptom). ``phrase``: the words of the remedy it stands for (a regex).
     """
 
     parameter: str
@@ -100,7 +103,8 @@ ACTIONS: dict[str, tuple[Action, ...]] = {
                    Action("max_grad_norm", "lower", 0.8, phrase=r"tighten gradient clipping 20%")),
     "grad.clip_saturation": (_LOWER_LR,),
     "length.growth": (_LOWER_LR,),
-    "length.truncation": (Action("max_length", "raise", 1.5, phrase=r"raise max_length .*50%"),),
+    "length.truncation": (Action("max_length", "raise", 1.5, when="unexplained",
+                                 phrase=r"raise max_length .*50%"),),
     "reward.decline": (_LOWER_LR, Action("kl_coef", "lower", 0.9, when="no_kl_surge",
                                          phrase=r"lower the KL coefficient 10% if the penalty dominates")),
     "loss.nonfinite": (_LOWER_LR,),
@@ -118,6 +122,8 @@ ACTIONS: dict[str, tuple[Action, ...]] = {
     "entropy.blowup": (_LOWER_LR,),
     "generation.repetition": (Action("temperature", "lower", 0.9, phrase=r"lower the temperature 10%"),),
     "kl.excessive": (Action("learning_rate", "lower", 0.1, phrase=r"lower the learning rate 10x"),),
+    "lr.out_of_range": (Action("learning_rate", "suggested",
+                               phrase=r"Set the learning rate in the usual range"),),
     "policy.trust_region": (_HALVE_LR,),
     "reward.floor": (_HALVE_LR,),
     "length.collapse": (_HALVE_LR,),
@@ -220,8 +226,9 @@ def _repeats(rule: str, finding: Mapping[str, Any], counts: Mapping[str, int]) -
 
 
 def applicable_actions(finding: Mapping[str, Any], findings: Sequence[Mapping[str, Any]],
-                       root: bool = False) -> list[Action]:
-    """The actions of a finding's remedy that apply in this run (its conditions hold)."""
+                       root: bool = False, explained: bool = False) -> list[Action]:
+    """The actions of a finding's remedy that apply in this run (its conditions hold);
+    ``explained``: the timeline links another finding to it as its cause."""
     counts: dict[str, int] = {}
     for f in findings:
         counts[f["rule"]] = counts.get(f["rule"], 0) + 1
@@ -234,6 +241,8 @@ def applicable_actions(finding: Mapping[str, Any], findings: Sequence[Mapping[st
             continue
         if act.when == "no_kl_surge" and surge:
             continue
+        if act.when == "unexplained" and explained:
+            continue
         out.append(act)
     return out
 
@@ -245,6 +254,8 @@ def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],
     chain = [events[i] for i in dom.get("chain", []) if i in events]
     effects = _descendants(dom.get("id"), timeline.get("links") or []) if dom.get("linked") else set()
     effect_findings = {events[i].get("finding_index") for i in effects if i in events}
+    explained = {events[lk["effect"]].get("finding_index") for lk in timeline.get("links") or []
+                 if lk.get("effect") in events}
     ordered: list[tuple[dict[str, Any], str, bool]] = []
     seen: set[int] = set()
     for pos, e in enumerate(chain):
@@ -260,7 +271,7 @@ def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],
         ordered.append((f, "immediate" if urgent else "short_term", False))
     out: list[_Candidate] = []
     for f, priority, root in ordered:
-        for act in applicable_actions(f, findings, root):
+        for act in applicable_actions(f, findings, root, findings.index(f) in explained):
             out.append(_Candidate(act, priority, f["rule"], int(f["onset_step"]), f.get("message", ""),
                                   f, root))
     first_window: dict[str, dict[str, Any]] = {}
@@ -297,7 +308,9 @@ class _Values:
         self.changes: dict[str, list[int]] = {}
         for f in analysis.findings:
             if f.tracker == "hyperparams" and f.evidence.get("parameter"):
-                self.changes.setdefault(str(f.evidence["parameter"]), []).append(f.onset_step)
+                # every jump, the grouped ones too (a x1,000 jump and the cut back three steps later)
+                self.changes.setdefault(str(f.evidence["parameter"]), []).extend(
+                    onset for _, _, onset in f.episode_ranges())
         wanted: dict[str, set[int]] = {}
         for c in cands:
             col = self.columns.get(c.action.parameter)
@@ -305,8 +318,17 @@ class _Values:
                 wanted.setdefault(col, set()).add(c.step)
         self.log = _read_values(analysis, wanted)
         meta = analysis.meta
-        self.meta = {"kl_coef": meta.kl_coef_init, "max_grad_norm": meta.max_grad_norm,
-                     "max_length": meta.max_length, "kl_horizon": meta.kl_horizon}
+        #: a preference loss's beta stands where an RL run's KL coefficient does (the same key in
+        #: TRL's configs), and is called beta
+        self.preference = meta.family == "preference"
+        self.meta = {"kl_coef": meta.beta if self.preference else meta.kl_coef_init,
+                     "max_grad_norm": meta.max_grad_norm, "max_length": meta.max_length,
+                     "kl_horizon": meta.kl_horizon}
+
+    def label(self, parameter: str) -> str:
+        if parameter == "kl_coef" and self.preference:
+            return "beta"
+        return PARAMETERS.get(parameter, parameter)
 
     def logged(self, parameter: str) -> dict[str, Any] | None:
         col = self.columns.get(parameter)
@@ -355,7 +377,7 @@ def _resolve(cands: list[_Candidate], values: _Values, trainer: Trainer | None,
 def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, Any] | None:
     """The change one candidate asks for, with current and new values where they are known."""
     a = c.action
-    label = PARAMETERS.get(a.parameter, a.parameter)
+    label = values.label(a.parameter)
     current, source = values.at(a.parameter, c.step)
     new: float | None = None
     note = ""
@@ -390,6 +412,15 @@ def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, 
         direction = "lower" if new < current else "raise"
         change = "restore"
         note = "the value the run started with"
+    elif a.direction == "suggested":
+        ev = (c.finding or {}).get("evidence") or {}
+        new = ev.get("suggested")
+        if not isinstance(new, (int, float)):
+            return None
+        change = "set"
+        note = "the nearest end of the usual range for full fine-tuning (up to 1e-4 with LoRA)"
+        if current is not None:
+            direction = "lower" if new < current else "raise"
     elif a.direction == "set":
         new = a.value
         change = "set"

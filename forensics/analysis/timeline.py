@@ -19,7 +19,10 @@ links.
 Events are the findings, configuration changes among them: the ``hyperparams`` tracker reports a
 learning rate, KL coefficient, clip range or batch size that jumps (``lr.change``,
 ``kl_coef.change``, ``clip.change``, ``batch_size.change``) with its values before and after, so a
-change can be the first domino.
+change can be the first domino; a learning rate outside the usual range for the algorithm
+(``lr.out_of_range``) can cause any training symptom at any lag. A finding whose episodes were
+grouped (repeated spikes) takes part from its first serious episode (warning or critical): an
+isolated one-step spike of information level earlier in the run is not the start of the fault.
 
 First domino
 ------------
@@ -33,7 +36,8 @@ Rule table (cause -> effect, lag in steps, why):
 ======================================  ====================================  ====
 cause                                   effect                                lag
 ======================================  ====================================  ====
-lr.change                               grad.explode, grad.spike, grad.nonf.  50
+lr.change                               grad.explode, grad.spike, grad.nonf.,  50
+                                        grad.clip_saturation
 lr.change                               kl.spike, kl.runaway, loss.*          100
 clip.change, batch_size.change          grad.*, kl.spike, kl.runaway, loss.*  100
 kl_coef.change                          kl.runaway, kl.drift, kl.off_target   200
@@ -42,6 +46,13 @@ grad.explode, grad.spike, grad.nonf.    kl.spike, kl.runaway, kl.drift        10
 grad.explode, grad.nonfinite            loss.*, reward.*                      200
 kl_ctl.wrong_direction, stuck, law_m.   kl.runaway, kl.drift, kl.off_target   200
 lr.change                               update.stalled, reward.stagnation     100
+lr.change                               lr.out_of_range                       1
+lr.out_of_range                         any training symptom                  run
+grad.explode, grad.nonfinite,            length.growth, length.truncation     200
+kl.excessive, policy.trust_region
+kl.excessive, policy.trust_region       entropy.*, length.collapse, reward.*  300
+length.collapse, reward.floor           reward.floor, group.no_signal         300
+entropy.collapse, entropy.low           group.no_signal                       300
 kl.spike, kl.runaway                    reward.*                              200
 loss.*                                  reward.*                              200
 length.reward_correlation               length.growth                         200
@@ -85,10 +96,15 @@ class CausalRule:
 
 
 _GRAD_BAD = ("grad.explode", "grad.spike", "grad.nonfinite")
+#: What a learning rate far outside its usual range shows as, sooner or later.
+_TRAINING_SYMPTOMS = ("kl.*", "policy.trust_region", "update.stalled", "grad.*", "loss.*", "entropy.*",
+                      "length.*", "reward.*", "group.no_signal", "pref.*")
+#: The run's whole length, as a lag (a setting in force from the start can cause what comes late).
+WHOLE_RUN = 10**12
 
 #: The documented rule table (module docstring); order is only for display.
 CAUSAL_RULES: tuple[CausalRule, ...] = (
-    CausalRule(("lr.change",), _GRAD_BAD, 50,
+    CausalRule(("lr.change",), (*_GRAD_BAD, "grad.clip_saturation"), 50,
                "a learning-rate change makes larger updates, which show first in the gradients"),
     CausalRule(("lr.change",), ("kl.spike", "kl.runaway", "loss.*"), 100,
                "a larger learning rate moves the policy faster away from the reference"),
@@ -108,6 +124,21 @@ CAUSAL_RULES: tuple[CausalRule, ...] = (
                "a KL controller that does not pull back lets KL drift out of its band"),
     CausalRule(("lr.change",), ("update.stalled", "reward.stagnation"), 100,
                "a learning rate cut by orders of magnitude stops the policy from moving"),
+    CausalRule(("lr.change",), ("lr.out_of_range",), 1,
+               "the jump took the learning rate out of its usual range"),
+    CausalRule(("lr.out_of_range",), _TRAINING_SYMPTOMS, WHOLE_RUN,
+               "a learning rate far outside the usual range makes every update too large (or too "
+               "small to move the policy)"),
+    CausalRule(("grad.explode", "grad.nonfinite", "kl.excessive", "policy.trust_region"),
+               ("length.growth", "length.truncation"),
+               200, "a policy broken by oversized updates rambles to the length cap"),
+    CausalRule(("kl.excessive", "policy.trust_region"), ("entropy.*", "length.collapse", "reward.*"), 300,
+               "a policy pushed far from the reference degenerates: it stops exploring, its "
+               "responses collapse, its reward falls or is hacked"),
+    CausalRule(("length.collapse", "reward.floor"), ("reward.floor", "group.no_signal"), 300,
+               "collapsed responses all score the same (the floor): groups carry no signal"),
+    CausalRule(("entropy.collapse", "entropy.low"), ("group.no_signal",), 300,
+               "a policy that no longer explores samples the same response for every prompt"),
     CausalRule(("kl.spike", "kl.runaway"), ("reward.*",), 200,
                "a policy far from the reference degrades (or hacks) the reward"),
     CausalRule(("loss.*",), ("reward.*",), 200,
@@ -129,7 +160,8 @@ def build_timeline(findings: list[dict[str, Any]], step_span: int = 0) -> dict[s
     ``findings`` are finding dicts (``Finding.to_dict``); ``step_span`` is the run's last minus
     first step.
     """
-    raw = [dict(f, kind="finding", finding_index=i) for i, f in enumerate(findings)]
+    raw = [dict(f, kind="finding", finding_index=i, onset_step=_serious_onset(f))
+           for i, f in enumerate(findings)]
     raw.sort(key=lambda e: (int(e["onset_step"]), -_SEV_RANK.get(e["severity"], 0), e["rule"],
                             int(e["first_step"])))
     events = []
@@ -167,6 +199,20 @@ def build_timeline(findings: list[dict[str, Any]], step_span: int = 0) -> dict[s
             "rules": [{"causes": list(r.causes), "effects": list(r.effects), "max_lag": r.max_lag,
                        "why": r.why} for r in CAUSAL_RULES],
             "lag_fraction": LAG_FRACTION}
+
+
+def _serious_onset(f: dict[str, Any]) -> int:
+    """A finding's onset for the timeline: that of its first warning or critical episode when its
+    episodes were grouped (a serious finding headed by earlier information-level episodes)."""
+    onset = int(f["onset_step"])
+    eps = f.get("episodes") or []
+    if _SEV_RANK.get(f.get("severity", ""), 0) >= 1:
+        serious = [int(e["onset_step"]) for e in eps
+                   if isinstance(e, dict) and _SEV_RANK.get(e.get("severity", ""), 0) >= 1
+                   and isinstance(e.get("onset_step"), int)]
+        if serious:
+            return max(onset, min(serious))
+    return onset
 
 
 def _first_domino(events: list[dict[str, Any]], links: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -279,9 +279,15 @@ class Hyperparams(Tracker):
                       + (f"above {p.lr_high:g}, far above" if high else f"below {p.lr_low:g}, far below")
                       + f" the usual range for fine-tuning a language model, from step {ep.onset_step}",
                       {"learning_rate": lr, "prior_high": p.lr_high, "prior_low": p.lr_low,
-                       "metrics": ["learning_rate"]},
+                       "suggested": self._usual_lr(high), "metrics": ["learning_rate"]},
                       Severity.CRITICAL if high and lr >= p.lr_critical else None)
         return self.result(summary, [])
+
+    def _usual_lr(self, high: bool) -> float:
+        """The nearest end of the usual full fine-tuning range for the run's algorithm (the
+        remedy's: 1e-6 to 1e-5 for RL, 5e-7 to 5e-6 for preference optimisation)."""
+        lo, hi = (5e-7, 5e-6) if self.meta.family == "preference" else (1e-6, 1e-5)
+        return hi if high else lo
 
     def _emit_change(self, s: Setting, key: str, c: dict[str, Any]) -> None:
         factor = _factor(c["before"], c["after"])

@@ -147,12 +147,17 @@ class Signal(Tracker):
             what = "gradient norm exactly 0"
         else:
             what = f"{ep.peak:.0%} of groups with tied rewards"
-        if rmax == rmax and mean >= rmax - 1e-6 * max(abs(mean), 1.0):
+        tol = 1e-6 * max(abs(mean), 1.0)
+        at_max = rmax == rmax and mean >= rmax - tol
+        at_min = rmin == rmin and mean <= rmin + tol
+        if at_min and best > mean:  # (every response equal: at the batch's max and min alike)
+            cause = "every response gets the lowest reward: the policy broke"
+        elif at_max and at_min:
+            cause = "every response gets the same reward: it no longer separates the responses"
+        elif at_max:
             cause = "every response gets the top reward: the task is too easy"
-        elif rmin == rmin and mean <= rmin + 1e-6 * max(abs(mean), 1.0):
-            cause = ("every response gets the lowest reward from the first steps: a task too hard "
-                     "or a broken verifier" if not best > mean else
-                     "every response gets the lowest reward: the policy broke")
+        elif at_min:
+            cause = "every response gets the lowest reward from the first steps: a task too hard or a broken verifier"
         else:
             cause = "rewards tie within most groups"
         self.emit("group.no_signal", ep,
