@@ -46,3 +46,19 @@ def test_a_recognised_log_lists_what_was_checked(tmp_path: Path) -> None:
                   "pref_reward_chosen, logp_chosen, log_odds_ratio)"}
     res = CliRunner().invoke(main, ["scan", str(RLDK), "-o", str(tmp_path / "o")])
     assert "checked: " in res.output and "kl_schedule" in res.output
+
+
+def test_the_pages_say_what_was_not_checked(tmp_path: Path) -> None:
+    """The HTML and Markdown reports list the columns not recognised and the trackers not run,
+    each with its reason (veRL's console: 35 columns forensics does not read, no KL logged, a
+    learning rate printed as 0.000)."""
+    from forensics.report import write_reports
+
+    log = Path(__file__).resolve().parents[1] / "fixtures" / "real-logs" / \
+        "verl_v04_console_qwen2_7b_math_megatron.log"
+    write_reports(scan_path(log), tmp_path)
+    for name in ("report.html", "report.md"):
+        text = (tmp_path / name).read_text().replace("\\_", "_")
+        assert "logged column(s) not recognised: " in text and "global_seqlen/" in text, name
+        assert "kl_schedule not run: none of its metrics is logged" in text, name
+        assert "hyperparams not run: learning_rate logged but without a usable value" in text, name

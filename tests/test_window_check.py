@@ -213,18 +213,33 @@ def test_a_real_decline_is_found_in_its_window() -> None:
 
 
 def test_windows_and_findings_agree() -> None:
-    """A window inside a warning's episode shows it, with a status to match."""
-    for run in ("ppo_lr_high", "ppo_entropy_collapse", "grpo_length_reward"):
-        d = scan_path(FIXTURES / "runs" / run).to_dict()
+    """A window inside a warning's episode shows it, with a status to match; a window between a
+    grouped finding's episodes does not."""
+    runs = [FIXTURES / "runs" / r for r in ("ppo_lr_high", "ppo_entropy_collapse", "grpo_length_reward")]
+    for run in [*runs, FIXTURES / "trl" / "grpo_lr_jump"]:
+        d = scan_path(run).to_dict()
         for f in d["findings"]:
             if f["severity"] == "info":
                 continue
-            inside = [w for w in d["windows"] if w["first_step"] <= f["last_step"] and
-                      w["last_step"] >= f["first_step"]]
-            assert inside, (run, f["rule"])
-            for w in inside:
-                assert f["rule"] in w["findings"], (run, f["rule"], w["window"])
-                assert w["status"] in (("alert",) if f["severity"] == "critical" else ("warn", "alert"))
+            for e in f.get("episodes") or [f]:
+                sev = e.get("severity", f["severity"])
+                inside = [w for w in d["windows"] if w["first_step"] <= e["last_step"] and
+                          w["last_step"] >= e["first_step"]]
+                assert inside, (run, f["rule"])
+                for w in inside:
+                    if sev != "info":
+                        assert f["rule"] in w["findings"], (run, f["rule"], w["window"])
+                        assert w["status"] in (("alert",) if sev == "critical" else ("warn", "alert"))
+        spans: dict[str, list[tuple[int, int]]] = {}  # a rule's serious episodes (all series)
+        for f in d["findings"]:
+            if f["severity"] != "info":
+                spans.setdefault(f["rule"], []).extend(
+                    (e["first_step"], e["last_step"]) for e in f.get("episodes") or [f]
+                    if e.get("severity", f["severity"]) != "info")
+        for w in d["windows"]:
+            for rule in w["findings"]:
+                assert any(a <= w["last_step"] and b >= w["first_step"] for a, b in spans[rule]), \
+                    (run, rule, w["window"])
 
 
 def test_online_health_check_and_its_config_patch() -> None:

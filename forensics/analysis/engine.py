@@ -316,10 +316,10 @@ class Scan:
             entry: dict[str, Any] = {"active": r.active}
             if not r.active:
                 present = [c for c in tracker.requires if c in mapped]
-                entry["reason"] = (f"not applicable to this run ({self.meta.family or 'unknown'} "
-                                   f"family): {', '.join(present)} logged" if present else
-                                   "none of its metrics is logged (needs one of: "
-                                   + ", ".join(tracker.requires) + ")")
+                entry["reason"] = (tracker.skip_reason or (
+                    f"{', '.join(present)} logged but without a usable value (missing, non-finite "
+                    "or rounded to zero in the log)" if present else
+                    "none of its metrics is logged (needs one of: " + ", ".join(tracker.requires) + ")"))
             trackers[tracker.name] = entry
         # throughput judges the machine and the windows only summarise: neither checks training
         judged = [n for n, e in trackers.items() if e["active"] and n not in ("throughput", "windows")]

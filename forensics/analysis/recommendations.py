@@ -434,14 +434,21 @@ def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, 
                 and not values.changes.get(a.parameter) and rec["peak"][c.step] > current * 1.05:
             current, source = rec["peak"][c.step], f"the schedule's peak up to step {c.step}"
             note = "scales the schedule's peak, which the config sets"
-        if a.parameter == "kl_coef" and adaptive_kl:
-            note = (f"an adaptive controller sets it (it was {_fmt(current)} at step {c.step})"
-                    if current is not None else "an adaptive controller sets it")
-            words_only = True
         if current == 0.0:
             return None  # zero scales to zero: only a restore can move it
         if current is not None:
             new = _round(current * factor)
+        if a.parameter == "kl_coef" and adaptive_kl:
+            # the controller moves the coefficient itself (the demo's went from 0.2 to 5): the
+            # levers are its target and horizon
+            last = rec["last"] if rec and rec["last"] is not None else None
+            seen = "" if current is None else f" ({_fmt(current)} at step {c.step}" + (
+                f", {_fmt(last)} at the end)" if last is not None and not math.isclose(last, current, rel_tol=0.01)
+                else ")")
+            note = f"an adaptive controller sets it{seen}: " + (
+                "lower its KL target or shorten its horizon instead" if factor > 1 else
+                "raise its KL target instead")
+            new, words_only = None, True
     if current is not None:
         current = _round(current)
     text = f"{label}: "
@@ -516,15 +523,24 @@ def _recommendations(cands: list[_Candidate], findings: list[dict[str, Any]], ti
 def windows_with_findings(windows: list[dict[str, Any]], findings: Iterable[Mapping[str, Any]]
                           ) -> list[dict[str, Any]]:
     """Each window with the warning and critical findings whose episodes overlap it, and a status
-    at least ``warn`` (``alert`` for a critical finding)."""
-    serious = [f for f in findings if f.get("severity") in ("warning", "critical")]
+    at least ``warn`` (``alert`` for a critical episode). A grouped finding counts by its
+    episodes, each with its own severity: the gaps between them, and its information-level
+    episodes, mark no window."""
+    serious = []  # (rule, severity, first, last) of each serious episode
+    for f in findings:
+        if f.get("severity") not in ("warning", "critical"):
+            continue
+        for e in f.get("episodes") or [f]:
+            sev = e.get("severity", f["severity"])
+            if sev in ("warning", "critical"):
+                serious.append((f["rule"], sev, int(e["first_step"]), int(e["last_step"])))
     order = {"ok": 0, "watch": 1, "warn": 2, "alert": 3}
     out = []
     for w in windows:
         w = dict(w)
-        hits = [f for f in serious if f["first_step"] <= w["last_step"] and f["last_step"] >= w["first_step"]]
-        w["findings"] = list(dict.fromkeys(f["rule"] for f in hits))
-        worst = "alert" if any(f["severity"] == "critical" for f in hits) else ("warn" if hits else "ok")
+        hits = [h for h in serious if h[2] <= w["last_step"] and h[3] >= w["first_step"]]
+        w["findings"] = list(dict.fromkeys(rule for rule, *_ in hits))
+        worst = "alert" if any(sev == "critical" for _, sev, *_ in hits) else ("warn" if hits else "ok")
         if order[worst] > order.get(w.get("status", "ok"), 0):
             w["status"] = worst
         out.append(w)

@@ -65,7 +65,9 @@ def render_markdown(d: dict[str, Any], top: int = 15) -> str:
     tl = timeline_from_dict(d)
     rec = d.get("recommendations") if isinstance(d.get("recommendations"), dict) else None
     v = verdict(d.get("findings") or [], tl, rec, d.get("coverage"))
-    out[2:2] = [f"**{_md(v['headline'])}**", ""]
+    checked = [f"Checked: {_md(v['checked'])}.", ""] if v.get("checked") else []
+    checked += [f"- not checked: {_md(line)}" for line in v.get("not_checked") or []]
+    out[2:2] = [f"**{_md(v['headline'])}**", "", *checked, *([""] if v.get("not_checked") else [])]
     dom = tl.get("first_domino")
     if dom:
         out += [""]

@@ -20,6 +20,26 @@ def _titles() -> dict[str, str]:
     return {r.id: r.title for _, r in all_rules()}
 
 
+def not_checked(cov: Mapping[str, Any], keys: int = 12) -> list[str]:
+    """What the analysis could not judge, in words: the logged columns it did not recognise and
+    the trackers that did not run, with their reasons.
+
+    >>> not_checked({"columns": {"unmapped": 2, "unmapped_keys": ["a", "b"]},
+    ...              "trackers": {"advantages": {"active": False, "reason": "needs adv_mean"}}})
+    ['2 logged column(s) not recognised: a, b', 'advantages not run: needs adv_mean']
+    """
+    out = []
+    cols = cov.get("columns") or {}
+    if cols.get("unmapped"):
+        names = list(cols.get("unmapped_keys") or [])
+        shown = ", ".join(str(k) for k in names[:keys]) + (f" and {len(names) - keys} more" if len(names) > keys else "")
+        out.append(f"{cols['unmapped']} logged column(s) not recognised: {shown}")
+    for name, entry in (cov.get("trackers") or {}).items():
+        if isinstance(entry, dict) and not entry.get("active"):
+            out.append(f"{name} not run: {entry.get('reason', '')}")
+    return out
+
+
 def verdict(findings: list[Mapping[str, Any]], timeline: Mapping[str, Any] | None,
             recommendations: Mapping[str, Any] | None,
             coverage: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -42,6 +62,7 @@ def verdict(findings: list[Mapping[str, Any]], timeline: Mapping[str, Any] | Non
         judging = list(cov.get("trackers_judging") or [])
         out["checked"] = (f"{len(judging)} trackers on {(cov.get('columns') or {}).get('mapped', 0)} "
                           "recognised column(s)" + (f" ({', '.join(judging)})" if judging else ""))
+        out["not_checked"] = not_checked(cov)
     if not crit and not warn and cov.get("checked") is False:
         unread = (cov.get("columns") or {}).get("unmapped", 0)
         out["state"] = "unchecked"

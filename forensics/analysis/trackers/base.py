@@ -88,6 +88,8 @@ class Tracker:
         self.meta = meta if meta is not None else RunMeta()
         self.rows = 0
         self.active = False
+        #: why the tracker declined a log whose metrics it reads (set where it declines one)
+        self.skip_reason: str | None = None
         self._findings: list[Finding] = []
         self._coverage: dict[int, int] = {}
         self._magnitude: dict[int, float] = {}

@@ -113,6 +113,7 @@ class Entropy(Tracker):
         if self.meta.family == "preference" and self.meta.algorithm != "online_dpo":
             # offline preference optimisation samples nothing: its entropy is the policy's on
             # fixed pairs, and the sampling remedies (temperature, clip-higher) do not apply
+            self.skip_reason = "offline preference optimisation samples nothing: no sampling entropy to judge"
             return None
         self.active = True
         self.source_keys.setdefault("entropy", "entropy")

@@ -261,6 +261,7 @@ class KLSchedule(Tracker):
         if self.series_name is None and not has_coef and not self.coef_seen:
             return None
         if self._offline_preference():
+            self.skip_reason = "offline preference optimisation samples nothing: no sampling KL to judge"
             return None
         self.active = True
         self.rows += len(batch)
