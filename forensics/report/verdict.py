@@ -32,7 +32,8 @@ def not_checked(cov: Mapping[str, Any], keys: int = 12) -> list[str]:
     cols = cov.get("columns") or {}
     if cols.get("unmapped"):
         names = list(cols.get("unmapped_keys") or [])
-        shown = ", ".join(str(k) for k in names[:keys]) + (f" and {len(names) - keys} more" if len(names) > keys else "")
+        more = f" and {len(names) - keys} more" if len(names) > keys else ""
+        shown = ", ".join(str(k) for k in names[:keys]) + more
         out.append(f"{cols['unmapped']} logged column(s) not recognised: {shown}")
     for name, entry in (cov.get("trackers") or {}).items():
         if isinstance(entry, dict) and not entry.get("active"):
