@@ -7,6 +7,7 @@ baselines must stay clean.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -223,3 +224,25 @@ def test_deepspeed_chat_critic_through_a_reward_crossing_zero_is_healthy(tmp_pat
     a = scan_path(deepspeed_chat(tmp_path / "ds.log", rows))
     assert [f.rule for f in a.findings if f.severity.value != "info"] == [], \
         [(f.rule, f.message) for f in a.findings]
+
+
+def test_verl_patch_uses_the_key_the_printed_config_holds(tmp_path: Path) -> None:
+    """A Megatron actor clips gradients with ``actor.optim.clip_grad`` (FSDP: ``actor.grad_clip``):
+    the patch uses the key the run context read from the log, which Hydra accepts."""
+    config = {"algorithm": {"adv_estimator": "grpo"},
+              "actor_rollout_ref": {"actor": {"use_kl_loss": True, "kl_loss_coef": 0.001,
+                                              "optim": {"lr": 1e-6, "clip_grad": 1.0}}}}
+    rng = np.random.default_rng(8)
+    rows = []
+    for step in range(1, 201):
+        spike = step in (60, 90, 120, 150)
+        rows.append({"step": step, "actor/kl_loss": float(0.01 * np.exp(rng.normal(0, 0.1))),
+                     "actor/grad_norm": 60.0 if spike else float(0.4 * np.exp(rng.normal(0, 0.1))),
+                     "actor/entropy": 0.5, "actor/pg_loss": float(rng.normal(0, 0.01)),
+                     "critic/score/mean": float(rng.normal(0.3, 0.05)), "critic/score/max": 1.0,
+                     "critic/score/min": -1.0, "response_length/mean": 500.0})
+    a = scan_path(verl_console(tmp_path / "verl.log", rows, config))
+    assert a.context["max_grad_norm"]["value"] == 1.0
+    patch = a.to_dict()["recommendations"]["config_patch"]
+    assert patch["actor_rollout_ref"]["actor"]["optim"]["clip_grad"] == pytest.approx(0.8), patch
+    assert "grad_clip" not in json.dumps(patch)

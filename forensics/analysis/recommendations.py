@@ -566,7 +566,7 @@ def advice_sections(analysis: Analysis, timeline: Mapping[str, Any]) -> dict[str
     windows = windows_with_findings(table, findings)
     source_keys = {k for m in analysis.mappings.values() for k in m.mapping}
     trainer = trainer_for([r.format for r in analysis.inputs], analysis.meta.algorithm, source_keys,
-                          analysis.meta.config)
+                          analysis.meta.config, analysis.context)
     cands = _candidates(findings, timeline, windows)
     values = _Values(analysis, cands, columns)
     rec = _recommendations(cands, findings, timeline, windows, trainer, values,

@@ -27,6 +27,7 @@ key. Every key below was read from the trainer's source:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,10 +122,30 @@ def _trl(algorithm: str | None, source_keys: Iterable[str]) -> Trainer:
     return Trainer("TRL", "TrainingArguments (algorithm unknown)", "fields", _TRAINING_ARGUMENTS)
 
 
+def _keys_read(context: Mapping[str, Any] | None, known: Mapping[str, str]) -> dict[str, str]:
+    """The config keys the run context took each parameter from (``... clip_grad=1.0``).
+
+    >>> _keys_read({"max_grad_norm": {"value": 1.0, "from": "trainer config: "
+    ...             "actor_rollout_ref.actor.optim.clip_grad=1.0"}}, _VERL)
+    {'max_grad_norm': 'actor_rollout_ref.actor.optim.clip_grad'}
+    """
+    out = {}
+    for parameter in known:
+        entry = (context or {}).get(parameter)
+        found = re.findall(r"([A-Za-z_][\w.]*\.[\w]+)=", str(entry.get("from", ""))) \
+            if isinstance(entry, dict) else []
+        if len(found) == 1:
+            out[parameter] = found[0]
+    return out
+
+
 def trainer_for(formats: Iterable[str], algorithm: str | None, source_keys: Iterable[str] = (),
-                run_config: Mapping[str, Any] | None = None) -> Trainer | None:
+                run_config: Mapping[str, Any] | None = None,
+                context: Mapping[str, Any] | None = None) -> Trainer | None:
     """The trainer whose keys a recommendation uses, from the formats read (first step input
-    first), the run's algorithm, the source keys of the log and run.json's ``config``.
+    first), the run's algorithm, the source keys of the log and run.json's ``config``. For veRL,
+    a key the run context read from the log's printed config wins over the usual one (a Megatron
+    actor's gradient clipping is ``actor.optim.clip_grad``, not ``actor.grad_clip``).
 
     >>> trainer_for(["hf-trainer-state"], "grpo").key("kl_coef")
     'beta'
@@ -145,7 +166,8 @@ def trainer_for(formats: Iterable[str], algorithm: str | None, source_keys: Iter
             kl_loss = any(k.startswith("actor/kl_loss") for k in keys) or (
                 algorithm_family(algorithm) == "group" and not any("kl_penalty" in k for k in keys))
             kl_key = "actor_rollout_ref.actor.kl_loss_coef" if kl_loss else "algorithm.kl_ctrl.kl_coef"
-            return Trainer("veRL", "veRL config (Hydra overrides)", "dotted", {**_VERL, "kl_coef": kl_key})
+            return Trainer("veRL", "veRL config (Hydra overrides)", "dotted",
+                           {**_VERL, "kl_coef": kl_key, **_keys_read(context, _VERL)})
         if fmt == "openrlhf-console":
             return Trainer("OpenRLHF", "OpenRLHF arguments (train_ppo_ray)", "arguments", _OPENRLHF)
         if fmt in ("llamafactory", "hf-console"):
