@@ -159,6 +159,22 @@ def test_trainer_state_truncated_keeps_complete_rows(tmp_path: Path) -> None:
     assert r.issues[0].line > 1 and "invalid JSON" in r.issues[0].reason
 
 
+@pytest.mark.parametrize("where", [0, 20, 39])
+def test_trainer_state_bad_entry_costs_only_itself(tmp_path: Path, where: int) -> None:
+    """An entry nested 5,000 deep, one with a 5,000-digit step and one with a bad value are
+    each skipped with their line; every entry after them is read (first, middle or last)."""
+    entries = [json.dumps({"step": s + 1, "loss": 0.5, "learning_rate": 1e-6, "grad_norm": 0.3})
+               for s in range(40)]
+    bad = ['{"step": 100, "x": ' + "[" * 5000 + "]" * 5000 + "}",
+           '{"step": ' + "9" * 5000 + ', "loss": 0.1}', '{"step": 101, "loss": oops, "y": "}"}']
+    entries[where:where] = bad
+    p = tmp_path / "trainer_state.json"
+    p.write_text('{"global_step": 40, "log_history": [\n' + ",\n".join(entries) + "\n]}\n")
+    (r,) = scan_path(p).inputs
+    assert (r.rows_read, r.rows_kept, r.rows_skipped) == (43, 40, 3)
+    assert [i.line for i in r.issues] == [where + 2, where + 3, where + 4]
+
+
 # --- JSONL families ------------------------------------------------------------------------------
 
 def test_llamafactory_trainer_log() -> None:

@@ -64,6 +64,18 @@ def test_malformed_lines_reported_and_scan_goes_on(tmp_path: Path) -> None:
         scan_path(p, config=Config(strict=True))
 
 
+@pytest.mark.parametrize("bad", ['"step": "oops", ', '"step": NaN, ', ""])
+def test_strict_makes_a_bad_or_missing_step_fatal(tmp_path: Path, bad: str) -> None:
+    """A row whose step is text, NaN or missing is skipped and counted, and under --strict it is
+    fatal (exit 3) with its line, as a malformed line is."""
+    p = tmp_path / "s.jsonl"
+    p.write_text('{"step": 0, "kl": 0.1}\n{' + bad + '"kl": 0.2}\n{"step": 2, "kl": 0.1}\n')
+    rep = scan_path(p).inputs[0]
+    assert (rep.rows_read, rep.rows_skipped) == (3, 1) and rep.issues[0].line == 2
+    with pytest.raises(StrictModeError, match=r"s\.jsonl:2: "):
+        scan_path(p, config=Config(strict=True))
+
+
 def test_truncated_final_line(tmp_path: Path) -> None:
     p = write_jsonl(tmp_path / "s.jsonl", healthy_rows(40))
     with open(p, "a") as fh:

@@ -63,7 +63,8 @@ class MetricsStore:
                                                                       if c != "step"]]
         for path in self._files:
             table = feather.read_table(path, memory_map=True)
-            have = [c for c in wanted if c in table.schema.names]
+            names = set(table.schema.names)
+            have = [c for c in wanted if c in names]
             yield self._fill({c: table[c].to_numpy() for c in have}, wanted)
         for part in self._buffer:
             yield self._fill(part, wanted)

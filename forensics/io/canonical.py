@@ -377,9 +377,9 @@ class Canonicalizer:
         for j in np.flatnonzero(~ok).tolist():  # in line order
             reason = reasons.get(j)
             if reason is None:
-                report.skip(int(lines[j]), "row has no step", "row has no step")
+                report.bad_step(int(lines[j]), "row has no step", "row has no step")
             else:
-                report.skip(int(lines[j]), reason, "step is not an integer")
+                report.bad_step(int(lines[j]), reason, "step is not an integer")
         return steps, ok
 
     def __call__(self, raw: RawBatch, report: ReadReport) -> tuple[Batch, np.ndarray]:
@@ -441,7 +441,7 @@ class Canonicalizer:
             steps = np.zeros(n, dtype=np.int64)
             keep[:] = False
             for ln in raw.lines:
-                report.skip(int(ln), "row has no step", "row has no step")
+                report.bad_step(int(ln), "row has no step", "row has no step")
         else:
             steps, keep = self._steps(raw, step_key, report)
         if sum(report.values_set_aside.values()) != set_aside:

@@ -111,6 +111,7 @@ def open_source(path: Path, fmt: str | None = None, *, strict: bool = False) -> 
                 raise InputError("no such file or directory", path=shown)
             local = local_path(path, consume=True)
             source = f.open(local, strict)
+            source.report.strict = strict
             if local != path:
                 source.report.path = shown
                 source.report.notes.append("read from a stream (stdin or a pipe): copied once, to its end, "

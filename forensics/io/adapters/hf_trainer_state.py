@@ -45,6 +45,42 @@ def classify(row: dict[str, Any]) -> str:
     return "train"
 
 
+_SPECIAL = re.compile(r'[{}\[\]"]')
+_SCALAR = re.compile(r"[^,\]}\s]*")
+
+
+def _value_end(text: str, pos: int) -> int:
+    """Where the JSON value starting at ``pos`` ends, by bracket matching (strings skipped; linear
+    however deep it nests), or -1 when the text ends first.
+
+    >>> _value_end('{"a": [1, {"b": "}"}]}, {"c": 2}', 0)
+    22
+    >>> _value_end("123456, 7", 0), _value_end('{"a": [1', 0)
+    (6, -1)
+    """
+    if text[pos] not in "{[":
+        return _SCALAR.match(text, pos).end()  # type: ignore[union-attr]
+    depth, i = 0, pos
+    while (m := _SPECIAL.search(text, i)) is not None:
+        ch, i = m.group(), m.end()
+        if ch == '"':
+            while True:  # to the closing quote: one not preceded by an odd run of backslashes
+                k = text.find('"', i)
+                if k < 0:
+                    return -1
+                slashes = k - i - len(text[i:k].rstrip("\\"))
+                i = k + 1
+                if slashes % 2 == 0:
+                    break
+        elif ch in "{[":
+            depth += 1
+        else:
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
 class HFTrainerStateSource(RowSource):
     format_name = "hf-trainer-state"
 
@@ -126,16 +162,22 @@ class HFTrainerStateSource(RowSource):
                 return
             try:
                 obj, end = dec.raw_decode(text, pos)
-            except json.JSONDecodeError as exc:
-                bad_line = text.count("\n", 0, exc.pos) + 1
-                self._bad(bad_line, f"invalid JSON in log_history: {exc.msg}; the rest of the list "
-                          "cannot be read")
-                return
-            except (ValueError, RecursionError) as exc:  # a number past Python's digit limit, deep nesting
-                what = (f"nested deeper than {MAX_DEPTH} levels" if isinstance(exc, RecursionError)
-                        else f"a number longer than {MAX_NUMBER_DIGITS} digits")
-                self._bad(line, f"log_history entry: {what}; the rest of the list cannot be read")
-                return
+            except (ValueError, RecursionError) as exc:  # bad JSON, a number past Python's digit
+                # limit, deep nesting: the entry is skipped and the list goes on after its end
+                if isinstance(exc, json.JSONDecodeError):
+                    what = f"invalid JSON in log_history: {exc.msg}"
+                    line_bad = text.count("\n", 0, exc.pos) + 1
+                else:
+                    what = ("log_history entry: " + (f"nested deeper than {MAX_DEPTH} levels"
+                            if isinstance(exc, RecursionError) else f"a number longer than {MAX_NUMBER_DIGITS} digits"))
+                    line_bad = line
+                end = _value_end(text, pos)
+                if end < 0:
+                    self._bad(line_bad, f"{what}; the rest of the list cannot be read")
+                    return
+                self._bad(line_bad, what)
+                pos = end
+                continue
             yield line, obj
             pos = end
 

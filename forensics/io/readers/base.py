@@ -10,6 +10,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ...errors import StrictModeError
+
 __all__ = ["RawBatch", "ReadReport", "RowIssue", "Source", "ValueIssue"]
 
 #: How many individual row issues a report keeps verbatim; the rest are only counted.
@@ -67,6 +69,14 @@ class ReadReport:
     converted_from: dict[str, Any] = field(default_factory=dict)
     values_set_aside: Counter[str] = field(default_factory=Counter)
     value_issues: list[ValueIssue] = field(default_factory=list)
+    #: ``--strict``: a row skipped for a bad or missing step is fatal (see :meth:`bad_step`)
+    strict: bool = False
+
+    def bad_step(self, line: int, reason: str, category: str) -> None:
+        """Skip a row whose step is missing or not an integer; fatal under ``--strict``."""
+        if self.strict:
+            raise StrictModeError(reason, path=self.path, line=line)
+        self.skip(line, reason, category)
 
     def skip(self, line: int, reason: str, category: str | None = None) -> None:
         self.skipped[category or reason] += 1
