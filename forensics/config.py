@@ -439,7 +439,10 @@ def read_json(path: Path, what: str) -> Any:
     except json.JSONDecodeError as exc:
         raise InputError(f"{what} is not valid JSON: {exc.msg}", path=str(path),
                          line=exc.lineno) from None
-    except (RecursionError, ValueError, MemoryError) as exc:
+    except RecursionError:
+        raise InputError(f"{what} cannot be parsed: nested too deep (JSON objects or lists inside "
+                         "each other more than about a thousand levels)", path=str(path)) from None
+    except (ValueError, MemoryError) as exc:
         raise InputError(f"{what} cannot be parsed: {type(exc).__name__}: "
                          f"{show_value(str(exc), 120)}", path=str(path)) from None
 

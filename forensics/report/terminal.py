@@ -166,11 +166,11 @@ def _training_health(analysis: Analysis, advice: dict[str, Any], max_windows: in
     windows = advice.get("windows") or []
     if windows:
         summary = results["windows"].summary if "windows" in results else {}
-        unit = "epoch" if summary.get("mode") == "epoch" else f"{summary.get('window_rows')} rows"
+        unit = "one epoch each" if summary.get("mode") == "epoch" else f"{summary.get('window_rows')} rows each"
         flagged = [w for w in windows if w["status"] != "ok"]
         counts = ", ".join(f"{sum(1 for w in windows if w['status'] == s)} {s}"
                            for s in ("alert", "warn", "watch", "ok"))
-        lines += ["", f"windows: {len(windows)} of {unit} ({counts}); all in windows.csv"]
+        lines += ["", f"windows: {len(windows)}, {unit} ({counts}); all in windows.csv"]
         if flagged:
             lines.append(f"  {'window':>6} {'steps':>15} {'reward':>10} {'loss':>10} {'reward':>6} "
                          f"{'status':>6}  issues and findings")

@@ -126,7 +126,7 @@ def build_params(tables: dict[str, dict[str, Any]], source: str | None = None) -
     checked: dict[str, dict[str, Any]] = {}
     for section, values in tables.items():
         if section not in TRACKERS:
-            raise ConfigError(f"{where}unknown section [{section}]; known: run, scan, "
+            raise ConfigError(f"{where}unknown section [{section}]; known: run, scan, columns, "
                               + ", ".join(sorted(TRACKERS)))
         if not isinstance(values, dict):
             raise ConfigError(f"{where}[{section}] must be a table of parameter = value, "

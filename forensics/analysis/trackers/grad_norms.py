@@ -183,7 +183,8 @@ class GradNorms(Tracker):
         explode = (after & (ratio > p.explode_ratio)) | (np.isfinite(g) & (g > p.explode_abs))
         explode |= has_base & (g > p.explode_ratio * base)
         self.ep["grad.explode"].update(rows, steps, explode, g,
-                                       {"ratio": ratio, "median": np.exp(med)})
+                                       {"ratio": ratio, "median": np.exp(med),
+                                        "base_ratio": g / base if has_base.any() else np.full(len(g), np.nan)})
         spike = after & (z > p.spike_z) & (ratio > p.spike_min_ratio)
         self.ep["grad.spike"].update(rows, steps, spike, ratio,
                                      {"grad_norm": g, "z": z, "median": np.exp(med)})
@@ -268,10 +269,13 @@ class GradNorms(Tracker):
                       f"{ep.n_rows} non-finite gradient norms, {step_span(ep.first_step, ep.last_step)}",
                       {"rows": ep.n_rows, "metrics": ["grad_norm"]})
         for ep in explode_eps:
+            ratio, base_ratio = ep.extras.get("ratio", float("nan")), ep.extras.get("base_ratio", float("nan"))
+            # against the early baseline when the trailing median has caught up with a lasting rise
+            vs = (f"{base_ratio:.3g}x the early baseline {self.baseline:.3g}" if base_ratio > ratio
+                  and self.baseline else f"{ratio:.3g}x the trailing median")
             self.emit("grad.explode", ep,
-                      append_span(f"gradient norm exploded to {ep.peak:.3g} "
-                                  f"({ep.extras.get('ratio', float('nan')):.3g}x the trailing median) "
-                                  f"at step {ep.peak_step}", ep.first_step, ep.last_step),
+                      append_span(f"gradient norm exploded to {ep.peak:.3g} ({vs}) at step {ep.peak_step}",
+                                  ep.first_step, ep.last_step),
                       {"peak": ep.peak, "peak_ratio": ep.extras.get("ratio"),
                        "trailing_median": ep.extras.get("median"),
                        "threshold_ratio": p.explode_ratio, "threshold_abs": p.explode_abs,
