@@ -732,16 +732,25 @@ def watch(path: Path, fmt: str | None, old_fmt: str | None, meta: Path | None, c
 @click.option("--to", "target", type=click.Choice(["tensorboard", "wandb-offline"]), required=True,
               help="tensorboard: forensics/* scalars and a text summary in an event file; "
               "wandb-offline: an offline W&B run (summary, alerts, a findings table).")
-@click.argument("out_dir", metavar="DIR", type=click.Path(path_type=Path))
+@click.argument("out_dir", metavar="[DIR]", required=False, type=click.Path(path_type=Path))
+@click.option("-o", "--output", "output", type=click.Path(path_type=Path),
+              help="Folder to write into (the same as DIR; as -o/--output in every other command).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
-def export(analysis_path: Path, target: str, out_dir: Path, quiet: bool) -> None:
+def export(analysis_path: Path, target: str, out_dir: Path | None, output: Path | None, quiet: bool) -> None:
     """Send a saved analysis to where you look at runs: TensorBoard or W&B (offline).
 
-    ANALYSIS is an analysis.json (or the folder a scan wrote). For TensorBoard, point
-    `tensorboard --logdir` at DIR (or at the run's own log folder); for W&B, `wandb sync DIR/wandb/...`.
+    ANALYSIS is an analysis.json (or the folder a scan wrote); DIR (or -o DIR) the folder to write
+    into. For TensorBoard, point `tensorboard --logdir` at DIR (or at the run's own log folder);
+    for W&B, `wandb sync DIR/wandb/...`.
     """
     from .report.export import export_analysis
     from .verdicts.saved import load_analysis
+
+    if out_dir is not None and output is not None and out_dir != output:
+        raise UsageError(f"two output folders given: {out_dir} and -o {output}; give one")
+    out_dir = out_dir or output
+    if out_dir is None:
+        raise UsageError("no output folder: give DIR or -o DIR")
 
     why = _not_an_analysis(analysis_path)
     if why is not None:

@@ -109,7 +109,7 @@ def test_rules_catalogue_doc_is_current() -> None:
 
     doc = ROOT / "docs" / "rules.md"
     assert doc.read_text(encoding="utf-8") == run("rules", "--markdown").output, (
-        "docs/rules.md is stale: regenerate with `forensics rules --markdown > docs/rules.md`")
+        "docs/rules.md is stale: regenerate with `forensics rules --format markdown > docs/rules.md`")
 
 
 def test_rules_metrics_lists_canonical_names() -> None:

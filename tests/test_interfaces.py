@@ -569,6 +569,12 @@ def test_export_to_tensorboard_and_wandb(tmp_path: Path) -> None:
     assert ea.Scalars("forensics/findings/warning")[0].value == d["findings_by_severity"]["warning"]
     bad = CliRunner().invoke(main, ["export", str(log), "--to", "tensorboard", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "forensics scan" in bad.output
+    # -o/--output as in every other command; no folder, or two different ones, is a usage error
+    assert run("export", str(tmp_path / "rep"), "--to", "tensorboard", "-o", str(tmp_path / "tb2"),
+               "-q").exit_code == 0 and any((tmp_path / "tb2").iterdir())
+    for args in ([], ["-o", str(tmp_path / "a"), str(tmp_path / "b")]):
+        res = CliRunner().invoke(main, ["export", str(tmp_path / "rep"), "--to", "tensorboard", *args])
+        assert res.exit_code == 2, res.output
     pytest.importorskip("wandb")
     res = run("export", str(tmp_path / "rep"), "--to", "wandb-offline", str(tmp_path / "wb"))
     assert res.exit_code == 0, res.output
