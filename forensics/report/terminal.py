@@ -223,7 +223,8 @@ def _training_health(analysis: Analysis, advice: dict[str, Any], max_windows: in
     gen = sections.get("generation")
     if gen:
         g = gen["summary"]
-        lines += ["", f"generation: {g['responses']} responses, format {_num(g.get('format_rate'), '.0%')}, "
+        lines += ["", f"generation: {g['responses']} responses, tag format (format_pattern, not the run's "
+                      f"own format reward) {_num(g.get('format_rate'), '.0%')}, "
                       f"repetition {_num(g.get('repetition'), '.1%')}, think {_num(g.get('mean_think_chars'), '.0f')}"
                       f" chars, answer {_num(g.get('mean_answer_chars'), '.0f')} chars, reasoning indicators "
                       f"{_num(g.get('reasoning_indicators_per_response'), '.2f')}/response"]
