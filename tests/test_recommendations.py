@@ -229,3 +229,16 @@ def test_messages_say_one_step_as_a_step_and_no_range_twice(every_analysis: dict
     for line in out.splitlines():
         ranges = re.findall(r"\bsteps? \d+(?:-\d+)?\b", line)
         assert len(ranges) == len(set(ranges)), line
+
+
+def test_no_kl_penalty_and_a_drifting_policy_turns_the_penalty_on() -> None:
+    """TRL GRPO with beta 0 and a hackable reward: entropy doubles and completions run to the
+    cap. The first thing to do is to turn the KL penalty on (GRPOConfig.beta); no healthy run is
+    told anything of the kind."""
+    d = scan_path(FIXTURES / "trl" / "grpo_kl_off_hack").to_dict()
+    rec = d["recommendations"]
+    assert rec["priorities"]["immediate"][0].startswith("KL coefficient: set to 0.04, no KL penalty")
+    assert rec["config_patch"]["beta"] == 0.04
+    for run in sorted((FIXTURES / "trl").glob("*healthy*")):
+        adj = scan_path(run).to_dict()["recommendations"]["adjustments"]
+        assert not any(a["source"] == "kl_penalty_off" for a in adj), run.name

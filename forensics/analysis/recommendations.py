@@ -247,8 +247,31 @@ def applicable_actions(finding: Mapping[str, Any], findings: Sequence[Mapping[st
     return out
 
 
+#: What a policy drifting from its reference shows when nothing holds it there.
+_DRIFT = ("entropy.blowup", "length.growth", "length.coupled_growth", "length.reward_correlation",
+          "kl.runaway", "kl.excessive", "kl.drift")
+#: The KL coefficient to turn a penalty back on with: TRL's GRPO default before 0.14 and the
+#: value the DeepSeekMath GRPO recipe used.
+KL_ON = 0.04
+
+
+def _kl_off(findings: list[dict[str, Any]], kl_penalty: str | None) -> _Candidate | None:
+    """With no KL penalty (beta = 0) and a policy drifting (entropy or length running away, a
+    reward that pays for length), turn the penalty on: the first thing to try, before tuning."""
+    if kl_penalty != "none":
+        return None
+    drift = sorted((f for f in findings if f["rule"] in _DRIFT and f["severity"] != "info"),
+                   key=lambda f: f["onset_step"])
+    if not drift:
+        return None
+    f = drift[0]
+    return _Candidate(Action("kl_coef", "set", value=KL_ON), "immediate", "kl_penalty_off",
+                      int(f["onset_step"]), f"no KL penalty (beta = 0): nothing holds the policy near "
+                      f"the reference while it drifts ({f['rule']} from step {f['onset_step']})", None)
+
+
 def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],
-                windows: list[dict[str, Any]]) -> list[_Candidate]:
+                windows: list[dict[str, Any]], kl_penalty: str | None = None) -> list[_Candidate]:
     events = {e["id"]: e for e in timeline.get("events") or []}
     dom = timeline.get("first_domino") or {}
     chain = [events[i] for i in dom.get("chain", []) if i in events]
@@ -269,7 +292,7 @@ def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],
     for i, f in rest:  # a critical finding the first domino does not explain is urgent too
         urgent = f["severity"] == "critical" and i not in effect_findings
         ordered.append((f, "immediate" if urgent else "short_term", False))
-    out: list[_Candidate] = []
+    out: list[_Candidate] = [c for c in (_kl_off(findings, kl_penalty),) if c is not None]
     for f, priority, root in ordered:
         for act in applicable_actions(f, findings, root, findings.index(f) in explained):
             out.append(_Candidate(act, priority, f["rule"], int(f["onset_step"]), f.get("message", ""),
@@ -424,6 +447,8 @@ def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, 
     elif a.direction == "set":
         new = a.value
         change = "set"
+        if c.finding is None and c.source == "kl_penalty_off":
+            note = f"{c.reason}; turn the penalty on"
         if current is not None and new is not None:
             direction = "lower" if new < current else "raise"
     else:
@@ -567,7 +592,7 @@ def advice_sections(analysis: Analysis, timeline: Mapping[str, Any]) -> dict[str
     source_keys = {k for m in analysis.mappings.values() for k in m.mapping}
     trainer = trainer_for([r.format for r in analysis.inputs], analysis.meta.algorithm, source_keys,
                           analysis.meta.config, analysis.context)
-    cands = _candidates(findings, timeline, windows)
+    cands = _candidates(findings, timeline, windows, analysis.meta.kl_penalty)
     values = _Values(analysis, cands, columns)
     rec = _recommendations(cands, findings, timeline, windows, trainer, values,
                            analysis.meta.kl_controller == "adaptive", params)
