@@ -634,6 +634,51 @@ def test_readme_python_examples_run_as_written(tmp_path: Path, monkeypatch: pyte
     assert (tmp_path / "runs" / "my-ppo" / "steps.jsonl").is_file()
 
 
+def _readme_sandbox(root: Path) -> None:
+    """The files the README's shell examples name, made from the fixtures."""
+    runs = FIXTURES / "runs"
+    shutil.copy(runs / "ppo_healthy_s0" / "steps.jsonl", root / "events.jsonl")
+    shutil.copytree(runs / "ppo_healthy_s0", root / "runs" / "my-run")
+    shutil.copytree(FIXTURES / "trl" / "grpo_healthy_s0", root / "trl-output")
+    (w,) = (FIXTURES / "formats" / "wandb_offline" / "wandb").iterdir()
+    shutil.copytree(w, root / "wandb" / "run-20250101_000000-abc")
+    for name in ("steps.jsonl", "samples.jsonl"):
+        shutil.copy(runs / "grpo_length_reward" / name, root / name)
+    rows = [{"iteration": r["step"], "gnorm": r.get("grad_norm"), "kl": r.get("kl")}
+            for r in map(json.loads, (runs / "ppo_healthy_s0" / "steps.jsonl").read_text().splitlines())]
+    with open(root / "my_log.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["iteration", "gnorm", "kl"])
+        writer.writeheader()
+        writer.writerows(rows)
+    for folder, names in (("sweeps", ("ppo_healthy_s1", "grpo_healthy_s1")), ("nightly", ("ppo_healthy_s2",))):
+        for name in names:
+            shutil.copytree(runs / name, root / folder / name)
+    shutil.copytree(ROOT / "examples", root / "examples")
+
+
+def test_readme_shell_and_toml_examples_run_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every `forensics ...` line of the README's bash blocks runs as written (exit 0) in a folder
+    holding the files it names, with forensics.toml made of the README's TOML blocks; the make
+    targets are CI's and the benchmarks', and a Ray cluster address needs a cluster."""
+    text = (ROOT / "README.md").read_text()
+    _readme_sandbox(tmp_path)
+    (tmp_path / "forensics.toml").write_text("\n".join(re.findall(r"```toml\n(.*?)```", text, flags=re.S)))
+    monkeypatch.chdir(tmp_path)
+    lines = [ln.split("  #")[0].strip() for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+             for ln in block.splitlines()]
+    commands = [ln for ln in lines if ln.startswith("forensics ") and "--address" not in ln]
+    assert len(commands) >= 15
+    ran = 0
+    for cmd in commands:
+        argv = cmd.split()[1:]
+        if "wandb-offline" in argv:
+            pytest.importorskip("wandb")
+        res = CliRunner().invoke(main, argv)
+        assert res.exit_code == 0, (cmd, res.output[-2000:])
+        ran += 1
+    assert ran == len(commands)
+
+
 # --- 9. packaging ---------------------------------------------------------------------------
 
 def test_packaging_supported_pythons_and_torch_range() -> None:
