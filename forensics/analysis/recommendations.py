@@ -63,11 +63,11 @@ class Action:
 
     ``direction``: ``lower`` / ``raise`` by ``factor``, ``set`` to ``value``, ``restore`` (the value
     before a logged change), ``restore_first`` (the run's first logged value) or ``suggested``
-    (the value the finding's evidence suggests). ``when``:
-    ``repeats`` (only when the rule fired more than once), ``no_kl_surge`` (only when no KL spike
-    or runaway was found) or ``unexplained`` (only when no other finding is linked to it as its
-    cause: raising max_length for responses that grew because the reward pays for length, or
-    because the policy broke, treats the symptom). ``phrase``: the words of the remedy it stands for (a regex).
+    (the value the finding's evidence suggests). ``when``: ``repeats`` (only when the rule fired
+    more than once), ``no_kl_surge`` (only when no KL spike or runaway was found) or
+    ``unexplained`` (only when no other finding is linked to it as its cause: raising max_length
+    for responses that grew because the policy broke treats the symptom). ``phrase``: the words
+    of the remedy it stands for (a regex).
     """
 
     parameter: str
@@ -250,8 +250,8 @@ def applicable_actions(finding: Mapping[str, Any], findings: Sequence[Mapping[st
 #: What a policy drifting from its reference shows when nothing holds it there.
 _DRIFT = ("entropy.blowup", "length.growth", "length.coupled_growth", "length.reward_correlation",
           "kl.runaway", "kl.excessive", "kl.drift")
-#: The KL coefficient to turn a penalty back on with: TRL's GRPO default before 0.14 and the
-#: value the DeepSeekMath GRPO recipe used.
+#: The KL coefficient to turn a penalty back on with: TRL GRPO's former default, the value of the
+#: DeepSeekMath GRPO recipe.
 KL_ON = 0.04
 
 
@@ -279,22 +279,23 @@ def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],
     effect_findings = {events[i].get("finding_index") for i in effects if i in events}
     explained = {events[lk["effect"]].get("finding_index") for lk in timeline.get("links") or []
                  if lk.get("effect") in events}
-    ordered: list[tuple[dict[str, Any], str, bool]] = []
+    ordered: list[tuple[int, str, bool]] = []  # (finding index, priority, is the first domino)
     seen: set[int] = set()
     for pos, e in enumerate(chain):
         idx = e.get("finding_index")
         if idx is None or idx >= len(findings):
             continue
         seen.add(idx)
-        ordered.append((findings[idx], "immediate" if pos == 0 else "short_term", pos == 0))
+        ordered.append((idx, "immediate" if pos == 0 else "short_term", pos == 0))
     rest = sorted(((i, f) for i, f in enumerate(findings) if i not in seen and f["severity"] != "info"),
                   key=lambda t: (-_SEV.get(t[1]["severity"], 0), t[1]["onset_step"], t[1]["rule"]))
     for i, f in rest:  # a critical finding the first domino does not explain is urgent too
         urgent = f["severity"] == "critical" and i not in effect_findings
-        ordered.append((f, "immediate" if urgent else "short_term", False))
+        ordered.append((i, "immediate" if urgent else "short_term", False))
     out: list[_Candidate] = [c for c in (_kl_off(findings, kl_penalty),) if c is not None]
-    for f, priority, root in ordered:
-        for act in applicable_actions(f, findings, root, findings.index(f) in explained):
+    for i, priority, root in ordered:
+        f = findings[i]
+        for act in applicable_actions(f, findings, root, i in explained):
             out.append(_Candidate(act, priority, f["rule"], int(f["onset_step"]), f.get("message", ""),
                                   f, root))
     first_window: dict[str, dict[str, Any]] = {}
