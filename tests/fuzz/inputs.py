@@ -272,7 +272,8 @@ def jsonl_head(rng: random.Random) -> Case:
     else:
         lines.insert(0, b'{"note": "' + b"y" * 100_000 + b'"}')
     case = _jsonl_case(rng, f"jsonl/head-{kind}/{stem}", lines, expect_exit=0, expect_format="jsonl")
-    if "--strict" in case.argv and kind in ("comment", "malformed"):  # a malformed line is fatal there
+    # a malformed line, and a row with no step, are fatal there
+    if "--strict" in case.argv and kind in ("comment", "malformed", "long-string"):
         case = Case(case.name, case.files, case.argv, 3, None)
     return case
 

@@ -55,11 +55,11 @@ def _value_end(text: str, pos: int) -> int:
 
     >>> _value_end('{"a": [1, {"b": "}"}]}, {"c": 2}', 0)
     22
-    >>> _value_end("123456, 7", 0), _value_end('{"a": [1', 0)
-    (6, -1)
+    >>> _value_end("123456, 7", 0), _value_end('{"a": [1', 0), _value_end("}, 7", 0)
+    (6, -1, 1)
     """
-    if text[pos] not in "{[":
-        return _SCALAR.match(text, pos).end()  # type: ignore[union-attr]
+    if text[pos] not in "{[":  # a scalar, or a stray closer: at least one character
+        return max(_SCALAR.match(text, pos).end(), pos + 1)  # type: ignore[union-attr]
     depth, i = 0, pos
     while (m := _SPECIAL.search(text, i)) is not None:
         ch, i = m.group(), m.end()
