@@ -144,6 +144,18 @@ def test_dpo_over_optimisation_margins_and_displacement(tmp_path: Path) -> None:
     assert min(f.onset_step for f in a.findings if f.rule == "pref.overfit") <= 8
     # no RL advice on a DPO run: no sampling-KL, entropy or group findings
     assert not any(r.startswith(("kl.", "entropy.", "group.")) for r in rules(a)), alarms(a)
+    # DPO's beta weighs the distance to the reference: raise it, under its own name
+    adj = {x["parameter"]: x for x in a.to_dict()["recommendations"]["adjustments"]}
+    assert adj["kl_coef"]["direction"] == "raise" and adj["kl_coef"]["text"].startswith("beta: ")
+    # ORPO (the same log with its odds-ratio terms) has no reference: its beta scales the
+    # preference term itself, and raising it would push the pairs further apart
+    def orpo(steps: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        c = cols(steps, rng)
+        return {**c, "log_odds_ratio": c["rewards/margins"], "nll_loss": np.full(len(steps), 1.0)}
+    (tmp_path / "orpo").mkdir()
+    o = scan_path(trl_state(tmp_path / "orpo" / "trainer_state.json", series(60, 7, orpo)))
+    assert o.meta.algorithm == "orpo"
+    assert "kl_coef" not in {x["parameter"] for x in o.to_dict()["recommendations"]["adjustments"]}
 
 
 def test_healthy_dpo_is_clean(tmp_path: Path) -> None:

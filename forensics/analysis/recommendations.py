@@ -64,7 +64,9 @@ class Action:
     ``direction``: ``lower`` / ``raise`` by ``factor``, ``set`` to ``value``, ``restore`` (the value
     before a logged change), ``restore_first`` (the run's first logged value) or ``suggested``
     (the value the finding's evidence suggests). ``when``: ``repeats`` (only when the rule fired
-    more than once), ``no_kl_surge`` (only when no KL spike or runaway was found) or
+    more than once), ``no_kl_surge`` (only when no KL spike or runaway was found),
+    ``reference_beta`` (only for preference losses whose beta weighs the distance to a reference
+    model: not ORPO, SimPO, CPO) or
     ``unexplained`` (only when no other finding is linked to it as its cause: raising max_length
     for responses that grew because the policy broke treats the symptom). ``phrase``: the words
     of the remedy it stands for (a regex).
@@ -81,8 +83,11 @@ class Action:
 _LOWER_LR = Action("learning_rate", "lower", 0.8,
                    phrase=r"lower the learning rate 20%|learning rate 20-50% lower")
 _HALVE_LR = Action("learning_rate", "lower", 0.5, phrase=r"lower the learning rate 50%")
-#: a preference loss's beta (TRL maps it to the config's beta)
-_RAISE_BETA = Action("kl_coef", "raise", 2.0, phrase=r"raise beta \(x2\)")
+#: a preference loss's beta (TRL maps it to the config's beta), where it weighs a KL-like term to
+#: the reference: not in ORPO, SimPO or CPO, which have no reference (their beta scales the
+#: preference term itself, and raising it pushes the pairs further apart)
+_RAISE_BETA = Action("kl_coef", "raise", 2.0, when="reference_beta", phrase=r"raise beta \(x2\)")
+_NO_REFERENCE = ("orpo", "simpo", "cpo")
 #: Rule -> the parameter changes its remedy asks for (a remedy's other advice stays in words).
 ACTIONS: dict[str, tuple[Action, ...]] = {
     "lr.change": (Action("learning_rate", "restore", phrase=r"restore the learning rate"),),
@@ -226,7 +231,8 @@ def _repeats(rule: str, finding: Mapping[str, Any], counts: Mapping[str, int]) -
 
 
 def applicable_actions(finding: Mapping[str, Any], findings: Sequence[Mapping[str, Any]],
-                       root: bool = False, explained: bool = False) -> list[Action]:
+                       root: bool = False, explained: bool = False,
+                       algorithm: str | None = None) -> list[Action]:
     """The actions of a finding's remedy that apply in this run (its conditions hold);
     ``explained``: the timeline links another finding to it as its cause."""
     counts: dict[str, int] = {}
@@ -242,6 +248,8 @@ def applicable_actions(finding: Mapping[str, Any], findings: Sequence[Mapping[st
         if act.when == "no_kl_surge" and surge:
             continue
         if act.when == "unexplained" and explained:
+            continue
+        if act.when == "reference_beta" and algorithm in _NO_REFERENCE:
             continue
         out.append(act)
     return out
@@ -271,7 +279,8 @@ def _kl_off(findings: list[dict[str, Any]], kl_penalty: str | None) -> _Candidat
 
 
 def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],
-                windows: list[dict[str, Any]], kl_penalty: str | None = None) -> list[_Candidate]:
+                windows: list[dict[str, Any]], kl_penalty: str | None = None,
+                algorithm: str | None = None) -> list[_Candidate]:
     events = {e["id"]: e for e in timeline.get("events") or []}
     dom = timeline.get("first_domino") or {}
     chain = [events[i] for i in dom.get("chain", []) if i in events]
@@ -295,7 +304,7 @@ def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],
     out: list[_Candidate] = [c for c in (_kl_off(findings, kl_penalty),) if c is not None]
     for i, priority, root in ordered:
         f = findings[i]
-        for act in applicable_actions(f, findings, root, i in explained):
+        for act in applicable_actions(f, findings, root, i in explained, algorithm):
             out.append(_Candidate(act, priority, f["rule"], int(f["onset_step"]), f.get("message", ""),
                                   f, root))
     first_window: dict[str, dict[str, Any]] = {}
@@ -593,7 +602,7 @@ def advice_sections(analysis: Analysis, timeline: Mapping[str, Any]) -> dict[str
     source_keys = {k for m in analysis.mappings.values() for k in m.mapping}
     trainer = trainer_for([r.format for r in analysis.inputs], analysis.meta.algorithm, source_keys,
                           analysis.meta.config, analysis.context)
-    cands = _candidates(findings, timeline, windows, analysis.meta.kl_penalty)
+    cands = _candidates(findings, timeline, windows, analysis.meta.kl_penalty, analysis.meta.algorithm)
     values = _Values(analysis, cands, columns)
     rec = _recommendations(cands, findings, timeline, windows, trainer, values,
                            analysis.meta.kl_controller == "adaptive", params)
