@@ -35,6 +35,7 @@ __all__ = [
     "ColumnMapping",
     "Metric",
     "UserColumn",
+    "alias_rank",
     "canonical_name",
     "metrics_for_tracker",
     "resolve_columns",
@@ -722,6 +723,22 @@ class ColumnMapping:
     #: keys mapped by the user's own column map, and where it was given (``source -> origin``)
     user: dict[str, str] = field(default_factory=dict)
 
+    def map_user(self, key: str, col: UserColumn) -> None:
+        """Map ``key`` as the user's own column map says (its origin, note and transform kept)."""
+        self.mapping[key] = col.canonical
+        self.user[key] = col.origin
+        self.notes[key] = col.note
+        if col.transform:
+            self.transforms[key] = col.transform
+
+    def map_alias(self, key: str, canonical: str, alias: Alias | None) -> None:
+        """Map ``key`` to ``canonical``, directly or through ``alias`` (its transform and note kept)."""
+        self.mapping[key] = canonical
+        if alias is not None and alias.transform:
+            self.transforms[key] = alias.transform
+        if alias is not None and alias.note:
+            self.notes[key] = alias.note
+
     def target(self, key: str) -> str:
         """Column name a source key is stored under."""
         return self.mapping.get(key, key)
@@ -745,6 +762,12 @@ class ColumnMapping:
 
 
 _ALIAS_RANK = {a.source: i for i, a in enumerate(ALIASES)}
+
+
+def alias_rank(key: str, alias: Alias | None) -> int:
+    """Priority of ``key`` among the keys that map to one canonical name (lower wins): the
+    canonical name itself (-1), then aliases in the order of :data:`ALIASES`."""
+    return -1 if alias is None else _ALIAS_RANK.get(key, len(_ALIAS_RANK))
 
 
 def resolve_columns(keys: Iterable[str], previous: ColumnMapping | None = None,
@@ -779,29 +802,20 @@ def resolve_columns(keys: Iterable[str], previous: ColumnMapping | None = None,
     for key in new:
         col = user.get(key)
         if col is not None:
-            result.mapping[key] = col.canonical
-            result.user[key] = col.origin
-            result.notes[key] = col.note
-            if col.transform:
-                result.transforms[key] = col.transform
+            result.map_user(key, col)
             continue
         hit = canonical_name(key, stream)
         if hit is None:
             result.unmapped.append(key)
             continue
         canonical, alias = hit
-        rank = -1 if alias is None else _ALIAS_RANK.get(key, len(_ALIAS_RANK))
-        candidates.append((rank, key, canonical, alias))
+        candidates.append((alias_rank(key, alias), key, canonical, alias))
     for _rank, key, canonical, alias in sorted(candidates, key=lambda c: (c[0], c[1])):
         if canonical in taken:
             result.shadowed.append(key)
             continue
         taken.add(canonical)
-        result.mapping[key] = canonical
-        if alias is not None and alias.transform:
-            result.transforms[key] = alias.transform
-        if alias is not None and alias.note:
-            result.notes[key] = alias.note
+        result.map_alias(key, canonical, alias)
     return result
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..schema import ALIASES, METRICS, TRANSFORMS, Alias, ColumnMapping, UserColumn, canonical_name
+from ..schema import METRICS, TRANSFORMS, ColumnMapping, UserColumn, alias_rank, canonical_name
 from .limits import STEP_MAX, STEP_MIN
 from .readers import RawBatch, ReadReport
 
@@ -109,7 +109,6 @@ _SPECIAL = {"nan": math.nan, "+nan": math.nan, "-nan": math.nan, "inf": math.inf
             "true": 1.0, "false": 0.0}
 _INT_TEXT = re.compile(r"^[+-]?\d+$")
 _TEXT_METRICS = frozenset(m.name for m in METRICS.values() if m.unit == "text")
-_ALIAS_RANK = {a.source: i for i, a in enumerate(ALIASES)}
 
 
 def parse_number(text: str) -> float | None:
@@ -257,11 +256,7 @@ class Canonicalizer:
                 self._taken[user.canonical] = key
                 self._first_line[key] = line
                 self._stored[key] = _Stored(user.canonical, "mapped")
-                m.mapping[key] = user.canonical
-                m.user[key] = user.origin
-                m.notes[key] = user.note
-                if user.transform:
-                    m.transforms[key] = user.transform
+                m.map_user(key, user)
                 continue
             hit = canonical_name(key, self.stream)
             if hit is None:
@@ -291,22 +286,15 @@ class Canonicalizer:
             self._taken[canonical] = key
             self._first_line[key] = line
             self._stored[key] = _Stored(canonical, "mapped")
-            m.mapping[key] = canonical
-            self._alias_extras(key, alias)
+            m.map_alias(key, canonical, alias)
 
     def _rank(self, key: str) -> tuple[int, str]:
         if key in self.columns:
             return (-2, key)
         hit = canonical_name(key, self.stream)
-        if hit is None:
-            return (len(_ALIAS_RANK) + 1, key)
-        return (-1 if hit[1] is None else _ALIAS_RANK.get(key, len(_ALIAS_RANK)), key)
-
-    def _alias_extras(self, key: str, alias: Alias | None) -> None:
-        if alias is not None and alias.transform:
-            self.mapping.transforms[key] = alias.transform
-        if alias is not None and alias.note:
-            self.mapping.notes[key] = alias.note
+        if hit is None:  # after every key that maps
+            return (2**31, key)
+        return (alias_rank(key, hit[1]), key)
 
     # -- values -------------------------------------------------------------------------------
     def _numeric(self, raw: RawBatch, key: str, report: ReadReport) -> tuple[np.ndarray, np.ndarray | None]:
