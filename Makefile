@@ -46,7 +46,7 @@ bench-writer: $(STAMP)
 REAL_LOGS ?= ../shared/real-logs
 
 eval: $(STAMP)
-	$(PY) -m forensics.verdicts.evaluation reference=fixtures/runs trl=fixtures/trl --real-logs $(REAL_LOGS) \
+	$(PY) -m forensics.verdicts.evaluation reference=fixtures/runs trl=fixtures/trl real=fixtures/real --real-logs $(REAL_LOGS) \
 		--json reports/detection_quality.json --txt reports/detection_quality.txt
 
 fixtures: $(STAMP)

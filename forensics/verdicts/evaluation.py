@@ -23,8 +23,10 @@ recommends).
 
 Corpora: a labelled run is a folder with a ``manifest.json`` and either the forensics step stream
 (``steps.jsonl``: the reference trainer's ``fixtures/runs``) or the file a trainer wrote
-(``trainer_state.json``: TRL's ``fixtures/trl``). ``make eval`` scores each corpus apart and all
-of them together, then scans every unlabelled real log it is given (no score: findings only).
+(``trainer_state.json``: TRL's ``fixtures/trl``), or a folder with one ``labels.json`` naming logs
+kept elsewhere (``fixtures/real``: real trainers' logs from public repositories, read from
+``../shared/real-logs/calibration``). ``make eval`` scores each corpus apart and all of them
+together, then scans every unlabelled real log it is given (no score: findings only).
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LabelledRun", "Quality", "evaluate", "evaluate_corpora", "load_runs", "real_log_lines", "render_table",
-           "run_target", "scan_real_logs", "scan_runs"]
+__all__ = ["LabelledRun", "Quality", "corpus_available", "evaluate", "evaluate_corpora", "load_runs", "real_log_lines", "render_table",
+           "run_target", "scan_labelled_logs", "scan_real_logs", "scan_runs"]
 
 A_TP, A_FN, A_FP = 1.0, 1.0, 0.11
 ALARM_SEVERITIES = ("warning", "critical")
@@ -55,6 +57,8 @@ class LabelledRun:
     horizon_steps: int
     steps: int
     findings: list[dict[str, Any]]
+    #: why the log could not be read (a labelled log that cannot be read is a failure either way)
+    error: str | None = None
 
     @property
     def alarms(self) -> list[dict[str, Any]]:
@@ -147,6 +151,12 @@ def evaluate(runs: list[LabelledRun]) -> Quality:
         alarms = run.alarms
         rec: dict[str, Any] = {"name": run.name, "fault": run.fault, "onset": run.onset_step,
                                "ops": run.ops_alarms}
+        if run.error is not None:
+            rec.update(error=run.error, detected=False, delay=None, first_rule=None, detected_by=[],
+                       primary_first=False, false_alarms=[], other=[])
+            faults += run.fault is not None
+            out_runs.append(rec)
+            continue
         if run.fault is None or run.onset_step is None:
             healthy_steps += run.steps
             false_alarms += len(alarms)
@@ -233,10 +243,73 @@ def run_target(folder: Path) -> Path:
     raise InputError(f"labelled run has no steps.jsonl nor {' nor '.join(TRAINER_FILES)}", path=str(folder))
 
 
+#: A corpus of logs kept outside the repository, labelled by one file (see fixtures/real).
+LABELS_FILE = "labels.json"
+
+
+def corpus_available(root: Path) -> bool:
+    """Whether ``root`` holds a corpus: manifests, or a labels file whose log folder exists."""
+    if (root / LABELS_FILE).is_file():
+        return labelled_logs_root(root).is_dir()
+    return root.is_dir()
+
+
+def labelled_logs_root(root: Path) -> Path:
+    labels = json.loads((root / LABELS_FILE).read_text(encoding="utf-8"))
+    return (root / labels["root"]).resolve()
+
+
+def _row_step(steps: list[int], row: int) -> int:
+    """The step of the ``row``-th logged row (1-based), clamped to the run."""
+    return int(steps[min(max(row, 1), len(steps)) - 1]) if steps else row
+
+
+def scan_labelled_logs(root: Path) -> tuple[list[LabelledRun], list[dict[str, Any]]]:
+    """Scan the logs a labels file names: ``(scored runs, unlabelled entries)``.
+
+    A label counts its onset and horizon in logged rows (``onset_row``, ``horizon_rows``); they
+    are turned into steps with the scan's own step column, so a reader that recovers the
+    trainer's step numbers (a console that logs every 20 steps) needs no new labels.
+    """
+    from ..analysis.engine import scan_path
+    from ..errors import ForensicsError
+
+    labels = json.loads((root / LABELS_FILE).read_text(encoding="utf-8"))
+    logs = labelled_logs_root(root)
+    runs: list[LabelledRun] = []
+    unlabelled: list[dict[str, Any]] = []
+    for entry in labels["runs"]:
+        try:
+            analysis = scan_path(logs / entry["file"])
+        except ForensicsError as exc:
+            runs.append(LabelledRun(name=entry["file"], fault=entry.get("fault"), onset_step=None,
+                                    expected_rules=list(entry.get("expected_rules", [])),
+                                    horizon_steps=1, steps=0, findings=[], error=str(exc)))
+            continue
+        findings = [f.to_dict() for f in analysis.findings]
+        if entry.get("fault") == "unlabelled":
+            unlabelled.append({"name": entry["file"], "alarm_rules": sorted(
+                {f["rule"] for f in findings if f["severity"] in ALARM_SEVERITIES})})
+            continue
+        steps = [int(s) for s in analysis.metrics.frame([])["step"]]
+        onset = horizon = None
+        if entry.get("fault"):
+            onset = _row_step(steps, int(entry["onset_row"]))
+            end = _row_step(steps, int(entry["onset_row"]) + int(entry["horizon_rows"]))
+            horizon = max(end - onset, 1)
+        runs.append(LabelledRun(
+            name=entry["file"], fault=entry.get("fault"), onset_step=onset,
+            expected_rules=list(entry.get("expected_rules", [])), horizon_steps=horizon or 50,
+            steps=int(analysis.steps["rows"]), findings=findings))
+    return runs, unlabelled
+
+
 def scan_runs(root: Path) -> list[LabelledRun]:
     """Scan every labelled run under ``root`` and attach its findings."""
     from ..analysis.engine import scan_path
 
+    if (root / LABELS_FILE).is_file():
+        return scan_labelled_logs(root)[0]
     runs = []
     for folder, m in load_runs(root):
         analysis = scan_path(run_target(folder))
@@ -267,7 +340,9 @@ def render_table(q: Quality) -> str:
                  f"({q.false_alarms_per_1000:.2f} per 1,000 healthy steps)   "
                  f"NAB (standard): {_fmt(q.nab)}")
     for r in q.runs:
-        if r.get("fault") is None:
+        if r.get("error"):
+            status = f"UNREADABLE: {r['error'][:60]}"
+        elif r.get("fault") is None:
             status = "clean" if not r["false_alarms"] else f"FALSE ALARMS {r['false_alarms']}"
         elif r["detected"]:
             status = f"detected by {r['first_rule']} (delay {r['delay']:+d} steps)"
@@ -334,7 +409,7 @@ def _parse_args(argv: list[str] | None) -> Any:
     ap = argparse.ArgumentParser(prog="python -m forensics.verdicts.evaluation",
                                  description="Detection quality on labelled corpora (make eval).")
     ap.add_argument("corpora", nargs="*", metavar="[NAME=]DIR",
-                    help="labelled corpora (default: reference=fixtures/runs trl=fixtures/trl)")
+                    help="labelled corpora (default: reference=fixtures/runs trl=fixtures/trl real=fixtures/real)")
     ap.add_argument("--real-logs", type=Path, metavar="DIR",
                     help="unlabelled real logs to scan (one line each); skipped with a note if missing")
     ap.add_argument("--json", type=Path, metavar="FILE", help="write the figures as JSON")
@@ -345,8 +420,8 @@ def _parse_args(argv: list[str] | None) -> Any:
 def evaluate_corpora(corpora: dict[str, Path], real_logs: Path | None = None) -> tuple[str, dict[str, Any]]:
     """Score each corpus, all of them together, and scan the real logs: ``(text, figures)``."""
     text: list[str] = [f"== {name}: {root} not found, skipped" for name, root in corpora.items()
-                       if not root.is_dir()]
-    scanned = {name: scan_runs(root) for name, root in corpora.items() if root.is_dir()}
+                       if not corpus_available(root)]
+    scanned = {name: scan_runs(root) for name, root in corpora.items() if corpus_available(root)}
     figures: dict[str, Any] = {"corpora": {}, "all": None, "real_logs": None}
     for name, runs in scanned.items():
         q = evaluate(runs)
@@ -372,7 +447,7 @@ def evaluate_corpora(corpora: dict[str, Path], real_logs: Path | None = None) ->
 
 def main(argv: list[str] | None = None) -> None:  # pragma: no cover - exercised by `make eval`
     a = _parse_args(argv)
-    specs = a.corpora or ["reference=fixtures/runs", "trl=fixtures/trl"]
+    specs = a.corpora or ["reference=fixtures/runs", "trl=fixtures/trl", "real=fixtures/real"]
     corpora: dict[str, Path] = {}
     for spec in specs:
         name, sep, path = spec.partition("=")
