@@ -33,13 +33,14 @@ from ..io.formats import open_source
 from ..io.memory import trim
 from ..io.readers import RawBatch, ReadReport
 from ..schema import ColumnMapping, UserColumn
+from .consequence import Consequences, apply_consequences
 from .context import infer_context
 from .findings import STREAM_RULES, Finding
 from .health import health_scores
 from .result import Analysis
 from .store import MetricsStore
 from .trackers import TRACKERS, Tracker, build_params
-from .trackers.base import TrackerResult
+from .trackers.base import TrackerResult, tracker_score
 
 if TYPE_CHECKING:  # pandas is imported when a DataFrame is asked for, not by every scan
     pass
@@ -287,6 +288,7 @@ class Scan:
             results = list(pool.map(_finish, self.trackers))
         trim()
         findings: list[Finding] = [f for r in results for f in r.findings]
+        self._judge_consequences(findings, results)
         self._name_source_keys(findings)
         stream_findings = self._stream_findings()
         findings.extend(stream_findings)
@@ -306,6 +308,18 @@ class Scan:
         return Analysis(self.reports, self.mappings, self.meta, results, findings, health,
                         steps, self.store, sample_series, self.params, self.context,
                         self._coverage(results))
+
+    def _judge_consequences(self, findings: list[Finding], results: list[TrackerResult]) -> None:
+        """Severity from consequence (analysis.consequence), then the changed trackers re-scored."""
+        if not self.rows:
+            return
+        extent = Consequences(int(self.first_step or 0), int(self.last_step or 0), self.rows)
+        changed = {f.tracker for f in apply_consequences(findings, extent)}
+        for tracker, r in zip(self.trackers, results):
+            if r.name in changed:
+                r.findings.sort(key=Finding.sort_key)
+                if r.score is not None:
+                    r.score = tracker_score(r.findings, tracker.rows, r.coverage)
 
     def _coverage(self, results: list[TrackerResult]) -> dict[str, Any]:
         """How much of the log was checked: columns mapped and not, trackers active and why not."""

@@ -5,7 +5,12 @@
   0.2 (warning), 0.5 (critical) and ``coverage`` the share of rows inside the episode.
 * **Overall**: ``0.5 * min(areas) + 0.5 * mean(areas)`` over the active areas, further multiplied
   by the stream findings' factors (replayed steps, skipped rows). The worst area weighs as much as
-  all the others together, so one broken area cannot hide behind healthy ones.
+  all the others together, so one broken area cannot hide behind healthy ones. The severity bands
+  order runs: a run with a critical finding scores below 0.5, one without at 0.5 or above, so a
+  fleet never ranks a broken run among the healthy ones.
+* **Checked**: the areas whose trackers ran (``areas``) and those that could not judge this log
+  (``unchecked``, listed, never scored 1.0), and ``checked_share``, the share of areas judged: a
+  clean score over one area of eight is not a healthy run.
 * **Stability**: the same product over findings of rules marked ``stability`` (spikes,
   explosions, non-finite values, oscillation), across all trackers.
 * **Convergence**: from the reward curve when one was logged: ``0.5 * (1 + rho)`` where ``rho`` is
@@ -17,12 +22,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .findings import Finding
+from .findings import Finding, Severity
 from .trackers.base import TrackerResult, severity_weight
 
 __all__ = ["health_scores"]
 
 _CONVERGENCE_PREFIXES = ("reward.", "loss.")
+#: The highest overall score of a run with a critical finding (below every run without one).
+CRITICAL_CAP = 0.49
 
 
 def _factor(findings: list[Finding], coverage: dict[int, int], rows: int) -> float:
@@ -44,11 +51,15 @@ def health_scores(results: list[TrackerResult], stream_findings: list[Finding],
     for r in results:
         coverage.update(r.coverage)
     stream_factor = _factor(stream_findings, {}, rows)
+    all_findings = [f for r in results for f in r.findings]
     overall = None
     if areas:
         values = list(areas.values())
-        overall = round((0.5 * min(values) + 0.5 * sum(values) / len(values)) * stream_factor, 4)
-    all_findings = [f for r in results for f in r.findings]
+        overall = (0.5 * min(values) + 0.5 * sum(values) / len(values)) * stream_factor
+        critical = any(f.severity is Severity.CRITICAL for f in [*all_findings, *stream_findings])
+        overall = round(min(overall, CRITICAL_CAP) if critical else max(overall, 0.5), 4)
+    every = sorted({r.area for r in results if _scored(r.name)})
+    unchecked = [a for a in every if a not in areas]
     stable = [f for f in all_findings if _is_stability(f, results)]
     stability = round(_factor(stable, coverage, rows), 4) if areas else None
     convergence = None
@@ -61,10 +72,19 @@ def health_scores(results: list[TrackerResult], stream_findings: list[Finding],
         convergence = round(0.5 * (1.0 + float(rho)) * _factor(conv_findings, coverage, rows), 4)
     return {
         "overall": overall,
+        "checked_share": round(len(areas) / len(every), 4) if every else None,
+        "unchecked": unchecked,
         "stability": stability,
         "convergence": convergence,
         "areas": dict(sorted(areas.items())),
     }
+
+
+def _scored(tracker: str) -> bool:
+    from .trackers import TRACKERS
+
+    cls = TRACKERS.get(tracker)
+    return cls is not None and cls.scored
 
 
 def _is_stability(f: Finding, results: list[TrackerResult]) -> bool:

@@ -73,7 +73,12 @@ def verdict(findings: list[Mapping[str, Any]], timeline: Mapping[str, Any] | Non
         return out
     if not crit and not warn:
         info = len(findings)
-        out["headline"] = "Healthy: no warning or critical finding." + (
+        judged = ""
+        if cov.get("trackers"):
+            # a clean verdict is as wide as what was checked: say how much that was
+            judged = (f" {len(cov.get('trackers_judging') or [])} of {len(cov['trackers'])} trackers "
+                      "could judge this log.")
+        out["headline"] = "Healthy: no warning or critical finding." + judged + (
             f" {info} info finding{'s give' if info != 1 else ' gives'} context." if info else "")
         return out
     tl = timeline or {}

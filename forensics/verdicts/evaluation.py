@@ -37,8 +37,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LabelledRun", "Quality", "corpus_available", "evaluate", "evaluate_corpora", "load_runs", "real_log_lines", "render_table",
-           "run_target", "scan_labelled_logs", "scan_real_logs", "scan_runs"]
+__all__ = ["LabelledRun", "Quality", "corpus_available", "evaluate", "evaluate_corpora", "load_runs",
+           "real_log_lines", "render_table", "run_target", "scan_labelled_logs", "scan_real_logs", "scan_runs"]
 
 A_TP, A_FN, A_FP = 1.0, 1.0, 0.11
 ALARM_SEVERITIES = ("warning", "critical")

@@ -70,6 +70,8 @@ PARAM_RELATIONS: tuple[tuple[str, str, str, int, str], ...] = (
     ("trust_region", "clip_frac", "<=", 1, "clip_frac_critical"),
     ("hyperparams", "lr_low", "<", 1, "lr_high"),
     ("hyperparams", "lr_high", "<=", 1, "lr_critical"),
+    ("hyperparams", "lr_low", "<", 1, "lr_high_preference"),
+    ("hyperparams", "lr_high_preference", "<=", 1, "lr_critical_preference"),
     ("kl_schedule", "band_low", "<", 1, "band_high"),
     ("grad_norms", "spike_warning_ratio", "<=", 1, "spike_critical_ratio"),
     *((t, "window", ">=", 2, "block") for t in ("kl_schedule", "grad_norms", "length_bias", "losses")),

@@ -49,6 +49,11 @@ class EntropyParams:
     blowup_rise: float = param(0.05, "...while the level is still this share above its value one "
                                "window earlier.")
     blowup_rows: int = param(10, "Consecutive rows the blow-up condition must hold.")
+    blowup_floor: float = param(1.0, "Per-token entropy (nats/token) a language model's policy must "
+                                "exceed for a rise to be a blow-up (a prior of LM fine-tuning: "
+                                "instruct models sample at 0.1-1 nats/token and stay coherent; an "
+                                "entropy bonus lifting 0.14 to 0.27 is not drift to gibberish). Not "
+                                "applied to toy policies.")
     floor: float = param(0.02, "Per-token entropy (nats/token) below which the policy is "
                          "near-deterministic whatever its early level (a prior of LM fine-tuning: "
                          "instruct models start near 0.2-1; 0.02 leaves almost no exploration).")
@@ -73,11 +78,13 @@ RULES = (
        "Watch the reward; if it plateaus, raise the temperature 10% or use clip-higher.",
        ("collapse_ratio", "collapse_rows"), "SIGNATURES #10"),
     _R("entropy.blowup", Severity.WARNING, "Entropy blow-up",
-       "Policy entropy rose well above its early level and keeps rising: generations drift toward "
-       "gibberish and repetition.",
+       "Policy entropy rose well above its early level, keeps rising, and is high in absolute "
+       "terms (above blowup_floor nats/token for a language model): generations drift toward "
+       "gibberish and repetition. A rise that stays in the range where language models sample "
+       "coherent text (an entropy bonus at work) is not one.",
        "Use a token-level loss (loss_type='dapo'); remove or clip the entropy bonus; lower the "
        "learning rate 20% or the temperature 10%.",
-       ("blowup_ratio", "blowup_rise", "blowup_rows"), "SIGNATURES #11"),
+       ("blowup_ratio", "blowup_rise", "blowup_rows", "blowup_floor"), "SIGNATURES #11"),
 )
 
 
@@ -150,6 +157,8 @@ class Entropy(Tracker):
                                       {"entropy": level, "reward_gain_sigmas": r_gain})
         rising = np.isfinite(ago) & (level > ago * (1.0 + p.blowup_rise))
         blow = known & np.isfinite(ratio) & (ratio > p.blowup_ratio) & rising
+        if self.meta.lm_priors:
+            blow &= level >= p.blowup_floor
         self.ep["entropy.blowup"].update(rows, steps, blow, ratio, {"entropy": level})
         if self.meta.lm_priors:
             self.floor_ep.update(rows, steps, h < p.floor, h)

@@ -60,6 +60,9 @@ class GradNormsParams:
                                        "gradient spike is information (healthy runs show 3-5x "
                                        "spikes; the clip bounds their update). A one-step spike "
                                        "below spike_critical_ratio is information too.")
+    early_jump: float = param(40.0, "In the first rows, before the trailing baseline is trusted, a "
+                              "gradient norm this many times the previous row's (or clip_far times "
+                              "a known clip) is a spike: priors need no probation.")
     spike_critical_ratio: float = param(30.0, "Spike peak / trailing median that makes grad.spike "
                                         "critical.")
 
@@ -139,6 +142,7 @@ class GradNorms(Tracker):
             "grad.clip_saturation": Episodes(1, 1, gap=p.clip_window, mode="max"),
         }
         self.nonfinite_rows = 0
+        self.g_prev = float("nan")
         self.clipped_rows = 0
         self.norm_rows = 0
         self.log_ratio_first: float | None = None
@@ -185,9 +189,23 @@ class GradNorms(Tracker):
         self.ep["grad.explode"].update(rows, steps, explode, g,
                                        {"ratio": ratio, "median": np.exp(med),
                                         "base_ratio": g / base if has_base.any() else np.full(len(g), np.nan)})
-        spike = after & (z > p.spike_z) & (ratio > p.spike_min_ratio)
-        self.ep["grad.spike"].update(rows, steps, spike, ratio,
-                                     {"grad_norm": g, "z": z, "median": np.exp(med)})
+        # judged against the run's own level: the trailing median, or the early baseline when the
+        # norm has sunk far below it (a spike out of a stretch of near-zero gradients is no larger
+        # than the run's usual step)
+        ref = np.fmax(np.exp(med), base) if np.isfinite(base) else np.exp(med)
+        ratio_s = g / ref
+        spike = after & (z > p.spike_z) & (ratio_s > p.spike_min_ratio)
+        # the first rows, before a trailing baseline exists: against the previous row and the clip
+        prev = np.concatenate([[self.g_prev], g[:-1]])
+        self.g_prev = float(g[-1])
+        clip = self.meta.max_grad_norm if "max_grad_norm" not in self.meta.assumed else None
+        with np.errstate(invalid="ignore", divide="ignore"):
+            jump = ~np.isfinite(z) & np.isfinite(prev) & (prev > 0) & (
+                (g > p.early_jump * prev) | ((g > p.clip_far * clip) if clip else False))
+        ratio_s = np.where(jump, g / prev, ratio_s)
+        self.ep["grad.spike"].update(rows, steps, spike | jump, ratio_s,
+                                     {"grad_norm": g, "z": z, "median": np.where(jump, prev, ref),
+                                      "early": jump.astype(np.float64)})
         vanish = np.isfinite(g) & ((g < p.vanish_abs) | (has_base & (g < p.vanish_ratio * base)))
         self.ep["grad.vanish"].update(rows, steps, vanish, g, {"baseline": np.full(len(g), base)})
         # policy / value imbalance
@@ -222,7 +240,10 @@ class GradNorms(Tracker):
             idx = np.arange(1, len(cfull["c"]) + 1)
             share = ((counts[idx] - counts[np.maximum(idx - p.clip_window, 0)])
                      / np.minimum(idx + (self.rows - len(batch) - c0), p.clip_window))[c0:]
-            self.ep["grad.clip_saturation"].update(rows, steps, sat, share)
+            # the norm against its early level: a norm steadily above the clip is the run's own
+            # scale (information); one that keeps growing past it is a warning
+            base = self.baseline if self.baseline else np.nan
+            self.ep["grad.clip_saturation"].update(rows, steps, sat, share, {"growth": g / base})
             if "max_grad_norm" not in self.meta.assumed:
                 # against a default the run may not use (DPO's pre-clip norms sit at 10-100 with
                 # the Trainer's 1.0), a far-above-the-clip norm proves nothing
@@ -283,17 +304,19 @@ class GradNorms(Tracker):
         for ep in self.ep["grad.spike"].finish():
             if any(a - p.explode_m <= ep.onset_step <= b + p.explode_m for a, b in spans):
                 continue  # the explosion finding already covers this step
+            vs = "the previous row" if ep.extras.get("early") else "the run's level"
             self.emit("grad.spike", ep,
                       f"gradient norm spiked to {ep.extras.get('grad_norm', float('nan')):.3g} "
-                      f"({ep.peak:.3g}x the trailing median) at step {ep.peak_step}",
+                      f"({ep.peak:.3g}x {vs} {ep.extras.get('median', float('nan')):.3g}) at step {ep.peak_step}",
                       {"peak_ratio": ep.peak, "peak": ep.extras.get("grad_norm"),
                        "robust_z": ep.extras.get("z"), "threshold_z": p.spike_z,
                        "threshold_ratio": p.spike_min_ratio, "metrics": ["grad_norm"]},
                       self._spike_severity(ep))
         for ep in self.ep["grad.vanish"].finish():
+            base = ep.extras.get("baseline", float("nan"))
+            vs = f"early baseline {base:.3g}" if base == base else "no early level above it to compare"
             self.emit("grad.vanish", ep,
-                      f"gradient norm fell to {ep.peak:.3g} (early baseline "
-                      f"{ep.extras.get('baseline', float('nan')):.3g}), {step_span(ep.first_step, ep.last_step)}",
+                      f"gradient norm fell to {ep.peak:.3g} ({vs}), {step_span(ep.first_step, ep.last_step)}",
                       {"min": ep.peak, "baseline": ep.extras.get("baseline"),
                        "threshold_ratio": p.vanish_ratio, "threshold_abs": p.vanish_abs,
                        "metrics": ["grad_norm"]})
@@ -317,8 +340,9 @@ class GradNorms(Tracker):
                        "max_grad_norm": self.meta.max_grad_norm, "clip_assumed": assumed,
                        "metrics": ["grad_norm"]},
                       # a clip the run did not choose may be routine for its trainer (RLOO's
-                      # unnormalised advantages): report it, do not warn
-                      Severity.INFO if assumed else None)
+                      # unnormalised advantages), and a norm steadily above the clip is the run's
+                      # own scale: report them, warn only when the norm keeps growing
+                      None if not assumed and ep.extras.get("growth", 0.0) >= 2.0 else Severity.INFO)
         for ep in self.ep["grad.clip_far"].finish():
             self.emit("grad.clip_saturation", ep,
                       f"gradient norm {ep.extras.get('grad_norm', float('nan')):.3g} at step "

@@ -82,10 +82,19 @@ class HyperparamsParams:
                            "fine-tuning of language models use (full fine-tuning 1e-7 to 1e-5, LoRA "
                            "up to about 2e-4): lr.out_of_range.")
     lr_critical: float = param(1e-2, "A learning rate above this makes lr.out_of_range critical.")
+    lr_high_preference: float = param(1e-4, "lr_high for preference optimisation (DPO, IPO, KTO, ORPO): "
+                                      "full fine-tuning uses 5e-7 to 5e-6 and LoRA up to about 5e-5 "
+                                      "(TRL's DPO docs and the DPO, Zephyr and Tulu recipes).")
+    lr_critical_preference: float = param(1e-3, "lr_critical for preference optimisation (200x the "
+                                          "top of the full fine-tuning range).")
     lr_low: float = param(5e-8, "A learning rate that never rose above this is too low for anything "
                           "to move (10x below the smallest rates in use).")
     lr_rows: int = param(3, "Rows out of 5 the learning rate must be out of range (no probation; "
                          "judged from the first step).", le=5)
+    warmup_moves: int = param(20, "Logged moves of the learning rate needed before a warm-up that "
+                              "never ends is judged (lr.warmup_unfinished).")
+    warmup_share: float = param(0.9, "Share of the learning rate's logged moves that must rise, with "
+                                "none falling, for the warm-up to have lasted the whole run.", le=1)
 
 
 _R = RuleSpec
@@ -100,13 +109,25 @@ RULES = (
        _SEVERITY_DOC),
     _R("lr.out_of_range", Severity.WARNING, "Learning rate far outside the usual range",
        "The logged learning rate is far above (or, from the start, far below) the rates RL and "
-       "preference fine-tuning of language models use: far above, the first updates break the "
+       "preference fine-tuning of language models use (by family: preference optimisation runs "
+       "10x lower than RL, so its ceiling is too): far above, the first updates break the "
        "policy (KL, trust region and entropy follow); far below, nothing moves. A prior of LM "
        "fine-tuning, judged from the first step; not applied to toy policies (param_count below "
        "1e6).",
        "Set the learning rate in the usual range: 1e-6 to 1e-5 for full fine-tuning with PPO, GRPO "
        "or RLOO, 5e-7 to 5e-6 for DPO, up to 1e-4 with LoRA.",
-       ("lr_high", "lr_critical", "lr_low", "lr_rows"), "SIGNATURES #16, #20; TRL and veRL defaults"),
+       ("lr_high", "lr_critical", "lr_high_preference", "lr_critical_preference", "lr_low", "lr_rows"),
+       "SIGNATURES #16, #20; TRL and veRL defaults; TRL DPO docs"),
+    _R("lr.warmup_unfinished", Severity.WARNING, "Learning-rate warm-up never finished",
+       "The logged learning rate rose on nearly every logged step and never fell: the warm-up "
+       "lasted the whole run, so the run trained below its configured peak rate throughout "
+       "(warmup_steps or warmup_ratio longer than the run). A warning when the log ends at a "
+       "whole epoch (the run completed its schedule); information when the log stops mid-epoch "
+       "(a run stopped early inside its warm-up is not misconfigured). A rate still rising is "
+       "never judged too low (lr.out_of_range waits for the warm-up to end).",
+       "Shorten the warm-up to a few percent of the run (warmup_ratio 0.03-0.1, or warmup_steps "
+       "below a tenth of the total steps) so the peak learning rate is reached early.",
+       ("warmup_moves", "warmup_share"), "the schedulers of transformers and veRL"),
     _R("kl_coef.change", Severity.INFO, "KL coefficient changed",
        "The logged KL coefficient jumped (not an adaptive controller's gradual moves). A smaller "
        "coefficient, or none, lets the policy drift from the reference. Severity follows the factor.",
@@ -156,7 +177,7 @@ class Hyperparams(Tracker):
     area = "config"
     requires = ("learning_rate", "kl_coef", *CLIP_KEYS, *BATCH_KEYS)
     rules = RULES
-    scored = False  # a change is a cause: its effects count in their own areas
+    # scored: a learning rate far out of range damages the run whatever follows (its area is "config")
     Params = HyperparamsParams
 
     def __init__(self, params: HyperparamsParams | None = None, meta=None) -> None:  # type: ignore[no-untyped-def]
@@ -165,6 +186,11 @@ class Hyperparams(Tracker):
         self.follow = {s.parameter: _Follow() for s in SETTINGS}
         self.lr_ep = Episodes(self.p.lr_rows, 5, gap=5, mode="absmax")
         self.lr_max = 0.0
+        #: the learning rate's last value and its logged moves (up, down), for the warm-up
+        self.lr_prev = math.nan
+        self.lr_moves = [0, 0, 0]
+        self.lr_first_step: int | None = None
+        self.last_epoch = math.nan
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
         if not len(batch):
@@ -188,21 +214,43 @@ class Hyperparams(Tracker):
             st.last = float(vals[-1])
             st.logged += len(vals)
             self._decide(s, st, batch.steps[ok].astype(np.int64), vals, batch.rows[ok], final=False)
-            if s.parameter == "learning_rate" and self.meta.lm_priors:
-                self._range(batch.rows[ok], batch.steps[ok], vals)
+            if s.parameter == "learning_rate":
+                rising = self._moves(vals, batch.steps[ok])
+                if self.meta.lm_priors:
+                    self._range(batch.rows[ok], batch.steps[ok], vals, rising)
+        if batch.has("epoch"):
+            epochs = batch.col("epoch")
+            epochs = epochs[np.isfinite(epochs)]
+            if len(epochs):
+                self.last_epoch = float(epochs[-1])
         return None
 
-    def _range(self, rows: np.ndarray, steps: np.ndarray, lr: np.ndarray) -> None:
+    def _moves(self, lr: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """Count the learning rate's moves (up, down, flat); which rows rose from the one before."""
+        prev = np.concatenate([[self.lr_prev], lr[:-1]])
+        rising = lr > prev
+        moved = np.isfinite(prev)
+        self.lr_moves[0] += int(rising.sum())
+        self.lr_moves[1] += int((lr < prev).sum())
+        self.lr_moves[2] += int((moved & (lr == prev)).sum())
+        if self.lr_first_step is None:
+            self.lr_first_step = int(steps[0])
+        self.lr_prev = float(lr[-1])
+        return rising
+
+    def _range(self, rows: np.ndarray, steps: np.ndarray, lr: np.ndarray, rising: np.ndarray) -> None:
         """The learning rate against the priors: far above, or never in range from below."""
         p = self.p
         seen = np.fmax.accumulate(np.concatenate([[self.lr_max], lr]))[1:]
         self.lr_max = float(seen[-1])
-        high = lr > p.lr_high
-        # too low only while it has never been in range (a decay to zero at the end is not)
-        low = (seen < p.lr_low) & (lr > 0)
+        lr_high = self._lr_high()[0]
+        high = lr > lr_high
+        # too low only while it has never been in range (a decay to zero at the end is not), and
+        # not while it still rises: a warm-up starts low by design
+        low = (seen < p.lr_low) & (lr > 0) & ~rising
         # log10 of how far out (positive above the range, negative below)
         with np.errstate(divide="ignore", invalid="ignore"):
-            how = np.where(high, np.log10(lr / p.lr_high), np.where(low, np.log10(lr / p.lr_low), 0.0))
+            how = np.where(high, np.log10(lr / lr_high), np.where(low, np.log10(lr / p.lr_low), 0.0))
         self.lr_ep.update(rows, steps, high | low, how, {"lr": lr})
 
     def _decide(self, s: Setting, st: _Follow, steps: np.ndarray, vals: np.ndarray, rows: np.ndarray,
@@ -271,17 +319,46 @@ class Hyperparams(Tracker):
             for c in kept:
                 self._emit_change(s, st.key, c)
         p = self.p
+        lr_high, lr_critical = self._lr_high()
+        which = "preference optimisation" if self.meta.family == "preference" else "RL fine-tuning"
         for ep in self.lr_ep.finish():
             lr = ep.extras.get("lr", float("nan"))
             high = ep.peak > 0
             self.emit("lr.out_of_range", ep,
                       f"learning rate {lr:.3g} at step {ep.peak_step} is "
-                      + (f"above {p.lr_high:g}, far above" if high else f"below {p.lr_low:g}, far below")
-                      + f" the usual range for fine-tuning a language model, from step {ep.onset_step}",
-                      {"learning_rate": lr, "prior_high": p.lr_high, "prior_low": p.lr_low,
-                       "suggested": self._usual_lr(high), "metrics": ["learning_rate"]},
-                      Severity.CRITICAL if high and lr >= p.lr_critical else None)
+                      + (f"above {lr_high:g}, far above" if high else f"below {p.lr_low:g}, far below")
+                      + f" the usual range for {which} of a language model, from step {ep.onset_step}",
+                      {"learning_rate": lr, "prior_high": lr_high, "prior_low": p.lr_low,
+                       "critical": lr_critical, "suggested": self._usual_lr(high), "metrics": ["learning_rate"]},
+                      Severity.CRITICAL if high and lr >= lr_critical else None)
+        self._warmup_unfinished()
         return self.result(summary, [])
+
+    def _warmup_unfinished(self) -> None:
+        up, down, flat = self.lr_moves
+        moves = up + down + flat
+        if moves < self.p.warmup_moves or down or up < self.p.warmup_share * moves:
+            return
+        st = self.follow["learning_rate"]
+        completed = self.last_epoch >= 1 and abs(self.last_epoch - round(self.last_epoch)) < 0.01
+        first, last_step = self.lr_first_step or 0, st.steps[-1] if st.steps else 0
+        ep = Episode(onset_step=first, first_step=first, last_step=last_step, last_row=0, n_rows=moves + 1)
+        ended = (f"the run ended at epoch {self.last_epoch:g}" if completed
+                 else "the log ends inside the warm-up")
+        self.emit("lr.warmup_unfinished", ep,
+                  f"learning rate rose on {up} of {moves} logged moves and never fell "
+                  f"({st.first:.3g} -> {st.last:.3g} at step {last_step}); {ended}: the warm-up "
+                  "never finished, so the run trained below its peak rate throughout",
+                  {"rising_moves": up, "moves": moves, "first": st.first, "last": st.last,
+                   "last_epoch": self.last_epoch if math.isfinite(self.last_epoch) else None,
+                   "completed_schedule": completed, "metrics": ["learning_rate"]},
+                  None if completed else Severity.INFO)
+
+    def _lr_high(self) -> tuple[float, float]:
+        """``(lr_high, lr_critical)`` for the run's family."""
+        if self.meta.family == "preference":
+            return self.p.lr_high_preference, self.p.lr_critical_preference
+        return self.p.lr_high, self.p.lr_critical
 
     def _usual_lr(self, high: bool) -> float:
         """The nearest end of the usual full fine-tuning range for the run's algorithm (the

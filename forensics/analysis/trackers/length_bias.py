@@ -211,21 +211,23 @@ class LengthBias(Tracker):
         self.ep["length.coupled_growth"].update(rows, steps, grown & rising_reward, rel,
                                                 {"length": length, "reward_gain": reward_gain})
         base_tr = self.base_trunc if self.base_trunc is not None else np.nan
+        # the share cut at the cap is a prior: judged from the first row (no probation); a rise
+        # over the run's own early share needs the baseline
         tr_cond = (trunc > p.truncation_rate) | (
-            has_base & (trunc > p.truncation_rise * base_tr) & (trunc > 0.05))
+            after & has_base & (trunc > p.truncation_rise * base_tr) & (trunc > 0.05))
         cap = self.meta.max_length
         lmax = batch.col("response_length_max")
         if cap:
             tr_cond |= np.isfinite(lmax) & (length >= p.length_cap_share * cap)
-        self.ep["length.truncation"].update(rows, steps, after & tr_cond, trunc,
-                                            {"length": length})
+        self.ep["length.truncation"].update(rows, steps, tr_cond, trunc, {"length": length})
         self.ep["length.truncation_all"].update(rows, steps, trunc >= p.truncation_all, trunc,
                                                 {"length": length})
         # collapse: each row's length against the highest 5-row median level reached before it
         # (the median keeps one long outlier from setting the reference; persistence keeps one
         # short batch from being a collapse)
         full, n0 = self.len_ctx.extend(length=length)
-        level = window_median(full["length"], 5, 3)[n0:]
+        # (from the first row: a collapse at the second logged row is judged against the first)
+        level = window_median(full["length"], 5, 1)[n0:]
         peak = np.fmax.accumulate(np.concatenate([[self.len_peak], level]))
         self.len_peak = float(peak[-1])
         with np.errstate(divide="ignore", invalid="ignore"):

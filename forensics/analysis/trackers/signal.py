@@ -51,8 +51,11 @@ RULES = (
     _R("group.no_signal", Severity.WARNING, "Groups carry no learning signal",
        "Most prompt groups (or the whole batch) have rewards that all tie, so their advantages "
        "are zero and they contribute no gradient; an exact-zero gradient norm says the same. "
-       "Critical when no signal is left at all. The finding says whether the reward sits at its "
-       "top (the task is too easy) or its floor (too hard, or a broken verifier when it holds "
+       "Critical when no signal is left at all and the reward is not improving over that stretch "
+       "(a warning while it still rises). A tie of the whole batch (reward std 0, gradient norm "
+       "0) is one draw per step, so it must hold on most rows, as a dead share must: one group "
+       "of 6 per step ties often on an easy task. Group methods only (DPO and PPO have no "
+       "groups). The finding says whether the reward sits at its top (the task is too easy) or its floor (too hard, or a broken verifier when it holds "
        "from the first step).",
        "Use dynamic sampling (over-sample and drop groups whose rewards all tie, as DAPO does); "
        "raise the group size (num_generations); match the task difficulty to the model (a "
@@ -84,6 +87,11 @@ class Signal(Tracker):
         self.p = p
         self.dead = Episodes(p.dead_k, p.dead_m, gap=p.dead_m, mode="max")
         self.none = Episodes(p.none_k, p.dead_m, gap=p.dead_m, mode="max")
+        # a tie of the whole batch (reward std 0, or gradient norm 0) is one draw per step, not a
+        # share of many groups: a step of one group of 6 ties often on an easy task, so it must
+        # hold on most rows of the window, as a dead share does
+        self.none_batch = Episodes(p.dead_k, p.dead_m, gap=p.dead_m, mode="max")
+        self.reward_parts: list[tuple[np.ndarray, np.ndarray]] = []
         self.floor = Episodes(p.floor_rows, p.floor_rows, gap=p.floor_rows, mode="min")
         self.best = -np.inf
         self.zero_grad_rows = 0
@@ -102,17 +110,26 @@ class Signal(Tracker):
         scale = np.fmax(np.abs(mean), 1.0)
         with np.errstate(invalid="ignore"):
             tie = (std <= 1e-9 * scale) | ((rmax - rmin) <= 1e-9 * scale)
+            # groups exist only in group methods: a zero gradient of DPO or PPO is grad.vanish's
             group = self.meta.family in (None, "group")
-            zero_grad = grad == 0.0
+            logged = np.isfinite(f)
+            # where the dead share is logged it says how many groups carry signal: a gradient norm
+            # of 0 beside a low share is a norm the trainer does not report (ZeRO-3, QLoRA)
+            zero_grad = (grad == 0.0) & group & ~logged
             self.zero_grad_rows += int(zero_grad.sum())
-            share = np.where(np.isfinite(f), f, np.where(group & tie, 1.0, np.nan))
-            none = (share >= p.none_share) | zero_grad
+            share = np.where(logged, f, np.where(group & tie, 1.0, np.nan))
+            batch_tie = ~logged & (share >= p.none_share) | zero_grad
             # the best reward level reached before each row
             best = np.fmax.accumulate(np.concatenate([[self.best], mean]))
             self.best = float(best[-1])
             extras = {"reward_mean": mean, "reward_min": rmin, "reward_max": rmax,
                       "grad_norm": grad, "best": best[:-1]}
-            self.none.update(rows, steps, none, np.where(zero_grad, 1.0, share), extras)
+            value = np.where(zero_grad, 1.0, share)
+            self.none.update(rows, steps, logged & (share >= p.none_share), value, extras)
+            self.none_batch.update(rows, steps, batch_tie, value, extras)
+            fin = np.isfinite(mean)
+            if fin.any():
+                self.reward_parts.append((steps[fin].astype(np.int64), mean[fin].astype(np.float64)))
             self.dead.update(rows, steps, share >= p.dead_share, share, extras)
             # the floor: every response scores the same, below the best level reached before
             below = mean < best[:-1] - 1e-6 * scale
@@ -122,10 +139,16 @@ class Signal(Tracker):
 
     def finish(self) -> TrackerResult:
         p = self.p
-        none_eps = self.none.finish()
-        covered = [(e.first_step, e.last_step) for e in none_eps]
+        none_eps = sorted([*self.none.finish(), *self.none_batch.finish()], key=lambda e: e.first_step)
+        covered: list[tuple[int, int]] = []
+        steps, reward = self._reward()
         for ep in none_eps:
-            self._emit_no_signal(ep, Severity.CRITICAL)
+            if any(a <= ep.onset_step <= b for a, b in covered):
+                continue  # the frac and the batch view of one stretch
+            covered.append((ep.first_step, ep.last_step))
+            improving = self._improving(steps, reward, ep.first_step, ep.last_step)
+            ep.extras["improving"] = float(improving)
+            self._emit_no_signal(ep, Severity.WARNING if improving else Severity.CRITICAL)
         for ep in self.dead.finish():
             if not any(a <= ep.onset_step <= b for a, b in covered):
                 self._emit_no_signal(ep, None)
@@ -138,6 +161,25 @@ class Signal(Tracker):
                        "threshold_rows": p.floor_rows, "metrics": ["reward_mean"]},
                       Severity.CRITICAL if ep.n_rows >= p.floor_critical_rows else None)
         return self.result({"rows": self.rows, "zero_grad_rows": self.zero_grad_rows})
+
+    def _reward(self) -> tuple[np.ndarray, np.ndarray]:
+        if not self.reward_parts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        return (np.concatenate([a for a, _ in self.reward_parts]),
+                np.concatenate([b for _, b in self.reward_parts]))
+
+    @staticmethod
+    def _improving(steps: np.ndarray, reward: np.ndarray, first: int, last: int) -> bool:
+        """Whether the reward rose over the stretch: the median of its last third above the median
+        of its first third by a quarter of the stretch's spread (rows without signal teach
+        nothing, but a run whose reward still climbs is learning from the rest)."""
+        r = reward[(steps >= first) & (steps <= last)]
+        if len(r) < 6:
+            return False
+        third = len(r) // 3
+        early, late = float(np.median(r[:third])), float(np.median(r[-third:]))
+        spread = float(np.subtract(*np.percentile(r, [90, 10])))
+        return late > early + 0.25 * spread and spread > 0
 
     def _emit_no_signal(self, ep: Any, severity: Severity | None) -> None:
         mean = ep.extras.get("reward_mean", float("nan"))
@@ -160,6 +202,8 @@ class Signal(Tracker):
             cause = "every response gets the lowest reward from the first steps: a task too hard or a broken verifier"
         else:
             cause = "rewards tie within most groups"
+        if ep.extras.get("improving"):
+            cause += "; the reward still rises, so the other steps carry the learning"
         self.emit("group.no_signal", ep,
                   f"{what} at step {ep.peak_step} ({cause}), from step {ep.onset_step}",
                   {"share": ep.peak, "reward_mean": mean, "reward_min": rmin, "reward_max": rmax,
