@@ -55,7 +55,8 @@ RULES = (
        "(a warning while it still rises). A tie of the whole batch (reward std 0, gradient norm "
        "0) is one draw per step, so it must hold on most rows, as a dead share must: one group "
        "of 6 per step ties often on an easy task. Group methods only (DPO and PPO have no "
-       "groups). The finding says whether the reward sits at its top (the task is too easy) or its floor (too hard, or a broken verifier when it holds "
+       "groups). The finding says whether the reward sits at its top (the task is too easy) "
+       "or its floor (too hard, or a broken verifier when it holds "
        "from the first step).",
        "Use dynamic sampling (over-sample and drop groups whose rewards all tie, as DAPO does); "
        "raise the group size (num_generations); match the task difficulty to the model (a "
