@@ -76,7 +76,7 @@ _CONFIG_KEYS: dict[str, tuple[str, ...]] = {
     "clip_range": ("actor_rollout_ref.actor.clip_ratio", "actor_rollout_ref.actor.clip_ratio_low",
                    "eps_clip", "cliprange", "epsilon"),
     "max_length": ("data.max_response_length", "actor_rollout_ref.rollout.response_length",
-                   "generate_max_len", "max_completion_length", "response_length"),
+                   "generate_max_len", "max_answer_seq_len", "max_completion_length", "response_length"),
     "group_size": ("actor_rollout_ref.rollout.n", "n_samples_per_prompt", "num_generations"),
 }
 
