@@ -113,6 +113,7 @@ class HFConsoleParser(LineParser):
         self.summary = 0
         self.with_step = 0
         self.quoted = 0
+        self.not_metrics = 0
         self.every = every
         self.survey = StepSurvey()
         self.frame: tuple[int, int] | None = None
@@ -154,6 +155,9 @@ class HFConsoleParser(LineParser):
         return obj
 
     def _dict(self, lineno: int, obj: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+        if not any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in obj.values()):
+            self.not_metrics += 1  # a dict the script printed (a dataset sample), not a log
+            return None
         kind = classify(obj)
         if kind == "summary":
             self.summary += 1
@@ -185,6 +189,9 @@ class HFConsoleParser(LineParser):
                          "the global step)")
         if self.quoted:
             notes.append(f"{self.quoted} value(s) printed as quoted strings ('0.6931') read as numbers")
+        if self.not_metrics:
+            notes.append(f"{self.not_metrics} printed dict(s) without a numeric value ignored (not metrics: "
+                         "dataset samples, settings)")
         if self.summary:
             notes.append(f"{self.summary} final summary dict(s) (train_runtime) excluded")
         if self.ignored:
