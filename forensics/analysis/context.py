@@ -68,6 +68,8 @@ _SIGNATURES = (
                all_of=("reward", "reward_std", _REWARD_FUNC),
                note="TRL GRPO 0.14-0.17, before frac_reward_zero_std (and Unsloth's GRPO)"),
     _Signature(None, "group", ("group_size", "group_reward_std", "actor/kl_loss")),
+    _Signature(None, "group", ("env/all/by_group/frac_mixed",),
+               note="Tinker cookbook RL: rewards centred within each group of rollouts"),
 )
 
 #: veRL's ``algorithm.adv_estimator`` -> algorithm (``gae`` is PPO with a critic).
