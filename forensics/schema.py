@@ -451,7 +451,24 @@ ALIASES: tuple[Alias, ...] = tuple(
         ("train_optim/lr", "learning_rate"),
         ("train_optim/ppo_ratio_clamped", "clip_frac"),
     ])
+    # Tinker cookbook metrics.jsonl (rl/train.py, rl/metric_util.py): env/all/* are means over
+    # the batch's trajectories; optim/kl_sample_train_v2 is half the mean squared log-ratio of the
+    # sampler against the learner (the k2 estimate TRL's policy/approxkl_avg uses)
+    + _aliases("tinker", [
+        ("env/all/reward/total", "reward_mean"),
+        ("optim/lr", "learning_rate"),
+        ("optim/entropy", "entropy"),
+        ("optim/kl_sample_train_v2", "approx_kl"),
+        ("env/all/ac_tokens_per_turn", "response_length_mean"),
+        ("time/total", "step_time"),
+        ("reward/total", "reward_mean"),
+        ("reward/mean", "reward_mean"),
+        ("policy/entropy", "entropy"),
+        ("ds_engine/lr", "learning_rate"),
+    ])
     + [
+        Alias("env/all/by_group/frac_mixed", "frac_reward_zero_std", "tinker", transform="one_minus",
+              note="Tinker: the share of groups whose rewards differ; its complement is the share that tie"),
         Alias("train_rollouts/fraction_of_samples_properly_ended", "truncation_rate", "nemo-aligner",
               transform="one_minus", note="NeMo-Aligner logs the complement (responses that ended)"),
         # LLaMA-Factory trainer_log.jsonl and W&B history
@@ -477,6 +494,13 @@ _UNIT_NOTES: dict[str, str] = {
     "perf/throughput": "veRL: tokens per second per GPU over the whole step",
     "E2E latency": "DeepSpeed-Chat: generation + training seconds of the step",
     "eps": "TRL PPO new API: episodes (responses) per second",
+    "env/all/reward/total": "Tinker: mean total reward of the batch's trajectories",
+    "optim/entropy": "Tinker: per-token entropy estimated from the sampled tokens' log-probabilities",
+    "optim/kl_sample_train_v2": "Tinker: sampler vs learner KL (k2 estimate), the off-policy drift of the update",
+    "env/all/ac_tokens_per_turn": "Tinker: action (response) tokens per turn, one turn per episode in single-turn envs",
+    "time/total": "Tinker: wall-clock seconds of the whole step",
+    "reward/mean": "batch mean of the total reward (not a reward component named 'mean')",
+    "ds_engine/lr": "DeepSpeed-Chat: the actor's learning rate from the engine's every-steps_per_print line",
 }
 ALIASES = tuple(a if a.note or a.source not in _UNIT_NOTES else
                 Alias(a.source, a.canonical, a.framework, a.transform, _UNIT_NOTES[a.source]) for a in ALIASES)

@@ -14,6 +14,7 @@ as the log prints it, inference from the key set. Nothing is unpickled (TRL's
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -34,6 +35,10 @@ class _Signature:
     none_of: tuple[str, ...] = ()
     note: str = ""
 
+
+#: Stands for any per-reward-function key (TRL GRPO ``rewards/<func>``, ``rewards/<func>/mean``).
+_REWARD_FUNC = "rewards/<func>"
+_REWARD_FUNC_KEY = re.compile(r"^rewards/(?!(?:chosen|rejected|margins|accuracies)(?:/|$))[^/]+(?:/mean)?$")
 
 # Order matters: the first signature that matches wins. Preference optimisation first (its
 # implicit rewards share names with RL rewards), then actor-critic (a value loss), then the
@@ -57,8 +62,14 @@ _SIGNATURES = (
     _Signature("rloo", "group", ("objective/rlhf_reward",), all_of=("policy/approxkl_avg",),
                note="TRL RLOO <= 0.21 (PPO-style keys without a value loss)"),
     _Signature("grpo", "group", ("frac_reward_zero_std",),
-               note="TRL's RLOO >= 0.23 logs the same keys; both are group methods"),
+               note="TRL's RLOO >= 0.23 logs the identical key set, so a TRL RLOO run reads as GRPO; "
+                    "both are group methods"),
+    _Signature("grpo", "group", ("completion_length", "completions/mean_length"),
+               all_of=("reward", "reward_std", _REWARD_FUNC),
+               note="TRL GRPO 0.14-0.17, before frac_reward_zero_std (and Unsloth's GRPO)"),
     _Signature(None, "group", ("group_size", "group_reward_std", "actor/kl_loss")),
+    _Signature(None, "group", ("env/all/by_group/frac_mixed",),
+               note="Tinker cookbook RL: rewards centred within each group of rollouts"),
 )
 
 #: veRL's ``algorithm.adv_estimator`` -> algorithm (``gae`` is PPO with a critic).
@@ -68,6 +79,14 @@ _VERL_ESTIMATORS = {
     "remax": "remax", "gpg": "gpg", "grpo_passk": "grpo", "dr_grpo": "dr_grpo",
 }
 
+#: OpenRLHF's ``--advantage_estimator`` -> algorithm (``group_norm`` is GRPO's normalisation).
+_OPENRLHF_ESTIMATORS = {
+    "gae": "ppo", "group_norm": "grpo", "rloo": "rloo", "reinforce": "reinforce_pp",
+    "reinforce_baseline": "reinforce_pp", "dr_grpo": "dr_grpo",
+}
+#: Config keys that name the advantage estimator, with their value -> algorithm tables.
+_ESTIMATOR_KEYS = (("algorithm.adv_estimator", _VERL_ESTIMATORS), ("advantage_estimator", _OPENRLHF_ESTIMATORS))
+
 #: Trainer config keys (dotted, as the log prints them) -> RunMeta field, first match wins.
 _CONFIG_KEYS: dict[str, tuple[str, ...]] = {
     "learning_rate": ("actor_rollout_ref.actor.optim.lr", "actor_learning_rate", "learning_rate"),
@@ -76,7 +95,7 @@ _CONFIG_KEYS: dict[str, tuple[str, ...]] = {
     "clip_range": ("actor_rollout_ref.actor.clip_ratio", "actor_rollout_ref.actor.clip_ratio_low",
                    "eps_clip", "cliprange", "epsilon"),
     "max_length": ("data.max_response_length", "actor_rollout_ref.rollout.response_length",
-                   "generate_max_len", "max_completion_length", "response_length"),
+                   "generate_max_len", "max_answer_seq_len", "max_completion_length", "response_length"),
     "group_size": ("actor_rollout_ref.rollout.n", "n_samples_per_prompt", "num_generations"),
 }
 
@@ -124,20 +143,34 @@ def key_set_algorithm(keys: Iterable[str]) -> tuple[str | None, str | None, str]
     ('grpo', 'group')
     >>> key_set_algorithm(["objective/kl", "loss/value_avg", "policy/approxkl_avg"])[:2]
     ('ppo', 'critic')
+    >>> key_set_algorithm(["completion_length", "kl", "reward", "reward_std", "rewards/f1"])[:2]
+    ('grpo', 'group')
     >>> key_set_algorithm(["loss", "grad_norm"])
     (None, None, '')
     """
-    present = set(keys)
+    present = _present(keys)
     for sig in _SIGNATURES:
         hits = sorted(k for k in sig.any_of if k in present)
         if (not hits or not all(k in present for k in sig.all_of)
                 or any(k in present for k in sig.none_of)):
             continue
-        evidence = ", ".join(hits + [k for k in sig.all_of])
+        evidence = ", ".join(hits + [present.get(k) or k for k in sig.all_of])
         what = sig.algorithm or f"a {sig.family} method"
         note = f"; {sig.note}" if sig.note else ""
         return sig.algorithm, sig.family, f"inferred from the key set ({evidence}: {what}{note})"
     return None, None, ""
+
+
+def _present(keys: Iterable[str]) -> dict[str, str]:
+    """The keys (a logger's ``train/`` prefix dropped), each standing for itself, and
+    :data:`_REWARD_FUNC` for the first per-function reward key."""
+    present: dict[str, str] = {}
+    for key in keys:
+        bare = key[len("train/"):] if key.startswith("train/") else key
+        present.setdefault(bare, key)
+        if _REWARD_FUNC_KEY.match(bare):
+            present.setdefault(_REWARD_FUNC, key)
+    return present
 
 
 def _first(config: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, Any] | None:
@@ -159,12 +192,13 @@ def _number(value: Any) -> float | None:
 def _from_config(ctx: RunContext, config: dict[str, Any], origin: str) -> None:
     """Fields read from a trainer's printed config (veRL's dotted keys, OpenRLHF's arguments)."""
     where = f"trainer config ({origin})" if origin else "trainer config"
-    estimator = config.get("algorithm.adv_estimator")
-    if isinstance(estimator, str):
-        algo = _VERL_ESTIMATORS.get(estimator.lower()) or normalise_algorithm(estimator)
-        if algo is not None:
-            ctx.set("algorithm", algo, f"{where}: algorithm.adv_estimator={estimator}")
-            ctx.set("family", algorithm_family(algo), f"{where}: algorithm.adv_estimator={estimator}")
+    for key, table in _ESTIMATOR_KEYS:
+        estimator = config.get(key)
+        if isinstance(estimator, str):
+            algo = table.get(estimator.lower()) or normalise_algorithm(estimator)
+            if algo is not None:
+                ctx.set("algorithm", algo, f"{where}: {key}={estimator}")
+                ctx.set("family", algorithm_family(algo), f"{where}: {key}={estimator}")
     for name, keys in _CONFIG_KEYS.items():
         hit = _first(config, keys)
         if hit is not None and _number(hit[1]) is not None:
@@ -175,10 +209,10 @@ def _from_config(ctx: RunContext, config: dict[str, Any], origin: str) -> None:
 def _kl_from_verl(ctx: RunContext, config: dict[str, Any], where: str) -> None:
     in_reward = config.get("algorithm.use_kl_in_reward")
     in_loss = config.get("actor_rollout_ref.actor.use_kl_loss")
-    if in_reward is None and in_loss is None:
+    if in_reward is None and in_loss is None and "algorithm.kl_ctrl.kl_coef" not in config:
         return
-    if in_reward is None:  # veRL <= 0.3: the penalty sat in the reward unless the KL loss was on
-        in_reward = not in_loss and "algorithm.kl_ctrl.kl_coef" in config
+    if in_reward is None:  # veRL <= 0.3 (0.1 has no use_kl_loss): the penalty sat in the reward
+        in_reward = not in_loss and "algorithm.kl_ctrl.kl_coef" in config  # unless the KL loss was on
     if in_reward:
         ctx.set("kl_penalty", "reward", f"{where}: algorithm.use_kl_in_reward={in_reward}")
         coef = _number(config.get("algorithm.kl_ctrl.kl_coef"))
@@ -203,6 +237,8 @@ def _kl_from_verl(ctx: RunContext, config: dict[str, Any], where: str) -> None:
 
 def _from_key_set(ctx: RunContext, keys: set[str], fmt: str) -> None:
     algo, family, evidence = key_set_algorithm(keys)
+    if algo is None and fmt == "llamafactory" and "reward" in keys:
+        algo, family, evidence = "ppo", "critic", "inferred: LLaMA-Factory logs reward from its PPO stage only"
     ctx.set("algorithm", algo, evidence)
     ctx.set("family", family, evidence)
     if fmt in ("hf-trainer-state", "hf-console"):

@@ -4,7 +4,10 @@ Formats are tried in order: the framework adapters (:mod:`forensics.io.adapters`
 first), then the generic JSONL and Parquet readers (:mod:`forensics.io.readers`). Detection reads
 a buffered head (:func:`forensics.io.inputs.read_head`: decompressed, without a BOM, holding at
 least the first whole line); a stream (``-``, a pipe) is first copied once to a temporary file
-(:func:`forensics.io.inputs.local_path`), so nothing it held is lost to detection.
+(:func:`forensics.io.inputs.local_path`), so nothing it held is lost to detection. A text file
+that no format recognises from its head is read on, in blocks, up to :data:`LATE_SCAN_BYTES`,
+for the consoles whose first metric line can come late (megabytes of model loading and dataset
+warnings before a Trainer's first ``{'loss': ...}`` dict).
 """
 
 from __future__ import annotations
@@ -13,12 +16,17 @@ from pathlib import Path
 
 from ..errors import FormatError, InputError, UsageError
 from .adapters import ADAPTERS
-from .inputs import HEAD_BYTES, STDIN, local_path, read_head
+from .inputs import HEAD_BYTES, STDIN, local_path, open_binary, read_head
 from .readers import Format, JsonlSource, ParquetPartsSource, ParquetSource, Source
 from .readers.jsonl import head_objects
 from .readers.parquet import parquet_files
 
-__all__ = ["FORMATS", "HEAD_BYTES", "detect_format", "detect_head", "open_source"]
+__all__ = ["FORMATS", "HEAD_BYTES", "LATE_SCAN_BYTES", "detect_format", "detect_head", "open_source"]
+
+#: How far detection reads a text file for a console whose first metric line comes late.
+LATE_SCAN_BYTES = 64 << 20
+#: The consoles detected from any block of lines (their sniffers do not need the file's start).
+_LATE_CONSOLES = ("openrlhf-console", "deepspeed-chat", "verl-console", "hf-console")
 
 
 def _is_parquet(path: Path, head: bytes) -> bool:
@@ -84,8 +92,36 @@ def detect_format(path: Path) -> str:
     for fmt in _formats():
         if fmt.detect(path, head):
             return fmt.name
+    late = _detect_late(path, head)
+    if late is not None:
+        return late
     raise FormatError("unrecognised content (supported: " + ", ".join(FORMATS.names()) + ")",
                       path=shown)
+
+
+def _detect_late(path: Path, head: bytes) -> str | None:
+    """The console format of a text file whose metric lines start past its head, or ``None``."""
+    if b"\0" in head:
+        return None
+    consoles = [f for f in _formats() if f.name in _LATE_CONSOLES]
+    carry = b""
+    with open_binary(path) as fh:
+        fh.read(len(head))
+        read = len(head)
+        while read < LATE_SCAN_BYTES:
+            block = fh.read(HEAD_BYTES)
+            if not block:
+                return None
+            read += len(block)
+            cut = block.rfind(b"\n") + 1
+            if not cut:  # inside a long line (the scan bound holds its size)
+                carry += block
+                continue
+            lines, carry = carry + block[:cut], block[cut:]
+            for fmt in consoles:
+                if fmt.detect(path, lines):
+                    return fmt.name
+    return None
 
 
 def detect_head(path: Path, head: bytes) -> str | None:

@@ -5,11 +5,18 @@
     average reward score: -0.61                 /  Average reward score: r | EMA reward score: e
     |E2E latency=3.79s |Gather latency=0.00s (0.00%) |Generate time=2.50s (65.92%) |...|CurSamplesPerSec=16.91
 
-DeepSpeed engine lines (``[Rank 0] step=10, skipped=4, lr=[5.79e-07, ...]``) and
-``OVERFLOW! Rank 0 Skipping step`` lines are printed while a step trains, before its header:
-they go to the next block as ``ds_engine/skipped`` (cumulative skipped optimizer steps),
-``ds_engine/lr`` and ``ds_engine/overflows`` (overflow lines in the block), which make fp16
-overflows visible. The ``step`` of DeepSpeed-Chat restarts every epoch: the stream's step is a
+DeepSpeed engine lines (``[Rank 0] step=10, skipped=4, lr=[5.79e-07, ...]``, every
+``steps_per_print`` optimizer steps) and ``OVERFLOW! Rank 0 Skipping step`` lines are printed
+while a step trains, before its header: they go to the next block. Each engine prints its own
+line, the actor's first (it steps first), then the critic's with the same ``step=``: the actor's
+become ``ds_engine/lr`` and ``ds_engine/skipped`` (cumulative skipped optimizer steps), the
+critic's ``ds_engine/critic_lr`` and ``ds_engine/critic_skipped``; ``ds_engine/overflows``
+counts the overflow lines of the block (fp16 steps skipped while it trained).
+
+The file is recognised by a step header in its head, or, when the header comes later (the 2023
+layout prints model loading and the DeepSpeed config first), by the ``deepspeed.launcher``
+banner of a step-3 command (``--actor_model_name_or_path``), whose options (``--actor_learning_rate``,
+``--max_answer_seq_len``...) are kept as the run's config. The ``step`` of DeepSpeed-Chat restarts every epoch: the stream's step is a
 global counter (the original is kept as ``ds_step``).
 """
 
@@ -22,6 +29,7 @@ from typing import Any
 from ..limits import STEP_MAX
 from ..readers.base import ReadReport
 from ._common import ANSI, LineParser, LineSource, Rows, parse_number
+from .run_config import ConfigCapture
 
 __all__ = ["DeepSpeedChatParser", "DeepSpeedChatSource", "detect"]
 
@@ -33,8 +41,12 @@ _OVERFLOW = re.compile(r"OVERFLOW!")
 _NUM = re.compile(r"^\s*(?P<v>[-+\w.]+?)s?\s*(?:\([^)]*\))?\s*$")
 
 
+_LAUNCH = re.compile(rb"deepspeed\.launcher\.launch\b[^\n]*--actor_model_name_or_path")
+
+
 def detect(path: Path, head: bytes) -> bool:
-    return re.search(rb"(?m)^\s*(?:epoch|Epoch): *\d+ *\| *(?:step|Step): *\d+ *\|", head) is not None
+    return (re.search(rb"(?m)^\s*(?:epoch|Epoch): *\d+ *\| *(?:step|Step): *\d+ *\|", head) is not None
+            or _LAUNCH.search(head) is not None)
 
 
 def _pairs(text: str, sep: str) -> dict[str, Any]:
@@ -61,6 +73,8 @@ class DeepSpeedChatParser(LineParser):
         self.resets = 0
         self.ignored = 0
         self.total_overflows = 0
+        self.engine_step: int | None = None
+        self.config = ConfigCapture()
 
     def line(self, lineno: int, text: str) -> Rows:
         text = ANSI.sub("", text)
@@ -96,23 +110,32 @@ class DeepSpeedChatParser(LineParser):
             return []
         e = _ENGINE.search(text)
         if e:
-            self.pending["ds_engine/skipped"] = float(e.group("skipped"))
-            lr = parse_number(e.group("lr"))
-            if lr is not None:
-                self.pending.setdefault("ds_engine/lr", lr)
+            self._engine(e)
             return []
         if _OVERFLOW.search(text):
             self.overflows += 1
             self.total_overflows += 1
             return []
-        self.ignored += 1
+        if not self.config.feed(lineno, text):
+            self.ignored += 1
         return []
+
+    def _engine(self, e: re.Match[str]) -> None:
+        """An engine line: the actor's, or the critic's when the actor's of that step came first."""
+        step = int(e.group("step"))
+        who = "ds_engine/critic_" if self.engine_step == step else "ds_engine/"
+        self.engine_step = None if who == "ds_engine/critic_" else step
+        self.pending[who + "skipped"] = float(e.group("skipped"))
+        lr = parse_number(e.group("lr"))
+        if lr is not None:
+            self.pending[who + "lr"] = lr
 
     def flush(self) -> Rows:
         out, self.block = ([self.block] if self.block is not None else []), None
         return out
 
     def finish_notes(self) -> None:
+        self.config.publish(self.report)
         notes = self.report.notes
         if self.resets:
             notes.append(f"DeepSpeed-Chat's step restarts every epoch ({self.resets} restart(s)): the "

@@ -4,7 +4,9 @@
      "epoch": 0.0196, "percentage": 0.2, "elapsed_time": "0:07:44", "remaining_time": "2 days, 17:43:55"}
 
 ``current_steps`` is the step. ``elapsed_time``/``remaining_time`` (``str(timedelta)``) become
-seconds. Rows that carry only ``eval_loss``/``predict_loss`` are evaluation rows: they join the
+seconds. ``accuracy`` is LLaMA-Factory's copy of the trainer's ``rewards/accuracies`` (only the
+preference stages, DPO/ORPO/SimPO, log it): it is read under that name, so the run reads as
+preference optimisation; ``reward`` comes from the PPO stage only. Rows that carry only ``eval_loss``/``predict_loss`` are evaluation rows: they join the
 training row of the same step as their own columns, or stay out of the step stream with a note.
 """
 
@@ -22,6 +24,8 @@ __all__ = ["LlamaFactoryParser", "LlamaFactorySource", "detect", "timedelta_seco
 _TD = re.compile(r"^(?:(?P<d>-?\d+) days?, )?(?P<h>\d+):(?P<m>\d\d):(?P<s>\d\d(?:\.\d+)?)$")
 _EVAL_KEYS = ("eval_", "predict_")
 _META = {"current_steps", "total_steps", "epoch", "percentage", "elapsed_time", "remaining_time"}
+#: LLaMA-Factory's names for the trainer keys it copies (callbacks.py LogCallback.on_log).
+_COPIED = {"accuracy": "rewards/accuracies"}
 
 
 def timedelta_seconds(text: str) -> float | None:
@@ -50,6 +54,7 @@ class LlamaFactoryParser(LineParser):
         self.evals = ApartRows("evaluation row(s) (eval_loss/predict_loss only)")
         self.held: tuple[int, dict[str, Any]] | None = None
         self.times = 0
+        self.renamed: set[str] = set()
 
     def line(self, lineno: int, text: str) -> Rows:
         obj = self.json_object(lineno, text)
@@ -68,6 +73,9 @@ class LlamaFactoryParser(LineParser):
                 if secs is not None:
                     self.times += 1
                     v = secs
+            if k in _COPIED and _COPIED[k] not in obj:
+                self.renamed.add(k)
+                k = _COPIED[k]
             row[k] = v
         metrics = [k for k in row if k not in _META and k != "step"]
         if metrics and all(k.startswith(_EVAL_KEYS) for k in metrics):
@@ -91,6 +99,9 @@ class LlamaFactoryParser(LineParser):
     def finish_notes(self) -> None:
         if self.times:
             self.report.notes.append("elapsed_time and remaining_time converted from h:mm:ss to seconds")
+        for k in sorted(self.renamed):
+            self.report.notes.append(f"{k} read as {_COPIED[k]}: LLaMA-Factory copies it from the trainer's "
+                                     f"{_COPIED[k]} (a preference run: DPO, ORPO, SimPO)")
         self.evals.notes(self.report)
 
 

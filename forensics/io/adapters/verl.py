@@ -121,9 +121,7 @@ class VerlConsoleParser(LineParser):
 
     def finish_notes(self) -> None:
         notes = self.report.notes
-        if self.config.config:
-            self.report.run_config = self.config.config
-            self.report.run_config_origin = self.config.origin
+        self.config.publish(self.report)
         if self.ignored:
             notes.append(f"{self.ignored} non-metric line(s) ignored (shell trace, config dump, progress "
                          "bars, samples): not rows, not errors")
