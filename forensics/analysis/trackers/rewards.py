@@ -34,6 +34,7 @@ References: SIGNATURES.md #8 (per-function rewards, TRL ``rewards/{func}/mean``)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +43,7 @@ import numpy as np
 from ...config import param
 from ...io.canonical import Batch
 from ...schema import REWARD_COMPONENT_PREFIX
-from ..episodes import Episodes
+from ..episodes import Episode, Episodes
 from ..findings import RuleSpec, Severity
 from ..run_values import RunValues
 from ..spans import append_span, step_span
@@ -122,7 +123,10 @@ RULES = (
        "After probation the reward's mean over the second half of a long window was not clearly "
        "above its mean over the first half (in standard errors of the difference, from the run's "
        "own noise): training no longer learns from this reward. A plateau is information, not a "
-       "fault: a converged run stagnates too, and stationary noise of any length is flat.",
+       "fault: a converged run stagnates too, and stationary noise of any length is flat. A run "
+       "that never improved is another matter: when the last quarter of a long run (at least "
+       "stagnation_window rows) is not clearly above its first quarter, the run did not learn "
+       "from this reward at all, and that is a warning.",
        "Raise the reward weight 15% or the temperature 10%; check for zero-variance groups and "
        "entropy collapse; stop early if the run has converged.",
        ("stagnation_window", "stagnation_share", "stagnation_sigmas", "stagnation_gap", "smooth",
@@ -222,6 +226,7 @@ class Rewards(Tracker):
                    "reward.decline": Episodes(p.decline_k, p.decline_m, gap=p.smooth, mode="max")}
         # run-long values for the summary's medians and rank correlation (bounded memory)
         self.reward = RunValues()
+        self.step_span: list[int | None] = [None, None]
         self.var = RunValues(ends=p.trend_window)
         self.gap = RunValues(ends=p.trend_window)
         self.has_gap = False
@@ -303,6 +308,9 @@ class Rewards(Tracker):
                     if key in batch.columns or key in self.comp_std:
                         self.comp_std.setdefault(key, RunValues()).extend(batch.col(key))
         self.reward.extend(r)
+        if self.step_span[0] is None:
+            self.step_span[0] = int(steps[0])
+        self.step_span[1] = int(steps[-1])
         self.var.extend(np.square(batch.col("reward_std")))
         if len(self.trends) == 2:  # one reward function: the total is w x its score
             self._sign(rows, steps, r, batch.col(components[0]) if components else
@@ -435,6 +443,34 @@ class Rewards(Tracker):
         self.prefix.forget_before(nxt - reach - 16 - int(stride[-1]))
         return out
 
+    def _never_improved(self) -> None:
+        """The whole run against its start: a long run whose last quarter is not clearly above its
+        first never learned (a converged run improved first, so its plateau stays information)."""
+        p = self.p
+        first, last = self.step_span
+        if self.reward.spilled or len(self.reward) < p.stagnation_window or first is None or last is None:
+            return
+        r = self.reward.values()
+        r = r[np.isfinite(r)]
+        q = len(r) // 4
+        if q < 10:
+            return
+        d = np.diff(r)
+        sigma = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(2.0)
+        se = sigma * math.sqrt(2.0 / q)
+        m1, m4 = float(r[:q].mean()), float(r[-q:].mean())
+        if not se > 0 or m4 - m1 >= p.stagnation_sigmas * se:
+            return
+        ep = Episode(onset_step=first, first_step=first, last_step=last, last_row=len(r) - 1,
+                     n_rows=len(r), peak=(m4 - m1) / se, peak_step=last)
+        self.emit("reward.stagnation", ep,
+                  f"the reward never improved over the {len(r)} rows of the run: mean {m1:.4g} over "
+                  f"its first quarter, {m4:.4g} over its last ({(m4 - m1) / se:+.2g} standard errors): "
+                  "the run did not learn from this reward",
+                  {"first_quarter_mean": m1, "last_quarter_mean": m4, "standard_error": se,
+                   "rise_standard_errors": (m4 - m1) / se, "threshold_standard_errors": p.stagnation_sigmas,
+                   "rows": len(r), "metrics": ["reward_mean"]}, Severity.WARNING)
+
     def finish(self) -> TrackerResult:
         for steps, groups in self.grouper.flush():
             self._sample_steps(steps, groups)
@@ -487,6 +523,7 @@ class Rewards(Tracker):
                               {"component": name, "direction": direction, "change_share": ep.peak,
                                "previous_level": prev, "level": lvl, "threshold": p.trend_share,
                                "metrics": [name]})
+        self._never_improved()
         for ep in self.ep["reward.stagnation"].finish():
             span = ep.extras.get("span", p.stagnation_window)
             before, recent = ep.extras.get("earlier_mean", float("nan")), ep.extras.get("recent_mean", float("nan"))
