@@ -176,9 +176,9 @@ def _fits(header: list[str], row: list[str], whole: bool) -> bool:
     return any(parse_number(c) is not None for c in row if c.strip())
 
 
-def sniff(head: bytes) -> Dialect | None:
+def sniff(head: bytes, need_row: bool = True) -> Dialect | None:
     r"""The dialect of a CSV head, or ``None`` when it is not a header of names followed by a
-    record of as many cells, at least one a number.
+    record of as many cells, at least one a number (``need_row`` false: a header is enough).
 
     >>> d = sniff(b'\n\nstep;"k\nl"\n\n0;0.5\n')
     >>> d.delimiter, d.header, d.header_line, d.data_line
@@ -194,13 +194,13 @@ def sniff(head: bytes) -> Dialect | None:
     line_start = body.rfind(b"\n", 0, content) + 1
     text, encoding = _decode(body[line_start:])
     for delim in _DELIMITERS:
-        dialect = _try(text, encoding, delim, bom + line_start, body[:line_start].count(b"\n") + 1)
+        dialect = _try(text, encoding, delim, bom + line_start, body[:line_start].count(b"\n") + 1, need_row)
         if dialect is not None:
             return dialect
     return None
 
 
-def _try(text: str, encoding: str, delim: str, start: int, line: int) -> Dialect | None:
+def _try(text: str, encoding: str, delim: str, start: int, line: int, need_row: bool) -> Dialect | None:
     """The dialect with ``delim`` when it fits ``text`` (the head from the header line on)."""
     if delim not in text.split("\n", 1)[0] and '"' not in text[:1]:
         return None
@@ -215,7 +215,7 @@ def _try(text: str, encoding: str, delim: str, start: int, line: int) -> Dialect
     if not _is_header(header):
         return None
     found = _first_row(text, delim, ends[0], ends[1:])
-    if found is None or not _fits(header, *found):
+    if need_row and (found is None or not _fits(header, *found)):
         return None
     header_bytes = len(header_text.encode(encoding)) + 1
     return Dialect(delim, encoding, header, line, start + header_bytes, line + header_text.count("\n") + 1)
