@@ -104,6 +104,8 @@ def blocks(fh: IO[bytes], line: int, delimiter: str, bad: Bad) -> Iterator[Block
                 skipping = nl < 0 and not eof
                 chunk = b"" if nl < 0 else chunk[nl + 1:]
             pending = pending + chunk if pending else chunk
+            if eof and not pending:
+                return
         cut, _ = _cut(pending, delimiter, eof)
         if cut == 0 and (eof or len(pending) > MAX_LINE_BYTES):
             bad(line, UNTERMINATED if eof else TOO_LONG, "unterminated quote" if eof else "line too long")

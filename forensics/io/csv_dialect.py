@@ -22,6 +22,7 @@ import numpy as np
 
 from .canonical import parse_number
 from .inputs import BOM
+from .limits import MAX_LINE_BYTES
 
 __all__ = ["Dialect", "csv_records", "record_ends", "sniff", "unique_names"]
 
@@ -88,7 +89,8 @@ def csv_records(text: io.TextIOBase | io.StringIO, delimiter: str, line0: int = 
                 ) -> Iterator[tuple[int, list[str] | str]]:
     """``(line, cells)`` of Python's CSV reader over ``text``; the line is the 1-based line of the
     record's start (``line0`` for the first). A record the reader rejects (a NUL byte, a field past
-    :func:`csv.field_size_limit`) comes as its reason."""
+    ``MAX_LINE_BYTES``) comes as its reason."""
+    csv.field_size_limit(max(csv.field_size_limit(), MAX_LINE_BYTES))
     reader = csv.reader(text, delimiter=delimiter)
     start = line0
     while True:
