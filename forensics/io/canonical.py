@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -108,6 +109,8 @@ _SPECIAL = {"nan": math.nan, "+nan": math.nan, "-nan": math.nan, "inf": math.inf
             "-inf": -math.inf, "infinity": math.inf, "+infinity": math.inf, "-infinity": -math.inf,
             "true": 1.0, "false": 0.0}
 _INT_TEXT = re.compile(r"^[+-]?\d+$")
+_DECIMAL_TEXT = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d{1,9})?$")
+_DEC_MIN, _DEC_MAX = Decimal(STEP_MIN), Decimal(STEP_MAX)
 _TEXT_METRICS = frozenset(m.name for m in METRICS.values() if m.unit == "text")
 
 
@@ -165,6 +168,8 @@ def step_value(value: Any) -> tuple[int | None, str]:
             if len(s.lstrip("+-")) > 19:
                 return None, f"step {_shown(value)} is beyond int64"
             return step_value(int(s))
+        if _DECIMAL_TEXT.match(s):
+            return _decimal_step(s)
         num = parse_number(s)
         if num is None:
             return None, f"step {_shown(value)} is not a number"
@@ -181,6 +186,18 @@ def step_value(value: Any) -> tuple[int | None, str]:
             return None, f"step {f!r} is beyond int64"
         return int(f), ""
     return None, f"step {_shown(value)} is a {type(value).__name__}, not an integer"
+
+
+def _decimal_step(text: str) -> tuple[int | None, str]:
+    """A step printed as a decimal (``1.0``, ``1e3``, ``4611686018427387905.0``), exactly: never
+    through float64."""
+    d = Decimal(text)
+    shown = text if len(text) <= 40 else text[:37] + "..."
+    if not (_DEC_MIN <= d <= _DEC_MAX):
+        return None, f"step {shown} is beyond int64"
+    if d != d.to_integral_value():
+        return None, f"step {shown} is not an integer"
+    return int(d), ""
 
 
 def _to_float(values: np.ndarray) -> np.ndarray:

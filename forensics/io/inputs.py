@@ -186,11 +186,11 @@ def local_path(path: Path, *, consume: bool = False) -> Path:
 
 def read_head(path: Path) -> bytes:
     """The first bytes of a file for format detection (decompressed, without a UTF-8 BOM):
-    64 KiB, or more (up to ``MAX_HEAD_BYTES``) until the first line is whole."""
+    64 KiB, or more (up to ``MAX_HEAD_BYTES``) until the first line that is not blank is whole."""
     with open_binary(path) as fh:
         try:
             head = fh.read(HEAD_BYTES)
-            while b"\n" not in head and len(head) < MAX_HEAD_BYTES:
+            while b"\n" not in head.lstrip() and len(head) < MAX_HEAD_BYTES:
                 more = fh.read(HEAD_BYTES)
                 if not more:
                     break

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InputError, StrictModeError
+from ..csv_dialect import csv_records
 from ..inputs import BOM
-from ..limits import MAX_LINE_BYTES
 from ..readers.jsonl import parse_json_object
 from ._common import (
     TOO_LONG,
@@ -77,24 +77,12 @@ def _cell(text: str) -> Any:
 def _csv_rows(path: Path, delimiter: str = ",") -> Iterator[tuple[int, list[str] | str]]:
     """``(line, cells)``; the line is the 1-based line of the record's start. A record the CSV
     reader rejects (a NUL byte, a field longer than ``MAX_LINE_BYTES``) comes as its reason."""
-    csv.field_size_limit(max(csv.field_size_limit(), MAX_LINE_BYTES))
     with open_binary(path) as fh:
         text = io.TextIOWrapper(fh, encoding="utf-8-sig", errors="replace", newline="")
-        reader = csv.reader(text, delimiter=delimiter)
-        start = 1
-        while True:
-            try:
-                cells = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as exc:
-                yield start, f"CSV error: {exc}"
-                start = reader.line_num + 1
-                continue
-            except (OSError, EOFError) as exc:
-                raise InputError(f"read failed: {exc}", path=str(path)) from None
-            yield start, cells
-            start = reader.line_num + 1
+        try:
+            yield from csv_records(text, delimiter)
+        except (OSError, EOFError) as exc:
+            raise InputError(f"read failed: {exc}", path=str(path)) from None
 
 
 class _WandbSource(RowSource):
@@ -199,6 +187,9 @@ class WandbHistorySource(_WandbSource):
             if step is None:
                 self._bad(line, f"{self.step_key}: {why}", "step is not an integer")
                 continue
+            for k in _STEP_KEYS:  # the step keys not chosen: numbers as the other columns
+                if isinstance(row.get(k), str):
+                    row[k] = _cell(row[k])
             if self.step_key != "_step" and "_step" in row:
                 row["wandb/_step"] = row.pop("_step")
             out: dict[str, Any] = {"step": step}
@@ -225,7 +216,8 @@ class WandbHistorySource(_WandbSource):
             if len(cells) != len(header):
                 self._bad(line, f"{len(cells)} cells, header has {len(header)}")
                 continue
-            yield line, {k: _cell(c) for k, c in zip(header, cells)}
+            # steps stay text until chosen: parsed exactly (never through float64)
+            yield line, {k: (c or None) if k in _STEP_KEYS else _cell(c) for k, c in zip(header, cells)}
 
     def _json_rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
         for line, text in iter_lines(self.path, self.report):
