@@ -127,3 +127,48 @@ def test_wandb_framing_helper_round_trips(tmp_path: Path) -> None:
     p.write_bytes(_frame(payloads))
     assert [d for _, d in read_records(p, ReadReport("x"))] == payloads
     assert struct.calcsize("<IHB") == 7
+
+
+# --- outputs never touch inputs (item 7) -------------------------------------------------------
+
+def _log(path: Path, n: int = 60) -> Path:
+    rows = [{"step": i, "kl": 0.01 * (1 + (i > 40) * 50), "reward_mean": 0.1 * i, "loss": 1.0 / i}
+            for i in range(1, n + 1)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("link", [False, True])
+def test_watch_alerts_never_append_to_the_watched_log(tmp_path: Path, link: bool) -> None:
+    log = _log(tmp_path / "steps.jsonl")
+    before = log.read_bytes()
+    alerts = tmp_path / "alias.jsonl"
+    if link:
+        alerts.hardlink_to(log)
+    res = CliRunner().invoke(main, ["watch", str(log), "--once", "--jsonl", str(alerts if link else log)])
+    assert res.exit_code == 2, res.output
+    assert "refusing to write" in res.output and log.read_bytes() == before
+
+
+def test_diff_output_never_replaces_an_input(tmp_path: Path) -> None:
+    a, b = _log(tmp_path / "a.jsonl"), _log(tmp_path / "b.jsonl", 50)
+    before = a.read_bytes()
+    for out in (a, b):
+        res = CliRunner().invoke(main, ["diff", str(a), str(b), "-o", str(out), "-q"])
+        assert res.exit_code == 2, res.output
+    assert a.read_bytes() == before
+    res = CliRunner().invoke(main, ["diff", str(a), str(b), "-o", str(tmp_path / "d.txt"), "-q"])
+    assert res.exit_code in (0, 1) and (tmp_path / "d.txt").is_file()
+
+
+def test_export_into_a_path_through_a_file_is_a_usage_error(tmp_path: Path) -> None:
+    log = _log(tmp_path / "steps.jsonl")
+    assert _scan(str(log), "-o", str(tmp_path / "rep"))[0] == 0
+    (tmp_path / "file").write_text("x")
+    for target in ("tensorboard", "wandb-offline"):
+        if target == "wandb-offline":
+            pytest.importorskip("wandb")
+        res = CliRunner().invoke(main, ["export", str(tmp_path / "rep"), "--to", target, "-o",
+                                        str(tmp_path / "file" / "x")])
+        assert res.exit_code == 2 and "not a folder" in res.output, res.output
+        assert "internal error" not in res.output
