@@ -258,10 +258,11 @@ def _write_text(path: Path, text: str, outputs: Outputs | None = None) -> None:
     (outputs or Outputs()).write_text(path, text if text.endswith("\n") else text + "\n")
 
 
-def _emit(text: str, output: Path | None, quiet: bool, what: str = "") -> None:
-    """Print ``text``, or write it to ``output`` (then say so unless quiet)."""
+def _emit(text: str, output: Path | None, quiet: bool, what: str = "", outputs: Outputs | None = None) -> None:
+    """Print ``text``, or write it to ``output`` (then say so unless quiet), never over one of
+    ``outputs``' inputs."""
     if output is not None:
-        _write_text(output, text)
+        _write_text(output, text, outputs)
         if not quiet:
             echo(f"{what}wrote {output}")
     elif not quiet:
@@ -557,12 +558,19 @@ def diff(run_a: Path, run_b: Path, out_fmt: str, output: Path | None, tolerance:
     """
     from .verdicts.diff import diff_runs, is_saved_analysis, load_saved, render_text, run_from_analysis
 
+    outputs = _inputs(run_a, run_b, opts.get("samples"), opts.get("meta"), opts.get("config_path"))
     runs = []
     for p in (run_a, run_b):
         if is_saved_analysis(p):
+            file = p / "analysis.json" if p.is_dir() else p
+            outputs.add(file, file.parent / "metrics.csv")
             runs.append(load_saved(p))
         else:
-            runs.append(run_from_analysis(run_scan(p, opts, show_progress=not quiet), str(p)))
+            analysis = run_scan(p, opts, show_progress=not quiet)
+            outputs.add(*(r.path for r in analysis.inputs))
+            runs.append(run_from_analysis(analysis, str(p)))
+        if output is not None:
+            outputs.check(output)  # before the next scan: an output that is an input fails early
     result = diff_runs(runs[0], runs[1], tolerance)
     if out_fmt == "json":
         from .report.files import to_json
@@ -570,7 +578,7 @@ def diff(run_a: Path, run_b: Path, out_fmt: str, output: Path | None, tolerance:
         text = to_json(result)
     else:
         text = render_text(result)
-    _emit(text, output, quiet)
+    _emit(text, output, quiet, outputs=outputs)
     if result["regression"]["regressed"]:
         click.get_current_context().exit(EXIT_GATE_FAILED)
 
@@ -757,7 +765,7 @@ def export(analysis_path: Path, target: str, out_dir: Path | None, output: Path 
         raise UsageError(f"{analysis_path}: {why}; run `forensics scan {analysis_path} -o DIR` first, then "
                          f"`forensics export DIR --to {target} ...`")
     file = analysis_path / "analysis.json" if analysis_path.is_dir() else analysis_path
-    written = export_analysis(load_analysis(file), target, out_dir)
+    written = export_analysis(load_analysis(file), target, out_dir, Outputs([file]))
     if target == "wandb-offline":
         # run.finish() can return before W&B's service has written the run's last records; its
         # teardown waits for them, so the folder is complete when the command returns (as at the

@@ -11,6 +11,8 @@ never a crash; the bounds are far above anything a trainer writes.
   line is skipped without being held in memory.
 * :data:`MAX_RECORD_BYTES`: bytes of one TensorBoard record; a record header that claims more,
   or more than the rest of the file, is a corrupt or truncated record.
+* :data:`MAX_ROW_KEYS`: keys of one row (a JSONL object). A row of a million keys would cost
+  gigabytes as columns; trainers log hundreds.
 * :data:`MAX_HEAD_BYTES`: how far format detection reads to see one whole first line.
 * :data:`CELL_BUDGET`: rows x columns of one raw batch. A log whose rows keep adding keys would
   otherwise cost rows x keys (quadratic); batches are cut so that each holds at most about this
@@ -20,13 +22,14 @@ never a crash; the bounds are far above anything a trainer writes.
 from __future__ import annotations
 
 __all__ = ["CELL_BUDGET", "MAX_DEPTH", "MAX_HEAD_BYTES", "MAX_LINE_BYTES", "MAX_NUMBER_DIGITS",
-           "MAX_RECORD_BYTES", "STEP_MAX", "STEP_MIN"]
+           "MAX_RECORD_BYTES", "MAX_ROW_KEYS", "STEP_MAX", "STEP_MIN"]
 
 MAX_DEPTH = 256
 MAX_NUMBER_DIGITS = 4300
 MAX_LINE_BYTES = 64 << 20
 MAX_RECORD_BYTES = 256 << 20
 MAX_HEAD_BYTES = 1 << 20
+MAX_ROW_KEYS = 1 << 14
 CELL_BUDGET = 1 << 22
 
 #: Steps are int64: the exact range a step may take.

@@ -54,6 +54,7 @@ from ..io.inputs import BOM, GZIP_MAGIC, STDIN, is_stream
 from ..io.limits import MAX_HEAD_BYTES, MAX_LINE_BYTES
 from ..io.readers import RawBatch, ReadReport
 from ..io.readers.arrow import budget_groups, rows_to_raw
+from ..io.output import Outputs
 from ..io.readers.jsonl import parse_json_object
 from ..schema import resolve_columns
 
@@ -233,6 +234,7 @@ class Watcher:
         self.located = False
         self.why_not: InputError | None = None  # why the log cannot be read yet
         self._locate(must=False)
+        self._check_alerts_path()
         self.scan = Scan(self.config, self._run_meta())
         #: rows per batch fed to the trackers (a poll's rows are fed in batches of this size)
         self.batch_rows = batch_rows or self.config.batch_rows
@@ -301,8 +303,16 @@ class Watcher:
         found = load_run_meta(self.meta_path)
         return found if self.meta is None else found.merged(self.meta)
 
+    def _check_alerts_path(self) -> None:
+        """Refuse (:class:`UsageError`) an alerts file that is the watched log or the run's
+        metadata (by file identity, links included), a link or a special file."""
+        if self.jsonl is not None:
+            logs = (p for p in (self.given, self.path, self.meta_path) if p is not None and not p.is_dir())
+            Outputs(logs).check(self.jsonl)
+
     def _append_alert(self, alert: dict[str, Any]) -> None:
         assert self.jsonl is not None
+        self._check_alerts_path()
         try:
             self.jsonl.parent.mkdir(parents=True, exist_ok=True)
             with open(self.jsonl, "a", encoding="utf-8") as fh:

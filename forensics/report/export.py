@@ -15,14 +15,17 @@ is not needed to write them; the tests read them back with it).
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
 from ..io.adapters.tensorboard import _pb_bytes, _pb_key, _pb_varint, encode_event, tfrecord
+from ..io.output import Outputs
 
 __all__ = ["TensorBoardWriter", "export_analysis", "findings_markdown", "scalars_of", "wandb_log"]
 
@@ -93,12 +96,13 @@ class TensorBoardWriter:
     """Appends ``forensics/*`` scalars and text to one event file of its own in ``logdir``
     (``events.out.tfevents.<time>.<host>.forensics``), flushed at each write."""
 
-    def __init__(self, logdir: Path | str) -> None:
+    def __init__(self, logdir: Path | str, outputs: Outputs | None = None) -> None:
         self.logdir = Path(logdir)
         try:
             self.logdir.mkdir(parents=True, exist_ok=True)
             now = time.time()
             self.path = self.logdir / f"events.out.tfevents.{int(now)}.{socket.gethostname()}.forensics"
+            (outputs or Outputs()).check(self.path)  # never appends to an input, a link or a FIFO
             with open(self.path, "ab") as fh:
                 fh.write(tfrecord(encode_event(now, 0, file_version="brain.Event:2")))
         except OSError as exc:
@@ -161,31 +165,50 @@ def wandb_alert(run: Any, f: dict[str, Any]) -> None:
         pass
 
 
-def export_analysis(d: dict[str, Any], target: str, out_dir: Path | str) -> Path:
+def _writable_folder(out_dir: Path, outputs: Outputs) -> Path:
+    """``out_dir``, created, and proven writable by a file made there and removed (W&B falls
+    back to its default folder when it cannot write where it is told)."""
+    outputs.folder(out_dir)
+    try:
+        fd, probe = tempfile.mkstemp(dir=out_dir, prefix=".forensics-probe-")
+    except OSError as exc:
+        raise UsageError(f"cannot write into {out_dir}: {exc.strerror or exc}") from None
+    os.close(fd)
+    os.unlink(probe)
+    return out_dir
+
+
+def export_analysis(d: dict[str, Any], target: str, out_dir: Path | str, outputs: Outputs | None = None) -> Path:
     """Write an analysis dict to ``target`` (``tensorboard`` or ``wandb-offline``) under
-    ``out_dir``; return the file or run folder written."""
+    ``out_dir``; return the file or run folder written. ``outputs`` knows the inputs: nothing
+    is written over one (see :mod:`forensics.io.output`); an output folder that is a file, cannot
+    be created or is not writable is a :class:`UsageError`."""
     out_dir = Path(out_dir)
+    outputs = outputs or Outputs()
     if target == "tensorboard":
-        writer = TensorBoardWriter(out_dir)
+        writer = TensorBoardWriter(_writable_folder(out_dir, outputs), outputs)
         writer.analysis(d)
         return writer.path
-    if target == "wandb-offline":
-        try:
-            import wandb
-        except ImportError:
-            raise UsageError("--to wandb-offline needs the wandb package: pip install rl-forensics[wandb]") from None
-        import os
-
-        os.environ.setdefault("WANDB_SILENT", "true")
-        out_dir.mkdir(parents=True, exist_ok=True)
-        name = (d.get("run") or {}).get("name") or "forensics"
+    if target != "wandb-offline":
+        raise UsageError(f"unknown export target {target!r}; known: tensorboard, wandb-offline")
+    try:
+        import wandb
+    except ImportError:
+        raise UsageError("--to wandb-offline needs the wandb package: pip install rl-forensics[wandb]") from None
+    os.environ.setdefault("WANDB_SILENT", "true")
+    _writable_folder(out_dir, outputs)
+    name = (d.get("run") or {}).get("name") or "forensics"
+    try:
         run = wandb.init(project="forensics", dir=str(out_dir), mode="offline", name=str(name),
                          job_type="forensics", config={"forensics": {"schema_version": d.get("schema_version")}},
                          reinit="finish_previous")
-        try:
-            wandb_log(run, d)
-            folder = Path(run.dir).parent
-        finally:
-            run.finish()
-        return folder
-    raise UsageError(f"unknown export target {target!r}; known: tensorboard, wandb-offline")
+    except Exception as exc:  # wandb's own errors (a folder it cannot use): the user's to fix
+        raise UsageError(f"cannot start a W&B offline run in {out_dir}: {exc}") from None
+    try:
+        folder = Path(run.dir).parent
+        if not folder.resolve().is_relative_to(out_dir.resolve()):
+            raise UsageError(f"W&B wrote its run to {folder}, not into {out_dir}; check WANDB_DIR")
+        wandb_log(run, d)
+    finally:
+        run.finish()
+    return folder

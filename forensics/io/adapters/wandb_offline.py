@@ -20,7 +20,6 @@ in ``files/output.log`` and (online runs) the last values in ``files/wandb-summa
 
 from __future__ import annotations
 
-import json
 import struct
 import zlib
 from collections.abc import Iterator
@@ -28,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import FormatError, InputError, StrictModeError
+from ..limits import MAX_ROW_KEYS
 from ..readers.base import RawBatch, ReadReport
+from ..readers.jsonl import parse_json_value
 from ._common import RowSource, step_value
 from .wandb import WandbHistorySource
 
@@ -93,9 +94,44 @@ def binary_readable(run: Path) -> bool:
     return binary_file(run) is not None and _record_class() is not None
 
 
+_CUT = ("the .wandb file ends inside a record (the run was stopped while writing): every complete record "
+        "before it was read")
+
+
+def _verifies(buf: bytes, pos: int, seeds: dict[int, int]) -> bool:
+    """Whether a whole chunk whose checksum and type are right starts at ``pos`` of ``buf``."""
+    crc, length, kind = CHUNK.unpack_from(buf, pos)
+    end = pos + CHUNK.size + length
+    return kind in seeds and end <= len(buf) and zlib.crc32(buf[pos + CHUNK.size : end], seeds[kind]) == crc
+
+
+def _resync(buf: bytes, start: int, seeds: dict[int, int]) -> int | None:
+    """The offset of the next whole, verified chunk of the block ``buf`` after ``start``."""
+    for pos in range(start, len(buf) - CHUNK.size + 1):
+        if buf[pos + 6] in seeds and _verifies(buf, pos, seeds):
+            return pos
+    return None
+
+
+def _blocks(fh: Any) -> Iterator[tuple[bytes, bool]]:
+    """The 32 KiB blocks of a ``.wandb`` file after its header (the first is shorter by the
+    header): ``(block, whether it is whole)``."""
+    size = BLOCK - HEADER.size
+    while buf := fh.read(size):
+        yield buf, len(buf) == size
+        if len(buf) < size:
+            return
+        size = BLOCK
+
+
 def read_records(path: Path, report: ReadReport, strict: bool = False) -> Iterator[tuple[int, bytes]]:
-    """``(record number, payload)`` of a ``.wandb`` file (see the module doc for the framing)."""
-    crc_seed = {t: zlib.crc32(bytes([t])) for t in (FULL, FIRST, MIDDLE, LAST)}
+    """``(record number, payload)`` of a ``.wandb`` file (see the module doc for the framing).
+
+    A chunk whose checksum or type is wrong loses its record (a skipped row with its reason);
+    reading goes on at the next chunk of the block that verifies, so the records after it are
+    kept (one corrupt chunk is one lost record, not the rest of its block).
+    """
+    seeds = {t: zlib.crc32(bytes([t])) for t in (FULL, FIRST, MIDDLE, LAST)}
     try:
         fh = open(path, "rb")
     except OSError as exc:
@@ -107,60 +143,71 @@ def read_records(path: Path, report: ReadReport, strict: bool = False) -> Iterat
         ident, magic, _version = HEADER.unpack(head)
         if ident != b":W&B" or magic != MAGIC:
             raise FormatError(f"not a W&B history file (header {head!r})", path=str(path))
-        index = HEADER.size
         number = 0
         parts: list[bytes] = []
-
-        def bad(reason: str) -> None:
-            if strict:
-                raise StrictModeError(reason, path=str(path), line=number)
-            report.rows_read += 1
-            report.skip(number, reason, "corrupt record")
-
-        while True:
-            left = BLOCK - index % BLOCK
-            if left < CHUNK.size:  # the block's zero-padded tail
-                fh.read(left)
-                index += left
-            header = fh.read(CHUNK.size)
-            if len(header) < CHUNK.size:
-                if header.strip(b"\x00") or parts:
-                    report.notes.append("the .wandb file ends inside a record (the run was stopped while "
-                                        "writing): every complete record before it was read")
-                return
-            crc, length, kind = CHUNK.unpack(header)
-            index += CHUNK.size
-            if kind == 0 and length == 0 and crc == 0:  # zeros: the end of what was written
-                return
-            data = fh.read(length)
-            index += len(data)
-            if len(data) < length:
-                report.notes.append("the .wandb file ends inside a record (the run was stopped while "
-                                    "writing): every complete record before it was read")
-                return
-            if kind not in crc_seed or zlib.crc32(data, crc_seed[kind]) != crc:
-                number += 1
-                bad(f"W&B record {number}: checksum or chunk type wrong; skipped to the next block")
-                parts = []
-                skip = BLOCK - index % BLOCK
-                if skip < BLOCK:
-                    fh.read(skip)
-                    index += skip
-                continue
-            if kind == FULL:
-                number += 1
-                yield number, data
-            elif kind == FIRST:
-                parts = [data]
-            elif kind == MIDDLE and parts:
-                parts.append(data)
-            elif kind == LAST and parts:
-                parts.append(data)
-                number += 1
-                whole = b"".join(parts)
-                parts = []
-                if len(whole) <= MAX_RECORD:
+        for buf, full in _blocks(fh):
+            pos = 0
+            while len(buf) - pos >= CHUNK.size:
+                crc, length, kind = CHUNK.unpack_from(buf, pos)
+                if kind == 0 and length == 0 and crc == 0:  # zeros: the end of what was written
+                    return
+                if not _verifies(buf, pos, seeds):
+                    if pos + CHUNK.size + length > len(buf) and not full:
+                        report.notes.append(_CUT)  # the last block, cut inside this chunk
+                        return
+                    number += 1
+                    if strict:
+                        raise StrictModeError(f"W&B record {number}: checksum or chunk type wrong",
+                                              path=str(path), line=number)
+                    report.rows_read += 1
+                    report.skip(number, f"W&B record {number}: checksum or chunk type wrong; read on at the "
+                                "next chunk that verifies", "corrupt record")
+                    parts = []
+                    nxt = _resync(buf, pos + 1, seeds)
+                    if nxt is None:
+                        break
+                    pos = nxt
+                    continue
+                data = buf[pos + CHUNK.size : pos + CHUNK.size + length]
+                pos += CHUNK.size + length
+                if kind == FULL:
+                    number += 1
+                    yield number, data
+                elif kind == FIRST:
+                    parts = [data]
+                elif parts and sum(map(len, parts)) + length > MAX_RECORD:
+                    number, parts = number + 1, []
+                    report.rows_read += 1
+                    report.skip(number, f"W&B record {number}: larger than {MAX_RECORD} bytes", "value past a limit")
+                elif kind == MIDDLE and parts:
+                    parts.append(data)
+                elif kind == LAST and parts:
+                    number += 1
+                    whole = b"".join([*parts, data])
+                    parts = []
                     yield number, whole
+            if not full and (parts or buf[pos:].strip(b"\x00")):
+                report.notes.append(_CUT)
+                return
+        if parts:
+            report.notes.append(_CUT)
+
+
+def _history_row(history: Any) -> tuple[dict[str, Any], str]:
+    """The keys and values of a history record; ``(row, reason)`` with a reason when a value
+    is past a bound of :mod:`forensics.io.limits` (nesting, digits): the record is skipped."""
+    row: dict[str, Any] = {}
+    if len(history.item) > MAX_ROW_KEYS:
+        return row, f"more than {MAX_ROW_KEYS} keys in one record"
+    for item in history.item:
+        key = item.key or "/".join(item.nested_key)
+        value, why = parse_json_value(item.value_json)
+        if why.startswith("invalid JSON"):
+            value = item.value_json  # a plain string
+        elif why:
+            return row, f"value of {key!r}: {why}"
+        row[key] = value
+    return row, ""
 
 
 class _BinaryHistory(WandbHistorySource):
@@ -184,13 +231,13 @@ class _BinaryHistory(WandbHistorySource):
             if rec.WhichOneof("record_type") != "history":
                 others += 1
                 continue
-            row: dict[str, Any] = {}
-            for item in rec.history.item:
-                key = item.key or "/".join(item.nested_key)
-                try:
-                    row[key] = json.loads(item.value_json)
-                except ValueError:
-                    row[key] = item.value_json
+            row, why = _history_row(rec.history)
+            if why:
+                if self.strict:
+                    raise StrictModeError(f"W&B record {number}: {why}", path=str(self.path), line=number)
+                self.report.rows_read += 1
+                self.report.skip(number, f"W&B record {number}: {why}", "value past a limit")
+                continue
             if "_step" not in row and rec.history.HasField("step"):
                 row["_step"] = rec.history.step.num
             yield number, row
@@ -206,9 +253,11 @@ class _SummaryRow(RowSource):
 
     def rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8", errors="replace"))
-        except (OSError, ValueError) as exc:
-            raise InputError(f"cannot read the W&B summary: {exc}", path=str(self.path)) from None
+            data, why = parse_json_value(self.path.read_bytes())
+        except OSError as exc:
+            raise InputError(f"cannot read the W&B summary: {exc.strerror or exc}", path=str(self.path)) from None
+        if why:
+            raise InputError(f"cannot read the W&B summary: {why}", path=str(self.path))
         if not isinstance(data, dict):
             raise InputError("the W&B summary is not a JSON object", path=str(self.path))
         key = next((k for k in ("train/global_step", "trainer/global_step", "global_step", "_step") if k in data),

@@ -41,14 +41,14 @@ import pyarrow.json as pj
 from ...errors import InputError, StrictModeError
 from ...schema import canonical_name
 from ..inputs import BOM, open_binary, truncation
-from ..limits import CELL_BUDGET, MAX_DEPTH, MAX_LINE_BYTES, MAX_NUMBER_DIGITS
+from ..limits import CELL_BUDGET, MAX_DEPTH, MAX_LINE_BYTES, MAX_NUMBER_DIGITS, MAX_ROW_KEYS
 from .arrow import budget_groups, frame_to_raw, rows_to_raw, table_to_raw
 from .base import RawBatch, ReadReport
 
 if TYPE_CHECKING:  # polars is imported on first use: a Parquet scan or `forensics --help` does not pay for it
     import polars as pl
 
-__all__ = ["JsonlSource", "head_objects", "json_depth", "parse_json_object"]
+__all__ = ["JsonlSource", "head_objects", "json_depth", "parse_json_object", "parse_json_value"]
 
 #: The first chunk: small, so that a file whose rows each add a key costs little before the
 #: chunk size adapts to it (later chunks aim at ``batch_rows`` rows within the cell budget).
@@ -133,17 +133,15 @@ def json_depth(raw: bytes) -> int:
     return deepest
 
 
-def parse_json_object(raw: bytes | str) -> tuple[dict[str, Any] | None, str]:
-    """Parse one JSON line into an object; return ``(object, "")`` or ``(None, reason)``.
+def parse_json_value(raw: bytes | str) -> tuple[Any, str]:
+    """Parse one JSON text; ``(value, "")`` or ``(None, reason)``.
 
     orjson first (fast); Python's json for what it rejects, since trainers write the ``NaN``,
     ``Infinity`` and ``-Infinity`` literals it accepts. The bounds of :mod:`forensics.io.limits`
     (line length, nesting depth, digits of a number) are reasons, never crashes.
 
-    >>> parse_json_object('{"a": NaN}')
-    ({'a': nan}, '')
-    >>> parse_json_object('[1]')[1], parse_json_object('{"a": ' + '9' * 5000 + '}')[1]
-    ('expected a JSON object, got list', 'a number longer than 4300 digits')
+    >>> parse_json_value('[' * 2000 + ']' * 2000)[1]
+    'nested deeper than 256 levels'
     """
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     if len(data) > MAX_LINE_BYTES:
@@ -151,20 +149,37 @@ def parse_json_object(raw: bytes | str) -> tuple[dict[str, Any] | None, str]:
     if data.count(b"{") + data.count(b"[") > MAX_DEPTH and json_depth(data) > MAX_DEPTH:
         return None, f"nested deeper than {MAX_DEPTH} levels"
     try:
-        obj = orjson.loads(data)
+        return orjson.loads(data), ""
     except orjson.JSONDecodeError:
-        try:  # Python's json accepts NaN, Infinity and -Infinity, as trainers write them
-            obj = json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "not valid UTF-8"
-            col = f" (column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
-            return None, f"invalid JSON: {msg}{col}"
-        except ValueError:  # Python refuses to convert more digits than its int limit
-            return None, f"a number longer than {MAX_NUMBER_DIGITS} digits"
-        except RecursionError:
-            return None, f"nested deeper than {MAX_DEPTH} levels"
+        pass
+    try:  # Python's json accepts NaN, Infinity and -Infinity, as trainers write them
+        return json.loads(data), ""
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "not valid UTF-8"
+        col = f" (column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
+        return None, f"invalid JSON: {msg}{col}"
+    except ValueError:  # Python refuses to convert more digits than its int limit
+        return None, f"a number longer than {MAX_NUMBER_DIGITS} digits"
+    except RecursionError:
+        return None, f"nested deeper than {MAX_DEPTH} levels"
+
+
+def parse_json_object(raw: bytes | str) -> tuple[dict[str, Any] | None, str]:
+    """Parse one JSON line into an object; return ``(object, "")`` or ``(None, reason)``
+    (see :func:`parse_json_value`; an object of more than ``MAX_ROW_KEYS`` keys is a reason too).
+
+    >>> parse_json_object('{"a": NaN}')
+    ({'a': nan}, '')
+    >>> parse_json_object('[1]')[1], parse_json_object('{"a": ' + '9' * 5000 + '}')[1]
+    ('expected a JSON object, got list', 'a number longer than 4300 digits')
+    """
+    obj, reason = parse_json_value(raw)
+    if reason:
+        return None, reason
     if not isinstance(obj, dict):
         return None, f"expected a JSON object, got {type(obj).__name__}"
+    if len(obj) > MAX_ROW_KEYS:
+        return None, f"more than {MAX_ROW_KEYS} keys in one row"
     return obj, ""
 
 
@@ -265,19 +280,23 @@ def _valid_strings(table: pa.Table) -> bool:
     return True
 
 
+def _within(marks: np.ndarray, bounds: np.ndarray, limit: int) -> bool:
+    """Whether no line (between ``bounds``) holds more than ``limit`` of the offsets ``marks``."""
+    return len(marks) <= limit or int(np.diff(np.searchsorted(marks, bounds)).max()) <= limit
+
+
 def _shallow(arr: np.ndarray, nl: np.ndarray) -> bool:
     """Whether no line of the chunk ``arr`` (newlines at ``nl``) holds more opening brackets
-    than ``MAX_DEPTH``, so no line nests deeper: the fast parses are safe on it (pyarrow
-    overflows its stack on very deep nesting). Lines too short to hold that many cost nothing."""
+    than ``MAX_DEPTH`` (so no line nests deeper: pyarrow overflows its stack on very deep
+    nesting) or more colons than ``MAX_ROW_KEYS`` (so no row has more keys): the fast parses are
+    safe on it. Lines too short to hold that many cost nothing."""
     n = len(arr)
     bounds = np.concatenate([[-1], nl, [n]]) if not len(nl) or nl[-1] != n - 1 else np.concatenate([[-1], nl])
-    if int(np.diff(bounds).max()) <= 2 * MAX_DEPTH:
-        return True
-    opens = np.flatnonzero((arr | 0x20) == 0x7B)  # "{" and "[" (0x7B, 0x5B) and nothing else
-    if len(opens) <= MAX_DEPTH:
-        return True
-    per_line = np.diff(np.searchsorted(opens, bounds))
-    return int(per_line.max()) <= MAX_DEPTH
+    longest = int(np.diff(bounds).max())
+    if longest > 2 * MAX_DEPTH and not _within(np.flatnonzero((arr | 0x20) == 0x7B), bounds, MAX_DEPTH):
+        return False  # "{" and "[" (0x7B, 0x5B) and nothing else
+    # a key takes four bytes at least ("":0,)
+    return longest <= 4 * MAX_ROW_KEYS or _within(np.flatnonzero(arr == 0x3A), bounds, MAX_ROW_KEYS)
 
 
 class _ByteCounter:
@@ -401,6 +420,7 @@ def _join(pending: list[tuple[Any, np.ndarray]], size: int) -> Iterator[_Chunk]:
 
     ``pending`` holds polars frames of one schema, or pyarrow tables (see ``JsonlSource._chunks``).
     """
+    pending = [(item, ln) for item, ln in pending if len(ln)]  # a chunk of blank lines holds no row
     if not pending:
         return
     import polars as pl

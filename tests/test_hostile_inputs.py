@@ -1,0 +1,174 @@
+"""Hostile input, round two (issue 22): each defect found by the fuzz suite, pinned by a test."""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from forensics.cli import main
+from forensics.io.readers.base import ReadReport
+
+FMT = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
+WANDB_FILE = next((FMT / "wandb_offline" / "wandb").glob("offline-run-*/*.wandb"))
+
+
+def _scan(*argv: str) -> tuple[int, str]:
+    res = CliRunner().invoke(main, ["scan", *argv, "-q"], catch_exceptions=False)
+    return res.exit_code, res.output
+
+
+def _frame(records: list[bytes]) -> bytes:
+    """A ``.wandb`` file: LevelDB-log framing (FULL, or FIRST, MIDDLE..., LAST across blocks)."""
+    from forensics.io.adapters.wandb_offline import BLOCK, CHUNK, FIRST, FULL, HEADER, LAST, MAGIC, MIDDLE
+
+    out = bytearray(HEADER.pack(b":W&B", MAGIC, 0))
+    for data in records:
+        first = True
+        while True:
+            left = BLOCK - len(out) % BLOCK
+            if left < CHUNK.size:
+                out += b"\x00" * left
+                continue
+            part, data = data[: left - CHUNK.size], data[left - CHUNK.size :]
+            kind = (FULL if not data else FIRST) if first else (LAST if not data else MIDDLE)
+            out += CHUNK.pack(zlib.crc32(part, zlib.crc32(bytes([kind]))), len(part), kind) + part
+            first = False
+            if not data:
+                break
+    return bytes(out)
+
+
+def _history(step: int, **values: str) -> bytes:
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    rec = pb.Record()
+    for key, value_json in {"_step": str(step), **values}.items():
+        item = rec.history.item.add()
+        item.key, item.value_json = key, value_json
+    return rec.SerializeToString()
+
+
+def test_jsonl_row_then_many_blank_lines_is_one_row(tmp_path: Path) -> None:
+    log = tmp_path / "steps.jsonl"
+    log.write_text('{"step": 1, "kl": 0.1}\n{"step": 2, "kl": 0.2}\n' + "\n" * 20_000 + '{"step": 3, "kl": 0.3}\n'
+                   + "\n" * 70_000)
+    from forensics.io.readers.jsonl import JsonlSource
+
+    src = JsonlSource(log)
+    rows = sum(len(b.lines) for b in src.batches(1000))
+    assert rows == 3 and src.report.rows_read == 3
+
+
+def test_jsonl_row_with_too_many_keys_is_a_skipped_row(tmp_path: Path) -> None:
+    from forensics.io.limits import MAX_ROW_KEYS
+    from forensics.io.readers.jsonl import JsonlSource
+
+    wide = json.dumps({"step": 2, **{f"k{i}": i for i in range(MAX_ROW_KEYS + 1)}})
+    log = tmp_path / "steps.jsonl"
+    log.write_text('{"step": 1, "kl": 0.1}\n' + wide + '\n{"step": 3, "kl": 0.3}\n')
+    src = JsonlSource(log)
+    lines = [int(x) for b in src.batches(1000) for x in b.lines]
+    assert lines == [1, 3]
+    assert src.report.rows_skipped == 1 and f"more than {MAX_ROW_KEYS} keys" in src.report.issues[0].reason
+
+
+def test_wandb_value_nested_deep_is_a_skipped_record(tmp_path: Path) -> None:
+    pytest.importorskip("wandb")
+    run = tmp_path / "wandb" / "offline-run-20250101_000000-deep"
+    run.mkdir(parents=True)
+    deep = "[" * 2000 + "]" * 2000
+    (run / "run-deep.wandb").write_bytes(_frame([_history(1, kl="0.1"), _history(2, kl=deep),
+                                                 _history(3, kl="0.3")]))
+    code, out = _scan(str(run), "-o", str(tmp_path / "out"))
+    assert code == 0, out
+    report = json.loads((tmp_path / "out" / "analysis.json").read_text())["inputs"][0]
+    assert (report["rows_read"], report["rows_kept"], report["rows_skipped"]) == (3, 2, 1)
+    assert "nested deeper" in json.dumps(report)
+
+
+def test_wandb_corrupt_chunk_loses_one_record(tmp_path: Path) -> None:
+    pytest.importorskip("wandb")
+    from forensics.io.adapters.wandb_offline import BLOCK, CHUNK, HEADER, read_records
+
+    src = WANDB_FILE.read_bytes()
+    whole = [n for n, _ in read_records(WANDB_FILE, ReadReport("x"))]
+    # the first chunk that starts in the middle of the second block: flip a byte of its data
+    pos, starts = HEADER.size, []
+    while pos < len(src) - CHUNK.size:
+        if BLOCK - pos % BLOCK < CHUNK.size:
+            pos += BLOCK - pos % BLOCK
+            continue
+        _, length, kind = CHUNK.unpack_from(src, pos)
+        if kind == 0:
+            break
+        starts.append((pos, length))
+        pos += CHUNK.size + length
+    at, length = next((p, n) for p, n in starts if p > BLOCK + BLOCK // 2 and n > 8 and src[p + 6] == 1)
+    broken = bytearray(src)
+    broken[at + CHUNK.size + 4] ^= 0xFF
+    bad = tmp_path / "run-x.wandb"
+    bad.write_bytes(bytes(broken))
+    report = ReadReport(str(bad))
+    got = [n for n, _ in read_records(bad, report)]
+    assert report.rows_skipped == 1
+    assert len(got) + report.rows_skipped == len(whole)
+
+
+def test_wandb_framing_helper_round_trips(tmp_path: Path) -> None:
+    from forensics.io.adapters.wandb_offline import read_records
+
+    p = tmp_path / "a.wandb"
+    payloads = [bytes([i]) * (300 + i) for i in range(250)]  # crosses blocks
+    p.write_bytes(_frame(payloads))
+    assert [d for _, d in read_records(p, ReadReport("x"))] == payloads
+    assert struct.calcsize("<IHB") == 7
+
+
+# --- outputs never touch inputs (item 7) -------------------------------------------------------
+
+def _log(path: Path, n: int = 60) -> Path:
+    rows = [{"step": i, "kl": 0.01 * (1 + (i > 40) * 50), "reward_mean": 0.1 * i, "loss": 1.0 / i}
+            for i in range(1, n + 1)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("link", [False, True])
+def test_watch_alerts_never_append_to_the_watched_log(tmp_path: Path, link: bool) -> None:
+    log = _log(tmp_path / "steps.jsonl")
+    before = log.read_bytes()
+    alerts = tmp_path / "alias.jsonl"
+    if link:
+        alerts.hardlink_to(log)
+    res = CliRunner().invoke(main, ["watch", str(log), "--once", "--jsonl", str(alerts if link else log)])
+    assert res.exit_code == 2, res.output
+    assert "refusing to write" in res.output and log.read_bytes() == before
+
+
+def test_diff_output_never_replaces_an_input(tmp_path: Path) -> None:
+    a, b = _log(tmp_path / "a.jsonl"), _log(tmp_path / "b.jsonl", 50)
+    before = a.read_bytes()
+    for out in (a, b):
+        res = CliRunner().invoke(main, ["diff", str(a), str(b), "-o", str(out), "-q"])
+        assert res.exit_code == 2, res.output
+    assert a.read_bytes() == before
+    res = CliRunner().invoke(main, ["diff", str(a), str(b), "-o", str(tmp_path / "d.txt"), "-q"])
+    assert res.exit_code in (0, 1) and (tmp_path / "d.txt").is_file()
+
+
+def test_export_into_a_path_through_a_file_is_a_usage_error(tmp_path: Path) -> None:
+    log = _log(tmp_path / "steps.jsonl")
+    assert _scan(str(log), "-o", str(tmp_path / "rep"))[0] == 0
+    (tmp_path / "file").write_text("x")
+    for target in ("tensorboard", "wandb-offline"):
+        if target == "wandb-offline":
+            pytest.importorskip("wandb")
+        res = CliRunner().invoke(main, ["export", str(tmp_path / "rep"), "--to", target, "-o",
+                                        str(tmp_path / "file" / "x")])
+        assert res.exit_code == 2 and "not a folder" in res.output, res.output
+        assert "internal error" not in res.output
