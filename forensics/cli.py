@@ -8,6 +8,8 @@ Exit codes (the contract; see README):
 * 2 - usage error: bad option, unknown format, invalid config file.
 * 3 - input unreadable or invalid: missing file, unknown content, no usable rows, a malformed
   row under ``--strict``.
+* 4 - internal error: a bug in forensics (an unexpected exception), never bad input; the message
+  asks for a bug report with the version.
 
 Only this module turns errors into exit codes; no traceback reaches a user (set
 ``FORENSICS_DEBUG=1`` to see one).
@@ -40,7 +42,7 @@ from .config import DIFF_TOLERANCE, Allowed, RunMeta, allowed_of, run_field, sca
 from .errors import ConfigError, ForensicsError, UsageError
 from .io.output import Outputs
 
-EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
+EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3, 4
 
 #: ``scan --metrics`` (forensics.report.files.METRICS_FORMATS, not imported: --help stays light).
 METRICS_CHOICES = ("auto", "csv", "parquet", "both")
@@ -95,9 +97,11 @@ class _Group(click.Group):
         except Exception as exc:
             if os.environ.get("FORENSICS_DEBUG"):
                 traceback.print_exc()
-            echo(f"Error: internal error while processing the input: {type(exc).__name__}: "
-                 f"{exc} (set FORENSICS_DEBUG=1 for a traceback; please report it)", err=True)
-            ctx.exit(EXIT_INPUT)
+            echo(f"Error: internal error (a bug in forensics, not in your input): {type(exc).__name__}: "
+                 f"{show_value(str(exc), 300)}. Please file a bug report with the version (forensics "
+                 f"{__version__}, Python {sys.version.split()[0]}), the command you ran and the traceback "
+                 "that FORENSICS_DEBUG=1 prints.", err=True)
+            ctx.exit(EXIT_INTERNAL)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -109,7 +113,8 @@ def main() -> None:
     --format what is written, -o/--output where; -q prints nothing on success, -v adds the
     column mapping and the tracker plan. Colour on a terminal; NO_COLOR=1 turns it off.
 
-    Exit codes: 0 success, 1 gate failed, 2 usage error, 3 input unreadable or invalid.
+    Exit codes: 0 success, 1 gate failed, 2 usage error, 3 input unreadable or invalid,
+    4 internal error (a bug: please report it).
     """
 
 

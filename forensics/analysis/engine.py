@@ -44,7 +44,7 @@ from .trackers.base import TrackerResult
 if TYPE_CHECKING:  # pandas is imported when a DataFrame is asked for, not by every scan
     pass
 
-__all__ = ["Scan", "make_config", "run_inputs", "scan_frame", "scan_path"]
+__all__ = ["Scan", "make_config", "map_not_found_text", "run_inputs", "scan_frame", "scan_path"]
 
 @dataclass
 class Replay:
@@ -323,9 +323,27 @@ class Scan:
             trackers[tracker.name] = entry
         # throughput judges the machine and the windows only summarise: neither checks training
         judged = [n for n, e in trackers.items() if e["active"] and n not in ("throughput", "windows")]
-        return {"checked": bool(judged), "trackers_judging": judged,
-                "columns": {"mapped": len(mapped), "unmapped": len(unmapped),
-                            "mapped_names": mapped, "unmapped_keys": unmapped}, "trackers": trackers}
+        columns: dict[str, Any] = {"mapped": len(mapped), "unmapped": len(unmapped),
+                                   "mapped_names": mapped, "unmapped_keys": unmapped}
+        missing = self._maps_not_found()
+        if missing:
+            columns["maps_not_found"] = missing
+        return {"checked": bool(judged), "trackers_judging": judged, "columns": columns, "trackers": trackers}
+
+    def _maps_not_found(self) -> list[dict[str, Any]]:
+        """The user's column maps (``[columns]``, ``--map``) whose source key no input has, each
+        with the closest keys the log does have; under ``strict`` a :class:`UsageError`."""
+        from ..config import closest
+
+        seen = {k for m in self.mappings.values() for k in [*m.mapping, *m.unmapped, *m.shadowed]}
+        out = [{"source": c.source, "canonical": c.canonical, "origin": c.origin,
+                "closest": closest(c.source, seen)}
+               for c in self.config.columns.values() if c.source not in seen]
+        if out and self.config.strict:
+            from ..errors import UsageError
+
+            raise UsageError("; ".join(map_not_found_text(m) for m in out) + " (an error under --strict)")
+        return out
 
     def _name_source_keys(self, findings: list[Finding]) -> None:
         """Evidence names the *source* keys (``objective/kl``), not only canonical columns.
@@ -526,6 +544,19 @@ def make_config(config: Config | None = None, *, config_path: Path | str | None 
     if given:
         cfg.columns = merge_user_columns(cfg.columns, given)
     return cfg
+
+
+def map_not_found_text(m: dict[str, Any]) -> str:
+    """One line for a column map whose key the log does not have (``coverage.columns.maps_not_found``).
+
+    >>> map_not_found_text({"source": "gnrom", "canonical": "grad_norm", "origin": "--map",
+    ...                     "closest": ["gnorm"]})
+    "--map gnrom=grad_norm: the log has no key 'gnrom' (closest: 'gnorm'); grad_norm is read as the log names it"
+    """
+    near = ", ".join(repr(k) for k in m.get("closest") or [])
+    return (f"{m['origin']} {m['source']}={m['canonical']}: the log has no key {m['source']!r} "
+            f"({'closest: ' + near if near else 'no key close to it; -v lists the keys'}); "
+            f"{m['canonical']} is read as the log names it")
 
 
 def _feed_sources(scan: Scan, source: Any, sample_source: Any, config: Config,

@@ -132,9 +132,12 @@ def coverage_lines(cov: dict[str, Any], algorithm: str | None = None) -> list[st
     if not cov:
         return []
     cols = cov["columns"]
+    from ..analysis.engine import map_not_found_text
+
+    warnings = [f"warning: {map_not_found_text(m)}" for m in cols.get("maps_not_found") or []]
     if not cov["checked"]:
         keys = ", ".join(cols["unmapped_keys"][:8]) + (" ..." if cols["unmapped"] > 8 else "")
-        return ["", "NOTHING CHECKED: none of the logged columns is a training metric forensics "
+        return [*warnings, "", "NOTHING CHECKED: none of the logged columns is a training metric forensics "
                     f"knows ({cols['unmapped']} unrecognised: {keys}).",
                 "  This is not a healthy verdict. Name your keys with forensics' canonical names "
                 "(forensics rules --metrics) or convert the log; `forensics gate` fails this run."]
@@ -143,7 +146,7 @@ def coverage_lines(cov: dict[str, Any], algorithm: str | None = None) -> list[st
     return [f"checked: {len(active)} trackers ({', '.join(active)}) on {cols['mapped']} mapped "
             f"column(s); {cols['unmapped']} column(s) not recognised"
             + (f"; algorithm {algorithm}" if algorithm else "")
-            + (f"; not run: {', '.join(idle)}" if idle else "")]
+            + (f"; not run: {', '.join(idle)}" if idle else ""), *warnings]
 
 
 def _num(v: Any, fmt: str = ".4g") -> str:
