@@ -702,11 +702,16 @@ def convert(src: Path, out_path: Path, fmt: str | None, old_fmt: str | None, str
               help="Append each alert (new or escalated finding) to this file as a JSON line.")
 @click.option("--fail-on", type=click.Choice(["info", "warning", "critical"]),
               help="Exit 1 once a finding reaches this severity (stops watching then).")
+@click.option("--notify", "notify_url", metavar="URL", help="Post each alert (new or escalated finding) "
+              "to this webhook, from a background thread with retries; a failing endpoint is reported once.")
+@click.option("--notify-format", type=click.Choice(["json", "slack", "discord"]), default="json",
+              show_default=True, help="Body of each --notify post: the alert as JSON, or a Slack or "
+              "Discord webhook message.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the alerts (no start and stop lines).")
 def watch(path: Path, fmt: str | None, old_fmt: str | None, meta: Path | None, config_path: Path | None,
           maps: tuple[str, ...], kl_target: float | None, kl_unit: str | None, interval: float, once: bool,
           timeout: float | None, wait: bool, min_severity: str, jsonl_path: Path | None, fail_on: str | None,
-          quiet: bool) -> None:
+          notify_url: str | None, notify_format: str, quiet: bool) -> None:
     """Follow a growing log and print each finding when it appears, and again when it escalates.
 
     PATH is a log file, a run folder (its steps.* and run.json) or a trainer's output_dir, as
@@ -716,14 +721,20 @@ def watch(path: Path, fmt: str | None, old_fmt: str | None, meta: Path | None, c
     from .analysis.findings import Severity
     from .live.watch import Watcher
 
+    from .live.notify import Notifier
+
     cfg = build_config(config_path, kl_target, kl_unit, False, None, maps)
     say = (lambda s: None) if quiet else echo
+    notify = None if notify_url is None else Notifier(
+        notify_url, notify_format, run=cfg.run.name or str(path),
+        on_error=lambda text: echo(f"warning: {text}", err=True))
     watcher = Watcher(path, fmt=_resolve_format(fmt, old_fmt), config=cfg, echo=echo, status=say,
                       min_severity=Severity.parse(min_severity), meta_path=meta, wait=wait,
-                      jsonl=jsonl_path, fail_on=Severity.parse(fail_on) if fail_on else None)
+                      jsonl=jsonl_path, fail_on=Severity.parse(fail_on) if fail_on else None, notify=notify)
     try:
         watcher.run(interval=interval, once=once, timeout=timeout)
     except KeyboardInterrupt:
+        watcher.close_notify(timeout=2.0)
         say(f"stopped: {watcher.scan.rows} step rows analysed, {len(watcher.findings)} alert(s)")
     if watcher.failed is not None:
         echo(f"failing: {watcher.failed.severity.value} {watcher.failed.rule} reached --fail-on {fail_on}", err=True)
