@@ -222,6 +222,12 @@ def scan_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--kl-unit", type=click.Choice(["token", "sequence"]),
                      help="Unit of --kl-target (default token)."),
         click.option("--strict", is_flag=True, help="A malformed row is fatal (exit 3)."),
+        click.option("--gpus", type=Checked(run_field("gpus")), help="GPUs the run used: the cost of "
+                     "waste in GPU-hours (the log's wall clock x GPUs)."),
+        click.option("--gpu-hours", type=Checked(run_field("gpu_hours")), help="GPU-hours the whole run "
+                     "used (when the log has no clock)."),
+        click.option("--gpu-price", type=Checked(run_field("gpu_price")), help="Price of one GPU-hour: "
+                     "the cost of waste in money."),
         click.option("--batch-rows", type=Checked(scan_option("batch_rows")),
                      help="Rows per batch (memory is bounded by the batch)."),
     ]
@@ -231,11 +237,11 @@ def scan_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def build_config(config_path: Path | None, kl_target: float | None, kl_unit: str | None,
-                 strict: bool, batch_rows: int | None, maps: Sequence[str] = ()) -> Any:
+                 strict: bool, batch_rows: int | None, maps: Sequence[str] = (), **run: Any) -> Any:
     from .analysis.engine import make_config
 
     return make_config(config_path=config_path, kl_target=kl_target, kl_unit=kl_unit, strict=strict,
-                       batch_rows=batch_rows, maps=maps)
+                       batch_rows=batch_rows, maps=maps, **run)
 
 
 def run_scan(path: Path, opts: dict[str, Any], show_progress: bool = True):  # type: ignore[no-untyped-def]
@@ -244,7 +250,8 @@ def run_scan(path: Path, opts: dict[str, Any], show_progress: bool = True):  # t
     from .progress import scan_progress
 
     cfg = build_config(opts.get("config_path"), opts.get("kl_target"), opts.get("kl_unit"),
-                       bool(opts.get("strict")), opts.get("batch_rows"), opts.get("maps") or ())
+                       bool(opts.get("strict")), opts.get("batch_rows"), opts.get("maps") or (),
+                       gpus=opts.get("gpus"), gpu_hours=opts.get("gpu_hours"), gpu_price=opts.get("gpu_price"))
     tick, done = scan_progress(run_inputs(path, opts.get("samples")), enabled=show_progress)
     try:
         return scan_path(path, samples=opts.get("samples"), meta=opts.get("meta"), config=cfg,

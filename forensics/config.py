@@ -322,6 +322,12 @@ class RunMeta:
                                         "rate no healthy run reaches). Default: yes, unless "
                                         "param_count is below 1e6 (a toy policy).", type=bool)
     peak_flops: float | None = param(None, "Peak FLOP/s of the hardware (for MFU).", type=float, gt=0)
+    gpus: float | None = param(None, "GPUs the run used: the wall clock times this is its GPU-hours "
+                               "(the cost of waste; --gpus).", type=float, gt=0)
+    gpu_hours: float | None = param(None, "GPU-hours the whole run used, when the log has no clock or "
+                                    "you know better (--gpu-hours).", type=float, gt=0)
+    gpu_price: float | None = param(None, "Price of one GPU-hour, any currency: the cost of waste in "
+                                    "money (--gpu-price).", type=float, ge=0)
     config: dict[str, Any] = field(default_factory=dict, metadata={
         "doc": "Trainer config (any keys; read for the recommendations' config patch).",
         "allowed": Allowed(dict)})

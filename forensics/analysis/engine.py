@@ -494,11 +494,12 @@ def _find_run_files(path: Path, notes: list[str] | None = None) -> tuple[Path, P
 def make_config(config: Config | None = None, *, config_path: Path | str | None = None,
                 kl_target: float | None = None, kl_unit: str | None = None, strict: bool | None = None,
                 batch_rows: int | None = None, columns: dict[str, str] | dict[str, UserColumn] | None = None,
-                maps: Iterable[str] = ()) -> Config:
+                maps: Iterable[str] = (), gpus: float | None = None, gpu_hours: float | None = None,
+                gpu_price: float | None = None) -> Config:
     """A scan's configuration from the options the command line takes.
 
-    ``config`` (or the TOML file ``config_path``) is the base; ``kl_target``/``kl_unit`` override
-    its ``[run]``, ``strict`` and ``batch_rows`` its ``[scan]``; ``columns`` (source key ->
+    ``config`` (or the TOML file ``config_path``) is the base; ``kl_target``/``kl_unit`` and
+    ``gpus``/``gpu_hours``/``gpu_price`` (the cost of waste) override its ``[run]``, ``strict`` and ``batch_rows`` its ``[scan]``; ``columns`` (source key ->
     canonical name, or :class:`~forensics.schema.UserColumn`) and ``maps`` (``"SRC=CANONICAL[:UNIT]"``,
     as ``--map`` takes them) add to its ``[columns]``, winning over it.
 
@@ -527,8 +528,10 @@ def make_config(config: Config | None = None, *, config_path: Path | str | None 
         if kl_unit not in ("token", "sequence"):
             raise UsageError(f"kl_unit must be 'token' or 'sequence', not {kl_unit!r}")
         overrides["kl_target_unit"] = kl_unit
+    overrides.update({k: v for k, v in (("gpus", gpus), ("gpu_hours", gpu_hours), ("gpu_price", gpu_price))
+                      if v is not None})
     if overrides:
-        cfg.run = cfg.run.merged(RunMeta(**overrides))
+        cfg.run = cfg.run.merged(RunMeta(**overrides))  # checked there, as [run] values are
     if strict is not None:
         cfg.strict = bool(strict) or cfg.strict
     if batch_rows is not None:
@@ -649,6 +652,9 @@ def scan_path(
     batch_rows: int | None = None,
     columns: dict[str, str] | None = None,
     maps: Iterable[str] = (),
+    gpus: float | None = None,
+    gpu_hours: float | None = None,
+    gpu_price: float | None = None,
 ) -> Analysis:
     """Scan a step file or a run folder and return the analysis: what ``forensics scan`` does.
 
@@ -664,11 +670,13 @@ def scan_path(
         ``--batch-rows``.
     columns : your own key names, source key -> canonical name (``[columns]``); ``maps`` the same
         as ``--map`` strings (``"my_reward=reward_mean"``).
+    gpus, gpu_hours, gpu_price : as ``--gpus``, ``--gpu-hours``, ``--gpu-price`` (the cost of waste).
     trackers : run only these trackers (default: all).
     progress : called after each batch of either stream with its number of rows.
     """
     config = make_config(config, config_path=config_path, kl_target=kl_target, kl_unit=kl_unit,
-                         strict=strict, batch_rows=batch_rows, columns=columns, maps=maps)
+                         strict=strict, batch_rows=batch_rows, columns=columns, maps=maps, gpus=gpus,
+                         gpu_hours=gpu_hours, gpu_price=gpu_price)
     notes: list[str] = []
     steps_path, samples_path, meta_path = _find_run_files(Path(path), notes)
     if samples is not None:

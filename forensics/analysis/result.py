@@ -16,6 +16,7 @@ from .. import __version__
 from ..config import RunMeta
 from ..io.readers import ReadReport
 from ..schema import ColumnMapping
+from .cost import cost_section
 from .findings import Finding, Severity
 from .recommendations import advice_sections
 from .series import plots_section
@@ -59,6 +60,9 @@ class Analysis:
         d["timeline"] = timeline_section(self)
         d.update(advice_sections(self, d["timeline"]))  # windows annotated, recommendations
         d["plots"] = plots_section(self)
+        cost = cost_section(self)
+        if cost is not None:
+            d["cost"] = cost
         return d
 
     def _core_dict(self) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from ..analysis.cost import cost_lines
 from ..analysis.timeline import timeline_from_dict
 from .verdict import evidence_rows, verdict
 
@@ -525,6 +526,7 @@ def render_html(d: dict[str, Any], plotly_js: str | None = None, script: str = "
         "plotly_file": PLOTLY_FILE,
         "plotly_js": "" if script == "file" else (_plotly_js() if plotly_js is None else plotly_js),
         "tool": d.get("tool") or {},
+        "cost": cost_lines(d.get("cost")),
     }
     return _environment().get_template("report.html.j2").render(**ctx)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..analysis.cost import cost_lines, cost_section
 from ..analysis.findings import Severity
 from ..analysis.recommendations import advice_sections
 from ..analysis.result import Analysis
@@ -91,6 +92,9 @@ def render_summary(analysis: Analysis, top: int = 8, colour: bool = False) -> st
     if len(analysis.findings) > top:
         lines.append(f"  ... {len(analysis.findings) - top} more in findings.csv")
     lines.extend(_training_health(analysis, advice))
+    cost = cost_lines(cost_section(analysis))
+    if cost:
+        lines += ["", *cost]
     notes = [n for r in analysis.results if r.active for n in r.notes]
     if notes:
         lines.append("")
