@@ -74,4 +74,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+    """The public API only (``__all__``): not the helpers this module imports."""
+    return sorted(__all__)

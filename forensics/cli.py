@@ -8,6 +8,8 @@ Exit codes (the contract; see README):
 * 2 - usage error: bad option, unknown format, invalid config file.
 * 3 - input unreadable or invalid: missing file, unknown content, no usable rows, a malformed
   row under ``--strict``.
+* 4 - internal error: a bug in forensics (an unexpected exception), never bad input; the message
+  asks for a bug report with the version.
 
 Only this module turns errors into exit codes; no traceback reaches a user (set
 ``FORENSICS_DEBUG=1`` to see one).
@@ -40,7 +42,7 @@ from .config import DIFF_TOLERANCE, Allowed, RunMeta, allowed_of, run_field, sca
 from .errors import ConfigError, ForensicsError, UsageError
 from .io.output import Outputs
 
-EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
+EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3, 4
 
 #: ``scan --metrics`` (forensics.report.files.METRICS_FORMATS, not imported: --help stays light).
 METRICS_CHOICES = ("auto", "csv", "parquet", "both")
@@ -95,9 +97,11 @@ class _Group(click.Group):
         except Exception as exc:
             if os.environ.get("FORENSICS_DEBUG"):
                 traceback.print_exc()
-            echo(f"Error: internal error while processing the input: {type(exc).__name__}: "
-                 f"{exc} (set FORENSICS_DEBUG=1 for a traceback; please report it)", err=True)
-            ctx.exit(EXIT_INPUT)
+            echo(f"Error: internal error (a bug in forensics, not in your input): {type(exc).__name__}: "
+                 f"{show_value(str(exc), 300)}. Please file a bug report with the version (forensics "
+                 f"{__version__}, Python {sys.version.split()[0]}), the command you ran and the traceback "
+                 "that FORENSICS_DEBUG=1 prints.", err=True)
+            ctx.exit(EXIT_INTERNAL)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -109,7 +113,8 @@ def main() -> None:
     --format what is written, -o/--output where; -q prints nothing on success, -v adds the
     column mapping and the tracker plan. Colour on a terminal; NO_COLOR=1 turns it off.
 
-    Exit codes: 0 success, 1 gate failed, 2 usage error, 3 input unreadable or invalid.
+    Exit codes: 0 success, 1 gate failed, 2 usage error, 3 input unreadable or invalid,
+    4 internal error (a bug: please report it).
     """
 
 
@@ -217,6 +222,12 @@ def scan_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--kl-unit", type=click.Choice(["token", "sequence"]),
                      help="Unit of --kl-target (default token)."),
         click.option("--strict", is_flag=True, help="A malformed row is fatal (exit 3)."),
+        click.option("--gpus", type=Checked(run_field("gpus")), help="GPUs the run used: the cost of "
+                     "waste in GPU-hours (the log's wall clock x GPUs)."),
+        click.option("--gpu-hours", type=Checked(run_field("gpu_hours")), help="GPU-hours the whole run "
+                     "used (when the log has no clock)."),
+        click.option("--gpu-price", type=Checked(run_field("gpu_price")), help="Price of one GPU-hour: "
+                     "the cost of waste in money."),
         click.option("--batch-rows", type=Checked(scan_option("batch_rows")),
                      help="Rows per batch (memory is bounded by the batch)."),
     ]
@@ -226,11 +237,11 @@ def scan_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def build_config(config_path: Path | None, kl_target: float | None, kl_unit: str | None,
-                 strict: bool, batch_rows: int | None, maps: Sequence[str] = ()) -> Any:
+                 strict: bool, batch_rows: int | None, maps: Sequence[str] = (), **run: Any) -> Any:
     from .analysis.engine import make_config
 
     return make_config(config_path=config_path, kl_target=kl_target, kl_unit=kl_unit, strict=strict,
-                       batch_rows=batch_rows, maps=maps)
+                       batch_rows=batch_rows, maps=maps, **run)
 
 
 def run_scan(path: Path, opts: dict[str, Any], show_progress: bool = True):  # type: ignore[no-untyped-def]
@@ -239,7 +250,8 @@ def run_scan(path: Path, opts: dict[str, Any], show_progress: bool = True):  # t
     from .progress import scan_progress
 
     cfg = build_config(opts.get("config_path"), opts.get("kl_target"), opts.get("kl_unit"),
-                       bool(opts.get("strict")), opts.get("batch_rows"), opts.get("maps") or ())
+                       bool(opts.get("strict")), opts.get("batch_rows"), opts.get("maps") or (),
+                       gpus=opts.get("gpus"), gpu_hours=opts.get("gpu_hours"), gpu_price=opts.get("gpu_price"))
     tick, done = scan_progress(run_inputs(path, opts.get("samples")), enabled=show_progress)
     try:
         return scan_path(path, samples=opts.get("samples"), meta=opts.get("meta"), config=cfg,
@@ -705,11 +717,16 @@ def convert(src: Path, out_path: Path, fmt: str | None, old_fmt: str | None, str
               help="Append each alert (new or escalated finding) to this file as a JSON line.")
 @click.option("--fail-on", type=click.Choice(["info", "warning", "critical"]),
               help="Exit 1 once a finding reaches this severity (stops watching then).")
+@click.option("--notify", "notify_url", metavar="URL", help="Post each alert (new or escalated finding) "
+              "to this webhook, from a background thread with retries; a failing endpoint is reported once.")
+@click.option("--notify-format", type=click.Choice(["json", "slack", "discord"]), default="json",
+              show_default=True, help="Body of each --notify post: the alert as JSON, or a Slack or "
+              "Discord webhook message.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the alerts (no start and stop lines).")
 def watch(path: Path, fmt: str | None, old_fmt: str | None, meta: Path | None, config_path: Path | None,
           maps: tuple[str, ...], kl_target: float | None, kl_unit: str | None, interval: float, once: bool,
           timeout: float | None, wait: bool, min_severity: str, jsonl_path: Path | None, fail_on: str | None,
-          quiet: bool) -> None:
+          notify_url: str | None, notify_format: str, quiet: bool) -> None:
     """Follow a growing log and print each finding when it appears, and again when it escalates.
 
     PATH is a log file, a run folder (its steps.* and run.json) or a trainer's output_dir, as
@@ -719,14 +736,20 @@ def watch(path: Path, fmt: str | None, old_fmt: str | None, meta: Path | None, c
     from .analysis.findings import Severity
     from .live.watch import Watcher
 
+    from .live.notify import Notifier
+
     cfg = build_config(config_path, kl_target, kl_unit, False, None, maps)
     say = (lambda s: None) if quiet else echo
+    notify = None if notify_url is None else Notifier(
+        notify_url, notify_format, run=cfg.run.name or str(path),
+        on_error=lambda text: echo(f"warning: {text}", err=True))
     watcher = Watcher(path, fmt=_resolve_format(fmt, old_fmt), config=cfg, echo=echo, status=say,
                       min_severity=Severity.parse(min_severity), meta_path=meta, wait=wait,
-                      jsonl=jsonl_path, fail_on=Severity.parse(fail_on) if fail_on else None)
+                      jsonl=jsonl_path, fail_on=Severity.parse(fail_on) if fail_on else None, notify=notify)
     try:
         watcher.run(interval=interval, once=once, timeout=timeout)
     except KeyboardInterrupt:
+        watcher.close_notify(timeout=2.0)
         say(f"stopped: {watcher.scan.rows} step rows analysed, {len(watcher.findings)} alert(s)")
     if watcher.failed is not None:
         echo(f"failing: {watcher.failed.severity.value} {watcher.failed.rule} reached --fail-on {fail_on}", err=True)

@@ -19,6 +19,7 @@ A config file looks like::
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import re
@@ -30,7 +31,7 @@ from typing import Any
 from .errors import ConfigError, ForensicsError, InputError
 
 __all__ = ["ALGORITHMS", "DIFF_TOLERANCE", "LM_MIN_PARAMS", "MAX_COUNT", "Allowed", "Config", "RunMeta",
-           "algorithm_family", "allowed_of", "load_config", "load_run_meta", "normalise_algorithm", "param",
+           "algorithm_family", "allowed_of", "closest", "did_you_mean", "load_config", "load_run_meta", "normalise_algorithm", "param",
            "read_json", "read_toml", "run_field", "scan_option"]
 
 #: The algorithms forensics knows, by name, and the family that decides which rules apply:
@@ -86,6 +87,28 @@ def show_value(value: Any, width: int = 60) -> str:
         return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
     text = repr(value)
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def closest(name: Any, known: Any, n: int = 3) -> list[str]:
+    """The known names closest to ``name`` (difflib's ratio, at least 0.6; case ignored).
+
+    >>> closest("kl_targt", ["kl_target", "kl_target_unit", "algorithm"])
+    ['kl_target', 'kl_target_unit']
+    """
+    if not isinstance(name, str):
+        return []
+    names = {str(k).lower(): str(k) for k in known}
+    return [names[m] for m in difflib.get_close_matches(name.lower(), list(names), n=n, cutoff=0.6)]
+
+
+def did_you_mean(name: Any, known: Any) -> str:
+    """``" (did you mean 'x'?)"`` naming the known names closest to ``name`` ("" when none is close).
+
+    >>> did_you_mean("kl_targt", ["kl_target", "algorithm"]), did_you_mean("zzz", ["kl_target"])
+    (" (did you mean 'kl_target'?)", '')
+    """
+    hits = closest(name, known)
+    return " (did you mean " + " or ".join(repr(h) for h in hits) + "?)" if hits else ""
 
 
 def _num(x: float) -> str:
@@ -299,6 +322,12 @@ class RunMeta:
                                         "rate no healthy run reaches). Default: yes, unless "
                                         "param_count is below 1e6 (a toy policy).", type=bool)
     peak_flops: float | None = param(None, "Peak FLOP/s of the hardware (for MFU).", type=float, gt=0)
+    gpus: float | None = param(None, "GPUs the run used: the wall clock times this is its GPU-hours "
+                               "(the cost of waste; --gpus).", type=float, gt=0)
+    gpu_hours: float | None = param(None, "GPU-hours the whole run used, when the log has no clock or "
+                                    "you know better (--gpu-hours).", type=float, gt=0)
+    gpu_price: float | None = param(None, "Price of one GPU-hour, any currency: the cost of waste in "
+                                    "money (--gpu-price).", type=float, ge=0)
     config: dict[str, Any] = field(default_factory=dict, metadata={
         "doc": "Trainer config (any keys; read for the recommendations' config patch).",
         "allowed": Allowed(dict)})
@@ -311,16 +340,26 @@ class RunMeta:
         self._check("run metadata")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, source: str = "run metadata") -> RunMeta:
+    def from_dict(cls, data: dict[str, Any], *, source: str = "run metadata",
+                  unknown: str = "error") -> RunMeta:
         """Run metadata from a mapping (run.json, a config's ``[run]``); every field is checked
-        (:class:`ConfigError` naming ``source``, the key and the value). Unknown keys are kept
-        under ``config``, never dropped."""
+        (:class:`ConfigError` naming ``source``, the key and the value).
+
+        An unknown key (``kl_targt``) is a :class:`ConfigError` naming the closest field names:
+        a typo is never stored and ignored. Trainer settings go under ``config``. With
+        ``unknown="config"`` (a trainer's own dict given to the run writer) unknown keys are
+        kept under ``config`` instead, never dropped.
+        """
         names = {f.name: f for f in dataclasses.fields(cls)}
+        extra = sorted(set(data) - set(names))
+        if extra and unknown == "error":
+            key = extra[0]
+            raise ConfigError(f"{source} {key}: not a run metadata field{did_you_mean(key, names)}; "
+                              "trainer settings go under config = {...}; `forensics rules` lists the fields")
         meta = cls(**{k: _field_value(names[k], v, f"{source} {k}") for k, v in data.items() if k in names})
-        unknown = sorted(set(data) - set(names))
-        if unknown:
+        if extra:
             # keep what we do not know as trainer config, never drop it
-            meta.config = {**{k: data[k] for k in unknown}, **meta.config}
+            meta.config = {**{k: data[k] for k in extra}, **meta.config}
         return meta
 
     def _check(self, source: str) -> None:
@@ -359,7 +398,8 @@ def _field_value(f: dataclasses.Field[Any], value: Any, where: str) -> Any:
         return allowed_of(f).check(value, where)
     known = normalise_algorithm(value) if isinstance(value, str) else None
     if known is None:
-        raise ConfigError(f"{where} = {show_value(value)} is not known; valid: " + ", ".join(sorted(ALGORITHMS)))
+        raise ConfigError(f"{where} = {show_value(value)} is not known{did_you_mean(value, ALGORITHMS)}; valid: "
+                          + ", ".join(sorted(ALGORITHMS)))
     return known
 
 
@@ -476,7 +516,8 @@ def load_config(path: Path | None) -> Config:
         raise ConfigError(f"{path}: scan = {show_value(scan)}: [scan] must be a table")
     for key, value in scan.items():
         if key not in SCAN_OPTIONS:
-            raise ConfigError(f"{path}: [scan] has no option {key!r}; known: " + ", ".join(SCAN_OPTIONS))
+            raise ConfigError(f"{path}: [scan] has no option {key!r}{did_you_mean(key, SCAN_OPTIONS)}; known: "
+                              + ", ".join(SCAN_OPTIONS))
         setattr(cfg, key, scan_option(key).check(value, f"{path}: [scan] {key}"))
     from .schema import user_columns
 

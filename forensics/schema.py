@@ -650,8 +650,10 @@ def user_column(source: str, canonical: str, unit: str | None = None,
     if not isinstance(source, str) or not source:
         raise ConfigError(f"{origin}: a source key must be a non-empty string, got {source!r}")
     if not isinstance(canonical, str) or not _user_target(canonical):
-        raise ConfigError(f"{origin}: {source} = {canonical!r}: not a canonical metric name "
-                          "(forensics rules --metrics lists them)")
+        from .config import did_you_mean
+
+        raise ConfigError(f"{origin}: {source} = {canonical!r}: not a canonical metric name"
+                          f"{did_you_mean(canonical, METRICS)} (forensics rules --metrics lists them)")
     transform = None
     if unit is not None:
         units = _user_units(canonical)

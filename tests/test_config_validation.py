@@ -199,12 +199,13 @@ def test_run_json_beside_the_log_is_checked_too(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "run.json: kl_target = nan" in res.output
 
 
-def test_a_config_merges_and_keeps_unknown_run_keys(tmp_path: Path) -> None:
+def test_a_config_merges_and_keeps_trainer_settings_under_config(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
-    cfg.write_text('[run]\nkl_target = 6\nlr = 1e-5\n[scan]\nstrict = true\nbatch_rows = 100\n')
+    cfg.write_text('[run]\nkl_target = 6\nconfig = {lr = 1e-5}\n[scan]\nstrict = true\nbatch_rows = 100\n')
     c = load_config(cfg)
     assert (c.run.kl_target, c.run.config, c.strict, c.batch_rows) == (6, {"lr": 1e-5}, True, 100)
     assert load_config(None) == Config()
+
 
 
 # -- command-line numbers -----------------------------------------------------------------------
@@ -256,3 +257,49 @@ def test_a_missing_samples_or_meta_file_is_exit_3(log: Path, tmp_path: Path, whe
 def test_a_missing_config_is_a_usage_error() -> None:
     res = run("scan", str(RLDK), "--config", "/nonexistent/c.toml")
     assert res.exit_code == 2 and "config not found" in res.output
+
+
+# -- nothing accepted silently: unknown names are usage errors with the closest known names -----
+
+def test_a_typo_in_run_is_a_usage_error_with_did_you_mean(log: Path, tmp_path: Path) -> None:
+    res = scan_with(log, tmp_path, "[run]\nkl_targt = 6.0\n")
+    assert res.exit_code == 2, res.output
+    assert "[run] kl_targt: not a run metadata field (did you mean 'kl_target'" in res.output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("where", ["meta", "beside"])
+def test_a_typo_in_run_json_or_meta_is_a_usage_error(tmp_path: Path, where: str) -> None:
+    write_jsonl(tmp_path / "steps.jsonl", healthy_rows(60))
+    meta = tmp_path / ("run.json" if where == "beside" else "m.json")
+    meta.write_text(json.dumps({"algorithm": "ppo", "kl_targt": 6.0}))
+    extra = ("--meta", str(meta)) if where == "meta" else ()
+    res = run("scan", str(tmp_path), "-o", str(tmp_path / "out"), "-q", *extra)
+    assert res.exit_code == 2, res.output
+    assert f"{meta}: kl_targt: not a run metadata field (did you mean 'kl_target'" in res.output
+
+
+def test_the_run_writer_keeps_a_trainers_own_settings_under_config() -> None:
+    meta = RunMeta.from_dict({"algorithm": "ppo", "lr": 1e-5}, unknown="config")
+    assert meta.config == {"lr": 1e-5}
+    with pytest.raises(ConfigError, match="did you mean"):
+        RunMeta.from_dict({"algoritm": "ppo"})
+
+
+@pytest.mark.parametrize(("toml", "hint"), [
+    ("[scan]\nbatch_row = 5\n", "did you mean 'batch_rows'"),
+    ("[kl_schedul]\nspike_z = 8.0\n", "did you mean 'kl_schedule'"),
+    ("[kl_schedule]\nspike_zz = 8.0\n", "did you mean 'spike_z'"),
+    ('[run]\nalgorithm = "gpro"\n', "'grpo'?)"),
+    ('[columns]\ngnorm = "grad_nrom"\n', "did you mean 'grad_norm'"),
+])
+def test_every_unknown_name_suggests_the_closest(log: Path, tmp_path: Path, toml: str, hint: str) -> None:
+    res = scan_with(log, tmp_path, toml)
+    assert res.exit_code == 2 and hint in res.output, res.output
+
+
+def test_an_unknown_gate_rule_suggests_the_closest(log: Path, tmp_path: Path) -> None:
+    pol = tmp_path / "p.toml"
+    pol.write_text('fail_rules = ["kl.spikes"]\n')
+    res = run("gate", str(log), "--policy", str(pol), "-q")
+    assert res.exit_code == 2 and "did you mean 'kl.spike'" in res.output, res.output

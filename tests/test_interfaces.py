@@ -666,7 +666,9 @@ def test_readme_shell_and_toml_examples_run_as_written(tmp_path: Path, monkeypat
     monkeypatch.chdir(tmp_path)
     lines = [ln.split("  #")[0].strip() for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S)
              for ln in block.splitlines()]
-    commands = [ln for ln in lines if ln.startswith("forensics ") and "--address" not in ln]
+    # a Ray address needs a cluster; a webhook is posted to a local server in tests/test_notify.py
+    commands = [ln for ln in lines if ln.startswith("forensics ") and "--address" not in ln
+                and "--notify" not in ln]
     assert len(commands) >= 15
     ran = 0
     for cmd in commands:

@@ -37,3 +37,18 @@ def test_pandas_views_of_an_analysis() -> None:
     assert len(found) == len(a.findings) > 0
     assert found["rule"].tolist() == [f.rule for f in a.findings]
     assert found.loc[0, "evidence"] == a.findings[0].evidence
+
+
+def test_dir_shows_only_the_public_api() -> None:
+    assert dir(forensics) == sorted(forensics.__all__)
+    assert not {"Any", "TYPE_CHECKING", "importlib", "annotations"} & set(dir(forensics))
+
+
+def test_repr_of_an_analysis_is_a_few_lines() -> None:
+    from pathlib import Path
+
+    a = forensics.scan_path(Path(__file__).resolve().parent.parent / "fixtures" / "runs" / "ppo_lr_high")
+    text = repr(a)
+    assert len(text.splitlines()) <= 5 and len(text) < 1000, text
+    assert text.startswith("<Analysis of ") and "health: overall" in text and "critical" in text
+    assert a.findings[0].rule in text

@@ -45,7 +45,7 @@ from .trackers.base import TrackerResult, tracker_score
 if TYPE_CHECKING:  # pandas is imported when a DataFrame is asked for, not by every scan
     pass
 
-__all__ = ["Scan", "make_config", "run_inputs", "scan_frame", "scan_path"]
+__all__ = ["Scan", "make_config", "map_not_found_text", "run_inputs", "scan_frame", "scan_path"]
 
 @dataclass
 class Replay:
@@ -337,9 +337,27 @@ class Scan:
             trackers[tracker.name] = entry
         # throughput judges the machine and the windows only summarise: neither checks training
         judged = [n for n, e in trackers.items() if e["active"] and n not in ("throughput", "windows")]
-        return {"checked": bool(judged), "trackers_judging": judged,
-                "columns": {"mapped": len(mapped), "unmapped": len(unmapped),
-                            "mapped_names": mapped, "unmapped_keys": unmapped}, "trackers": trackers}
+        columns: dict[str, Any] = {"mapped": len(mapped), "unmapped": len(unmapped),
+                                   "mapped_names": mapped, "unmapped_keys": unmapped}
+        missing = self._maps_not_found()
+        if missing:
+            columns["maps_not_found"] = missing
+        return {"checked": bool(judged), "trackers_judging": judged, "columns": columns, "trackers": trackers}
+
+    def _maps_not_found(self) -> list[dict[str, Any]]:
+        """The user's column maps (``[columns]``, ``--map``) whose source key no input has, each
+        with the closest keys the log does have; under ``strict`` a :class:`UsageError`."""
+        from ..config import closest
+
+        seen = {k for m in self.mappings.values() for k in [*m.mapping, *m.unmapped, *m.shadowed]}
+        out = [{"source": c.source, "canonical": c.canonical, "origin": c.origin,
+                "closest": closest(c.source, seen)}
+               for c in self.config.columns.values() if c.source not in seen]
+        if out and self.config.strict:
+            from ..errors import UsageError
+
+            raise UsageError("; ".join(map_not_found_text(m) for m in out) + " (an error under --strict)")
+        return out
 
     def _name_source_keys(self, findings: list[Finding]) -> None:
         """Evidence names the *source* keys (``objective/kl``), not only canonical columns.
@@ -490,11 +508,12 @@ def _find_run_files(path: Path, notes: list[str] | None = None) -> tuple[Path, P
 def make_config(config: Config | None = None, *, config_path: Path | str | None = None,
                 kl_target: float | None = None, kl_unit: str | None = None, strict: bool | None = None,
                 batch_rows: int | None = None, columns: dict[str, str] | dict[str, UserColumn] | None = None,
-                maps: Iterable[str] = ()) -> Config:
+                maps: Iterable[str] = (), gpus: float | None = None, gpu_hours: float | None = None,
+                gpu_price: float | None = None) -> Config:
     """A scan's configuration from the options the command line takes.
 
-    ``config`` (or the TOML file ``config_path``) is the base; ``kl_target``/``kl_unit`` override
-    its ``[run]``, ``strict`` and ``batch_rows`` its ``[scan]``; ``columns`` (source key ->
+    ``config`` (or the TOML file ``config_path``) is the base; ``kl_target``/``kl_unit`` and
+    ``gpus``/``gpu_hours``/``gpu_price`` (the cost of waste) override its ``[run]``, ``strict`` and ``batch_rows`` its ``[scan]``; ``columns`` (source key ->
     canonical name, or :class:`~forensics.schema.UserColumn`) and ``maps`` (``"SRC=CANONICAL[:UNIT]"``,
     as ``--map`` takes them) add to its ``[columns]``, winning over it.
 
@@ -523,8 +542,10 @@ def make_config(config: Config | None = None, *, config_path: Path | str | None 
         if kl_unit not in ("token", "sequence"):
             raise UsageError(f"kl_unit must be 'token' or 'sequence', not {kl_unit!r}")
         overrides["kl_target_unit"] = kl_unit
+    overrides.update({k: v for k, v in (("gpus", gpus), ("gpu_hours", gpu_hours), ("gpu_price", gpu_price))
+                      if v is not None})
     if overrides:
-        cfg.run = cfg.run.merged(RunMeta(**overrides))
+        cfg.run = cfg.run.merged(RunMeta(**overrides))  # checked there, as [run] values are
     if strict is not None:
         cfg.strict = bool(strict) or cfg.strict
     if batch_rows is not None:
@@ -540,6 +561,19 @@ def make_config(config: Config | None = None, *, config_path: Path | str | None 
     if given:
         cfg.columns = merge_user_columns(cfg.columns, given)
     return cfg
+
+
+def map_not_found_text(m: dict[str, Any]) -> str:
+    """One line for a column map whose key the log does not have (``coverage.columns.maps_not_found``).
+
+    >>> map_not_found_text({"source": "gnrom", "canonical": "grad_norm", "origin": "--map",
+    ...                     "closest": ["gnorm"]})
+    "--map gnrom=grad_norm: the log has no key 'gnrom' (closest: 'gnorm'); grad_norm is read as the log names it"
+    """
+    near = ", ".join(repr(k) for k in m.get("closest") or [])
+    return (f"{m['origin']} {m['source']}={m['canonical']}: the log has no key {m['source']!r} "
+            f"({'closest: ' + near if near else 'no key close to it; -v lists the keys'}); "
+            f"{m['canonical']} is read as the log names it")
 
 
 def _feed_sources(scan: Scan, source: Any, sample_source: Any, config: Config,
@@ -632,6 +666,9 @@ def scan_path(
     batch_rows: int | None = None,
     columns: dict[str, str] | None = None,
     maps: Iterable[str] = (),
+    gpus: float | None = None,
+    gpu_hours: float | None = None,
+    gpu_price: float | None = None,
 ) -> Analysis:
     """Scan a step file or a run folder and return the analysis: what ``forensics scan`` does.
 
@@ -647,11 +684,13 @@ def scan_path(
         ``--batch-rows``.
     columns : your own key names, source key -> canonical name (``[columns]``); ``maps`` the same
         as ``--map`` strings (``"my_reward=reward_mean"``).
+    gpus, gpu_hours, gpu_price : as ``--gpus``, ``--gpu-hours``, ``--gpu-price`` (the cost of waste).
     trackers : run only these trackers (default: all).
     progress : called after each batch of either stream with its number of rows.
     """
     config = make_config(config, config_path=config_path, kl_target=kl_target, kl_unit=kl_unit,
-                         strict=strict, batch_rows=batch_rows, columns=columns, maps=maps)
+                         strict=strict, batch_rows=batch_rows, columns=columns, maps=maps, gpus=gpus,
+                         gpu_hours=gpu_hours, gpu_price=gpu_price)
     notes: list[str] = []
     steps_path, samples_path, meta_path = _find_run_files(Path(path), notes)
     if samples is not None:

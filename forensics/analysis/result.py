@@ -16,6 +16,7 @@ from .. import __version__
 from ..config import RunMeta
 from ..io.readers import ReadReport
 from ..schema import ColumnMapping
+from .cost import cost_section
 from .findings import Finding, Severity
 from .recommendations import advice_sections
 from .series import plots_section
@@ -32,9 +33,10 @@ __all__ = ["SCHEMA_VERSION", "Analysis"]
 SCHEMA_VERSION = "1.0"
 
 
-@dataclass
+@dataclass(repr=False)
 class Analysis:
-    """The result of a scan. ``to_dict`` is the analysis JSON (deterministic)."""
+    """The result of a scan. ``to_dict`` is the analysis JSON (deterministic); ``repr`` is a
+    few lines of summary (the inputs, steps, health and the findings by severity)."""
 
     inputs: list[ReadReport]
     mappings: dict[str, ColumnMapping]
@@ -58,6 +60,9 @@ class Analysis:
         d["timeline"] = timeline_section(self)
         d.update(advice_sections(self, d["timeline"]))  # windows annotated, recommendations
         d["plots"] = plots_section(self)
+        cost = cost_section(self)
+        if cost is not None:
+            d["cost"] = cost
         return d
 
     def _core_dict(self) -> dict[str, Any]:
@@ -110,6 +115,23 @@ class Analysis:
         order = [s.value for s in sorted(Severity, key=lambda s: s.rank)]
         df["severity"] = pd.Categorical(df["severity"], categories=order, ordered=True)
         return df
+
+    def __repr__(self) -> str:
+        h = self.health
+        score = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
+        counts = {s.value: sum(1 for f in self.findings if f.severity is s) for s in Severity}
+        top = ", ".join(f"{f.rule} ({f.severity.value}, step {f.onset_step})" for f in self.findings[:3])
+        more = f", ... {len(self.findings) - 3} more" if len(self.findings) > 3 else ""
+        return "\n".join([
+            f"<Analysis of {', '.join(r.path for r in self.inputs) or 'no input'}: steps "
+            f"{self.steps.get('first')}..{self.steps.get('last')} ({self.steps.get('rows')} rows)"
+            + (f", algorithm {self.meta.algorithm}" if self.meta.algorithm else ""),
+            f"  health: overall {score(h.get('overall'))}, stability {score(h.get('stability'))}, "
+            f"convergence {score(h.get('convergence'))}" + ("" if self.coverage.get("checked", True)
+                                                           else " (nothing checked)"),
+            f"  findings: {counts['critical']} critical, {counts['warning']} warning, {counts['info']} info"
+            + (f": {top}{more}" if top else ""),
+            "  (.findings_frame(), .to_pandas(), .to_dict() for the rest)>"])
 
     def _repr_html_(self) -> str:
         """The summary in a notebook: the verdict, health scores and the top findings."""

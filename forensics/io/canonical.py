@@ -11,7 +11,9 @@ Nothing is lost on the way:
   and aliases go in :data:`~forensics.schema.ALIASES` order), whatever the batch boundaries. A
   key that arrives later for a canonical name already fed is carried through under
   ``shadowed/<key>`` when its own name is a canonical one (it never overwrites the column), and
-  the report says so;
+  the report says so. The user's own map (``[columns]``, ``--map``) reserves its canonical
+  name only for a key the log has: a map whose key is absent never shadows the log's own key
+  (the scan warns about it instead);
 * **a value that does not fit its column** (text in a numeric column) is parsed when it is a
   number in disguise (``"nan"``, ``"1e-3"``, ``tensor(0.5, device='cuda:0')``) and otherwise
   set aside for that row (read as missing, counted and located), the column kept;
@@ -266,9 +268,14 @@ class Canonicalizer:
             return
         firsts = {k: self._first_row(raw, k) for k in new}
         m = self.mapping
+        present = set(self._stored) | set(new)
         for key in sorted(new, key=lambda k: (firsts[k], *self._rank(k))):
             line = int(raw.lines[firsts[key]]) if firsts[key] < len(raw) else 0
             user = self.columns.get(key)
+            if user is not None and user.canonical in self._taken:  # the log's own key came first
+                self._shadow(key, user.canonical, f"the log's {self._taken[user.canonical]} already feeds "
+                             "(it came first)", report)
+                continue
             if user is not None:
                 self._taken[user.canonical] = key
                 self._first_line[key] = line
@@ -282,12 +289,8 @@ class Canonicalizer:
                 continue
             canonical, alias = hit
             mine = self._reserved.get(canonical)
-            if mine is not None and mine != key:
-                m.shadowed.append(key)
-                name = SHADOW_PREFIX + key if key in METRICS else key
-                self._stored[key] = _Stored(name, "shadowed")
-                report.notes.append(f"{key} also means {canonical}, which your column map gives to {mine}: "
-                                    f"{key} is carried through as {name}")
+            if mine is not None and mine != key and mine in present:  # a map whose key is absent reserves nothing
+                self._shadow(key, canonical, f"your column map gives to {mine}", report)
                 continue
             owner = self._taken.get(canonical)
             if owner is not None:
@@ -304,6 +307,13 @@ class Canonicalizer:
             self._first_line[key] = line
             self._stored[key] = _Stored(canonical, "mapped")
             m.map_alias(key, canonical, alias)
+
+    def _shadow(self, key: str, canonical: str, why: str, report: ReadReport) -> None:
+        """Carry ``key`` through under its own name: ``canonical`` is fed by another key (``why``)."""
+        self.mapping.shadowed.append(key)
+        name = SHADOW_PREFIX + key if key in METRICS else key
+        self._stored[key] = _Stored(name, "shadowed")
+        report.notes.append(f"{key} also means {canonical}, which {why}: {key} is carried through as {name}")
 
     def _rank(self, key: str) -> tuple[int, str]:
         if key in self.columns:

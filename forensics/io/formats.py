@@ -153,4 +153,7 @@ def open_source(path: Path, fmt: str | None = None, *, strict: bool = False) -> 
                 source.report.notes.append("read from a stream (stdin or a pipe): copied once, to its end, "
                                            "before reading")
             return source
-    raise UsageError(f"unknown format {name!r}; known: " + ", ".join(FORMATS.names()))
+    from ..config import did_you_mean
+
+    raise UsageError(f"unknown format {name!r}{did_you_mean(name, FORMATS.names())}; known: "
+                     + ", ".join(FORMATS.names()))

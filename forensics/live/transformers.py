@@ -60,6 +60,7 @@ from ..io.adapters.hf_trainer_state import classify
 from ..io.readers.arrow import rows_to_raw
 from ..io.readers.base import ReadReport
 from ..schema import TRANSFORMS, ColumnMapping, resolve_columns
+from .notify import Notifier
 from .watch import LiveFindings
 
 try:  # pragma: no cover - depends on the environment
@@ -205,12 +206,16 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
     report_to : where findings go (``"tensorboard"``, ``"wandb"``); default: the trainer's own
         ``report_to``, each only when its package is installed.
     trainer : the trainer, to read the completions TRL keeps (or use :meth:`attach`).
+    notify : a webhook URL (or a :class:`~forensics.live.notify.Notifier`): each alert is posted
+        there from a background thread, with retries; training never waits for it, and a failing
+        endpoint is logged once. ``notify_format``: ``json``, ``slack`` or ``discord``.
     """
 
     def __init__(self, output_dir: str | Path | None = None, *, live: bool = True,
                  echo: Callable[[str], None] | None = None, config: Config | None = None,
                  meta: RunMeta | None = None, check_every: int = 1, stop_on_critical: bool = False,
-                 report_to: Iterable[str] | None = None, trainer: Any = None) -> None:
+                 report_to: Iterable[str] | None = None, trainer: Any = None,
+                 notify: str | Notifier | None = None, notify_format: str = "json") -> None:
         self.check_every = max(1, int(check_every))
         self.output_dir = Path(output_dir) if output_dir is not None else None
         self.live = live
@@ -220,6 +225,9 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
         self.stop_on_critical = stop_on_critical
         self.report_to = set(report_to) if report_to is not None else None
         self.trainer = trainer
+        self.notify = notify if isinstance(notify, Notifier) or notify is None else Notifier(
+            notify, notify_format, run=self.meta.name or "",
+            on_error=lambda text: self._say(logging.WARNING, f"forensics: {text}"))
         self.mapping = ColumnMapping()
         self.steps: JsonlWriter | None = None
         self.evals: JsonlWriter | None = None
@@ -338,6 +346,10 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
             if w is not None:
                 w.close()
         self._write_run_json()
+        if self.notify is not None:  # a bounded wait for the last alerts, after training
+            lost = self.notify.close(timeout=5.0)
+            if lost:
+                self._say(logging.WARNING, f"forensics: {lost}")
         return control
 
     # -- samples ------------------------------------------------------------------------
@@ -400,6 +412,8 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
 
     def _on_alert(self, alert: dict[str, Any]) -> None:
         self.alerts.append(alert)
+        if self.notify is not None:
+            self.notify.send(alert)
         sev = alert["severity"]
         what = "escalated" if alert["event"] == "escalated" else "new"
         self._say(_LEVEL.get(sev, logging.INFO),

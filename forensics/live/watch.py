@@ -19,8 +19,9 @@ Rows go to the same trackers as an offline scan, through :class:`forensics.analy
 batches; after each batch the analysis so far (``Scan.peek``) is compared with what was already
 announced (:class:`LiveFindings`): a finding is announced when it first appears and again when it
 escalates (a higher severity, a new episode, or an episode that doubled in length), the alerts
-of one poll in step order. ``--jsonl`` appends each alert as a JSON line, ``--fail-on`` stops at
-the first finding of that severity (exit 1).
+of one poll in step order. ``--jsonl`` appends each alert as a JSON line, ``--notify`` posts it
+to a webhook (:mod:`forensics.live.notify`: a background thread, never blocking the loop),
+``--fail-on`` stops at the first finding of that severity (exit 1).
 
 The path is found as a scan finds it (:func:`forensics.analysis.engine._find_run_files`): a run
 folder's ``steps.*`` with its ``run.json``, a trainer's output_dir's ``trainer_state.json``. A
@@ -57,6 +58,7 @@ from ..io.readers.arrow import budget_groups, rows_to_raw
 from ..io.output import Outputs
 from ..io.readers.jsonl import parse_json_object
 from ..schema import resolve_columns
+from .notify import Notifier
 
 __all__ = ["LiveFindings", "Watcher"]
 
@@ -215,7 +217,7 @@ class Watcher:
                  min_severity: Severity = Severity.INFO, batch_rows: int | None = None,
                  status: Callable[[str], None] | None = None, meta_path: Path | str | None = None,
                  wait: bool = False, jsonl: Path | str | None = None,
-                 fail_on: Severity | None = None) -> None:
+                 fail_on: Severity | None = None, notify: Notifier | None = None) -> None:
         self.given = Path(path)
         self.path = Path(path)
         self.fmt = fmt
@@ -240,7 +242,10 @@ class Watcher:
         self.batch_rows = batch_rows or self.config.batch_rows
         self.report = ReadReport(str(self.path))
         self.started = False
-        self.live = LiveFindings(self.scan, echo, min_severity, self._append_alert if self.jsonl else None)
+        #: posts each alert to a webhook from a background thread (``--notify``)
+        self.notify = notify
+        self.live = LiveFindings(self.scan, echo, min_severity,
+                                 self._alert if self.jsonl or self.notify else None)
         self.findings: list[Finding] = []
         # line mode
         self.parser: Any = None
@@ -309,6 +314,13 @@ class Watcher:
         if self.jsonl is not None:
             logs = (p for p in (self.given, self.path, self.meta_path) if p is not None and not p.is_dir())
             Outputs(logs).check(self.jsonl)
+
+    def _alert(self, alert: dict[str, Any]) -> None:
+        """Where each alert goes besides the terminal: the ``--jsonl`` file, the webhook."""
+        if self.jsonl is not None:
+            self._append_alert(alert)
+        if self.notify is not None:
+            self.notify.send({"path": str(self.path), **alert})
 
     def _append_alert(self, alert: dict[str, Any]) -> None:
         assert self.jsonl is not None
@@ -598,6 +610,14 @@ class Watcher:
             return None
         return raw if keep.all() else raw.take(keep)
 
+    def close_notify(self, timeout: float = 10.0) -> None:
+        """Wait (at most ``timeout`` seconds) for the webhook's queued alerts; say how many
+        were not delivered."""
+        if self.notify is not None:
+            lost = self.notify.close(timeout)
+            if lost:
+                self.echo(f"warning: {lost}")
+
     # -- loop ---------------------------------------------------------------------------
     def run(self, *, interval: float = 2.0, once: bool = False, timeout: float | None = None,
             sleep: Callable[[float], None] = time.sleep) -> list[Finding]:
@@ -626,6 +646,7 @@ class Watcher:
             sleep(pause)
         if self.parser is not None:
             self.parser.finish_notes()
+        self.close_notify()
         rows = self.scan.rows
         self.status(f"stopped: {rows} step rows analysed, {len(self.findings)} alert(s)")
         if not self.started:

@@ -24,11 +24,13 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from ..analysis.cost import cost_lines
 from ..analysis.timeline import timeline_from_dict
 from .verdict import evidence_rows, verdict
 
@@ -337,10 +339,34 @@ def _timeline_figure(tl: dict[str, Any], steps: dict[str, Any]) -> dict[str, Any
     return {"id": "fig-timeline", "title": "Timeline", "caption": "", "data": data, "layout": layout}
 
 
+#: File names a trainer or logger gives every run: the run is named by its folder instead.
+_GENERIC_LOG = re.compile(r"(steps|samples|trainer_state|trainer_log|metrics|history|progress|log|train|"
+                          r"output|console|stdout|events|wandb-history|wandb-summary|debug)(\..*)?$|"
+                          r"events\.out\.tfevents\..*|run-\w+\.wandb|output\.log", re.I)
+#: Folders that hold a run's files without naming it (a checkpoint, the callback's, W&B's).
+_GENERIC_DIR = re.compile(r"checkpoint-\d+|forensics|files|logs?|runs|tensorboard|tb|wandb|\.", re.I)
+_WANDB_RUN = re.compile(r"(?:offline-)?run-\d{8}_\d{6}-(\w+)")
+
+
 def _run_title(path: str) -> str:
-    """A run's display name: the folder of a ``steps.*`` file, else the file name."""
+    """A run's display name, never a file name every run has: the run's folder (above a
+    ``checkpoint-N/``, ``forensics/`` or W&B ``files/``), a W&B run's id, or the log file's
+    name without its extensions when the file is named for the run.
+
+    >>> [_run_title(p) for p in ("out/my-grpo/trainer_state.json", "out/my-grpo/checkpoint-40/trainer_state.json",
+    ...  "w/wandb/run-20250101_000000-abc123/run-abc123.wandb", "runs/ppo-7/steps.jsonl", "ppo_seed3.jsonl.gz")]
+    ['my-grpo', 'my-grpo', 'abc123', 'ppo-7', 'ppo_seed3']
+    """
     p = Path(path)
-    return p.parent.name or p.name if p.name.startswith("steps.") else p.name
+    if not _GENERIC_LOG.fullmatch(p.name):
+        return p.name.split(".")[0] or p.name
+    for folder in [p.parent, *p.parent.parents]:
+        wandb = _WANDB_RUN.fullmatch(folder.name)
+        if wandb:
+            return wandb.group(1)
+        if folder.name and not _GENERIC_DIR.fullmatch(folder.name):
+            return folder.name
+    return p.name
 
 
 def _json_script(obj: Any) -> str:
@@ -500,6 +526,7 @@ def render_html(d: dict[str, Any], plotly_js: str | None = None, script: str = "
         "plotly_file": PLOTLY_FILE,
         "plotly_js": "" if script == "file" else (_plotly_js() if plotly_js is None else plotly_js),
         "tool": d.get("tool") or {},
+        "cost": cost_lines(d.get("cost")),
     }
     return _environment().get_template("report.html.j2").render(**ctx)
 

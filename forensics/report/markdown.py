@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..analysis.cost import cost_lines
 from ..analysis.timeline import timeline_from_dict
 from .html import _run_title, _trainer_text
 from .verdict import verdict
@@ -114,6 +115,9 @@ def render_markdown(d: dict[str, Any], top: int = 15) -> str:
         out += ["", f"Windows: {len(windows)}, {len(bad)} not healthy"
                 + (": " + ", ".join(f"{w.get('first_step')}–{w.get('last_step')} ({_md(w.get('status'))})"
                                     for w in bad[:6]) if bad else "")]
+    cost = cost_lines(d.get("cost"))
+    if cost:
+        out += ["", "**Cost of waste:** " + _md(cost[0])] + [f"- {_md(line.strip())}" for line in cost[1:]]
     out += ["", f"<sub>forensics {_md((d.get('tool') or {}).get('version', ''))}</sub>", ""]
     return "\n".join(out)
 

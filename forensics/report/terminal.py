@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..analysis.cost import cost_lines, cost_section
 from ..analysis.findings import Severity
 from ..analysis.recommendations import advice_sections
 from ..analysis.result import Analysis
@@ -91,6 +92,9 @@ def render_summary(analysis: Analysis, top: int = 8, colour: bool = False) -> st
     if len(analysis.findings) > top:
         lines.append(f"  ... {len(analysis.findings) - top} more in findings.csv")
     lines.extend(_training_health(analysis, advice))
+    cost = cost_lines(cost_section(analysis))
+    if cost:
+        lines += ["", *cost]
     notes = [n for r in analysis.results if r.active for n in r.notes]
     if notes:
         lines.append("")
@@ -132,9 +136,12 @@ def coverage_lines(cov: dict[str, Any], algorithm: str | None = None) -> list[st
     if not cov:
         return []
     cols = cov["columns"]
+    from ..analysis.engine import map_not_found_text
+
+    warnings = [f"warning: {map_not_found_text(m)}" for m in cols.get("maps_not_found") or []]
     if not cov["checked"]:
         keys = ", ".join(cols["unmapped_keys"][:8]) + (" ..." if cols["unmapped"] > 8 else "")
-        return ["", "NOTHING CHECKED: none of the logged columns is a training metric forensics "
+        return [*warnings, "", "NOTHING CHECKED: none of the logged columns is a training metric forensics "
                     f"knows ({cols['unmapped']} unrecognised: {keys}).",
                 "  This is not a healthy verdict. Name your keys with forensics' canonical names "
                 "(forensics rules --metrics) or convert the log; `forensics gate` fails this run."]
@@ -143,7 +150,7 @@ def coverage_lines(cov: dict[str, Any], algorithm: str | None = None) -> list[st
     return [f"checked: {len(active)} trackers ({', '.join(active)}) on {cols['mapped']} mapped "
             f"column(s); {cols['unmapped']} column(s) not recognised"
             + (f"; algorithm {algorithm}" if algorithm else "")
-            + (f"; not run: {', '.join(idle)}" if idle else "")]
+            + (f"; not run: {', '.join(idle)}" if idle else ""), *warnings]
 
 
 def _num(v: Any, fmt: str = ".4g") -> str:

@@ -362,13 +362,14 @@ class RunWriter:
     def write_meta(self, meta: RunMeta | Mapping[str, Any]) -> RunMeta:
         """Validate run metadata and write it to ``run.json`` (atomically: temp file + rename).
 
-        Unknown keys are kept under ``config``, as :meth:`RunMeta.from_dict` does when reading.
+        Unknown keys (the trainer's own settings) are kept under ``config``; reading a run.json
+        written by hand, :meth:`RunMeta.from_dict` refuses them (a typo is a usage error).
         """
         if isinstance(meta, RunMeta):
             run_meta = meta
             run_meta._check("run metadata")
         else:
-            run_meta = RunMeta.from_dict({k: _meta_value(v) for k, v in meta.items()})
+            run_meta = RunMeta.from_dict({k: _meta_value(v) for k, v in meta.items()}, unknown="config")
         data = run_meta.to_dict()
         tmp = self.path / "run.json.tmp"
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=to_host) + "\n",

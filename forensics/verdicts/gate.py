@@ -54,7 +54,7 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 from ..analysis.findings import Severity
-from ..config import Allowed, read_toml, show_value
+from ..config import Allowed, did_you_mean, read_toml, show_value
 from ..errors import ConfigError, InputError
 
 __all__ = ["DEFAULT_POLICY", "GateResult", "Policy", "default_policy", "evaluate", "load_policy",
@@ -162,7 +162,7 @@ def _check_pattern(pattern: Any, known: set[str], where: str) -> str:
     if not isinstance(pattern, str) or not pattern:
         raise ConfigError(f"{where} = {show_value(pattern)}: expected a non-empty rule id (globs allowed)")
     if not any(fnmatch.fnmatchcase(r, pattern) for r in known):
-        raise ConfigError(f"{where}: unknown rule {pattern!r} (see `forensics rules`)")
+        raise ConfigError(f"{where}: unknown rule {pattern!r}{did_you_mean(pattern, known)} (see `forensics rules`)")
     return pattern
 
 
@@ -173,7 +173,8 @@ def parse_policy(data: dict[str, Any], source: str = "", known_rules: set[str] |
     known = known_rules if known_rules is not None else {r for r, _, _ in rule_catalogue()}
     unknown = set(data) - _TOP_KEYS
     if unknown:
-        raise ConfigError(f"{at}unknown policy keys: {', '.join(sorted(unknown))} "
+        raise ConfigError(f"{at}unknown policy keys: {', '.join(sorted(unknown))}"
+                          f"{did_you_mean(sorted(unknown)[0], _TOP_KEYS)} "
                           f"(allowed: {', '.join(sorted(_TOP_KEYS))})")
     fail_on_raw = data.get("fail_on", "critical")
     fail_on: Severity | None
@@ -193,7 +194,8 @@ def parse_policy(data: dict[str, Any], source: str = "", known_rules: set[str] |
     if not isinstance(mh, dict):
         raise ConfigError(f"{at}min_health = {show_value(mh)}: expected a table")
     if set(mh) - _HEALTH_KEYS:
-        raise ConfigError(f"{at}[min_health] has no key {sorted(set(mh) - _HEALTH_KEYS)[0]!r}; "
+        bad = sorted(set(mh) - _HEALTH_KEYS)[0]
+        raise ConfigError(f"{at}[min_health] has no key {bad!r}{did_you_mean(bad, _HEALTH_KEYS)}; "
                           f"allowed: {', '.join(sorted(_HEALTH_KEYS))}")
     min_health = {k: float(MIN_SCORE.check(v, f"{at}min_health.{k}")) for k, v in mh.items() if k != "areas"}
     areas = mh.get("areas", {})

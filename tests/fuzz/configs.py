@@ -163,7 +163,7 @@ RUN_MUTATIONS: list[tuple[str, Any, int | None]] = [
     ("algorithm", ["ppo"], 2), ("advantage_normalization", 1, 2), ("advantage_normalization", "yes", 2),
     ("advantage_normalization", False, 0), ("name", 5, 2), ("name", "my run", 0), ("config", "x", 2),
     ("config", 5, 2), ("config", [1], 2), ("config", {"lr": 1e-5, "beta": "x"}, 0),
-    ("some_unknown_key", {"deep": [1, 2]}, 0),
+    ("some_unknown_key", {"deep": [1, 2]}, 2), ("kl_targt", 6.0, 2),
 ]
 
 

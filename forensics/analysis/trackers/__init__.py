@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ...config import allowed_of, params_doc, show_value
+from ...config import allowed_of, did_you_mean, params_doc, show_value
 from ...errors import ConfigError
 from ..findings import STREAM_RULES, RuleSpec
 from .advantages import Advantages
@@ -128,15 +128,16 @@ def build_params(tables: dict[str, dict[str, Any]], source: str | None = None) -
     checked: dict[str, dict[str, Any]] = {}
     for section, values in tables.items():
         if section not in TRACKERS:
-            raise ConfigError(f"{where}unknown section [{section}]; known: run, scan, columns, "
-                              + ", ".join(sorted(TRACKERS)))
+            sections = ["run", "scan", "columns", "rules", *TRACKERS]
+            raise ConfigError(f"{where}unknown section [{section}]{did_you_mean(section, sections)}; known: "
+                              "run, scan, columns, rules, " + ", ".join(sorted(TRACKERS)))
         if not isinstance(values, dict):
             raise ConfigError(f"{where}[{section}] must be a table of parameter = value, "
                               f"not {show_value(values)}")
         known = {f.name: f for f in dataclasses.fields(TRACKERS[section].Params)}
         for key, value in values.items():
             if key not in known:
-                raise ConfigError(f"{where}[{section}] has no parameter {key!r}; known: "
+                raise ConfigError(f"{where}[{section}] has no parameter {key!r}{did_you_mean(key, known)}; known: "
                                   + ", ".join(sorted(known)))
             checked.setdefault(section, {})[key] = allowed_of(known[key]).check(value, f"{where}[{section}] {key}")
     params = {name: cls.Params(**checked.get(name, {})) for name, cls in TRACKERS.items()}

@@ -1,0 +1,189 @@
+"""Alerts where the team looks: each new or escalated finding posted to a webhook.
+
+``forensics watch --notify URL`` and the trainer callback's ``notify=`` post every alert (the
+dict ``forensics watch --jsonl`` writes) as JSON to ``URL``. The body suits the receiver
+(``--notify-format``):
+
+* ``json``: the alert itself, with ``source`` and ``run`` added (any webhook that takes JSON);
+* ``slack``: ``{"text": ...}``, the body of a Slack incoming webhook (mrkdwn);
+* ``discord``: ``{"content": ..., "username": "forensics"}``, a Discord webhook's body (at
+  most 2,000 characters).
+
+Posting never blocks the caller: :meth:`Notifier.send` puts the alert on a queue that one
+background thread empties (standard library only: ``urllib``). A failed post is retried with
+exponential back-off (a 4xx answer other than 408 and 429 is not retried: the request itself is
+wrong); an alert that still cannot be delivered is counted, and the first such failure is
+reported once through ``on_error``, never once per alert. :meth:`Notifier.close` waits a bounded
+time for what is queued and reports how many alerts were not delivered.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import UsageError
+
+__all__ = ["NOTIFY_FORMATS", "Notifier", "notify_body"]
+
+#: Bodies :func:`notify_body` writes (``--notify-format``).
+NOTIFY_FORMATS = ("json", "slack", "discord")
+
+#: Seconds before the first retry of a failed post (doubled for each further one).
+BACKOFF = 1.0
+
+#: Alerts held at most while the endpoint is slow; beyond it the oldest are dropped (and counted).
+QUEUE_SIZE = 1000
+
+_ICON = {"critical": ":red_circle:", "warning": ":warning:", "info": ":information_source:"}
+_DISCORD_LIMIT = 2000
+
+
+def _headline(alert: dict[str, Any], run: str) -> str:
+    what = "escalated" if alert.get("event") == "escalated" else "new"
+    steps = f"steps {alert.get('first_step')}-{alert.get('last_step')}"
+    return (f"{what} {alert.get('severity', '?')} finding {alert.get('rule', '?')} at step "
+            f"{alert.get('onset_step', '?')} ({steps})" + (f" in {run}" if run else ""))
+
+
+def notify_body(alert: dict[str, Any], fmt: str = "json", run: str = "") -> dict[str, Any]:
+    """The JSON body posted for ``alert`` in format ``fmt`` (see the module doc).
+
+    >>> a = {"event": "new", "severity": "critical", "rule": "kl.spike", "onset_step": 120,
+    ...      "first_step": 118, "last_step": 124, "message": "KL x5", "remedy": "lower the lr"}
+    >>> notify_body(a, "slack", "run-7")["text"].splitlines()[0]
+    ':red_circle: *new critical finding kl.spike at step 120 (steps 118-124) in run-7*'
+    >>> notify_body(a, "discord")["content"].splitlines()[1]
+    'KL x5'
+    >>> notify_body(a, "json", "run-7")["rule"], notify_body(a, "json")["source"]
+    ('kl.spike', 'forensics')
+    """
+    if fmt not in NOTIFY_FORMATS:
+        raise UsageError(f"unknown notify format {fmt!r}; known: {', '.join(NOTIFY_FORMATS)}")
+    if fmt == "json":
+        return {"source": "forensics", "run": run, **alert}
+    remedy = f"\n-> {alert['remedy']}" if alert.get("severity") != "info" and alert.get("remedy") else ""
+    if fmt == "slack":
+        icon = _ICON.get(str(alert.get("severity")), "")
+        return {"text": f"{icon} *{_headline(alert, run)}*\n{alert.get('message', '')}{remedy}"}
+    text = f"**{_headline(alert, run)}**\n{alert.get('message', '')}{remedy}"
+    if len(text) > _DISCORD_LIMIT:
+        text = text[: _DISCORD_LIMIT - 3] + "..."
+    return {"content": text, "username": "forensics"}
+
+
+def check_url(url: str) -> str:
+    """``url`` when it is an http(s) URL with a host, else a :class:`UsageError`."""
+    parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+        raise UsageError(f"--notify {url!r}: expected an http:// or https:// webhook URL")
+    return url
+
+
+class Notifier:
+    """Posts alerts to ``url`` from a background thread (see the module doc).
+
+    ``retries`` further tries after the first, ``backoff`` seconds before the first retry
+    (doubled each time), ``timeout`` seconds per request. ``on_error`` receives one line the
+    first time an alert cannot be delivered (after its retries). ``delivered`` and ``failed``
+    count alerts.
+    """
+
+    def __init__(self, url: str, fmt: str = "json", *, run: str = "", retries: int = 3,
+                 backoff: float | None = None, timeout: float = 10.0,
+                 on_error: Callable[[str], None] | None = None) -> None:
+        self.url = check_url(url)
+        notify_body({}, fmt)  # an unknown format is an error now, not in the thread
+        self.fmt = fmt
+        self.run = run
+        self.retries = max(0, int(retries))
+        self.backoff = BACKOFF if backoff is None else backoff
+        self.timeout = timeout
+        self.on_error = on_error
+        self.delivered = 0
+        self.failed = 0
+        self.dropped = 0
+        self.reported = False
+        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(QUEUE_SIZE)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def send(self, alert: dict[str, Any]) -> None:
+        """Queue ``alert`` for posting; returns at once (the oldest alert is dropped when the
+        queue is full)."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="forensics-notify", daemon=True)
+                self._thread.start()
+        while True:
+            try:
+                self._queue.put_nowait(alert)
+                return
+            except queue.Full:
+                try:
+                    self._queue.get_nowait()
+                    self.dropped += 1
+                except queue.Empty:
+                    pass
+
+    def close(self, timeout: float = 10.0) -> str | None:
+        """Wait at most ``timeout`` seconds for the queued alerts; a line saying how many could
+        not be delivered (None when every one was)."""
+        if self._thread is not None:
+            try:
+                self._queue.put(None, timeout=timeout)
+            except queue.Full:
+                pass
+            self._thread.join(timeout)
+        pending = 0
+        if self._thread is not None and self._thread.is_alive():
+            pending = self._queue.qsize()
+        else:
+            self._thread = None  # a later send starts a new thread
+        lost = self.failed + self.dropped + pending
+        if not lost:
+            return None
+        return (f"{lost} alert(s) not delivered to {self.url} ({self.failed} failed, {self.dropped} dropped, "
+                f"{pending} still queued); {self.delivered} delivered")
+
+    # -- the background thread ------------------------------------------------------------
+    def _work(self) -> None:
+        while (alert := self._queue.get()) is not None:
+            error = self._post(alert)
+            if error is None:
+                self.delivered += 1
+                continue
+            self.failed += 1
+            if not self.reported:
+                self.reported = True
+                if self.on_error is not None:
+                    self.on_error(f"cannot deliver alerts to {self.url}: {error} (after {self.retries + 1} "
+                                  "tries; later failures are not reported again, the count comes at the end)")
+
+    def _post(self, alert: dict[str, Any]) -> str | None:
+        """Post one alert with retries; None on success, else the last error."""
+        data = json.dumps(notify_body(alert, self.fmt, self.run), default=str).encode("utf-8")
+        error = "not tried"
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            request = urllib.request.Request(self.url, data=data, method="POST", headers={
+                "Content-Type": "application/json", "User-Agent": "forensics"})
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 (http(s) checked)
+                    response.read()
+                return None
+            except urllib.error.HTTPError as exc:
+                error = f"HTTP {exc.code} {exc.reason}"
+                if 400 <= exc.code < 500 and exc.code not in (408, 429):
+                    return error
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                error = str(getattr(exc, "reason", None) or exc)
+        return error

@@ -1,0 +1,193 @@
+"""Alerts where the team looks: ``watch --notify`` and the callback's ``notify=`` post each alert
+to a webhook (a local HTTP server here), in a background thread with retries; a failing endpoint
+is reported once."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+
+from forensics.cli import main
+from forensics.errors import UsageError
+from forensics.live.notify import Notifier, notify_body
+from forensics.live.transformers import ForensicsCallback
+
+from .conftest import healthy_rows, write_jsonl
+
+ALERT = {"event": "new", "severity": "critical", "rule": "kl.spike", "onset_step": 300, "first_step": 300,
+         "last_step": 304, "message": "KL x6 its baseline", "remedy": "lower the learning rate"}
+
+
+class Hook:
+    """A webhook on 127.0.0.1: records each body; answers ``status`` (a list: one per request,
+    the last repeated); ``gate`` (when set) holds every request until it is released."""
+
+    def __init__(self, status: list[int] | None = None) -> None:
+        self.bodies: list[dict] = []
+        self.status = status or [200]
+        self.gate: threading.Event | None = None
+        self.arrived = threading.Event()
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                hook.arrived.set()
+                if hook.gate is not None:
+                    hook.gate.wait(10)
+                code = hook.status[min(len(hook.bodies), len(hook.status) - 1)]
+                hook.bodies.append(body)
+                self.send_response(code)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hook() -> Iterator[Hook]:
+    h = Hook()
+    yield h
+    h.close()
+
+
+def test_the_bodies_suit_json_slack_and_discord() -> None:
+    assert notify_body(ALERT, "json", "r1") == {"source": "forensics", "run": "r1", **ALERT}
+    slack = notify_body(ALERT, "slack", "r1")
+    assert set(slack) == {"text"} and "*new critical finding kl.spike at step 300" in slack["text"]
+    assert "-> lower the learning rate" in slack["text"]
+    discord = notify_body({**ALERT, "message": "x" * 5000}, "discord")
+    assert set(discord) == {"content", "username"} and len(discord["content"]) == 2000
+
+
+def test_each_alert_is_posted_and_a_bad_url_is_a_usage_error(hook: Hook) -> None:
+    n = Notifier(hook.url, "slack", backoff=0.01, timeout=5)
+    n.send(ALERT)
+    n.send({**ALERT, "event": "escalated", "severity": "critical"})
+    assert n.close(10) is None and n.delivered == 2
+    assert [b["text"].split()[1] for b in hook.bodies] == ["*new", "*escalated"]
+    for bad in ("ftp://x/y", "not a url", "http://"):
+        with pytest.raises(UsageError, match="webhook URL"):
+            Notifier(bad)
+    with pytest.raises(UsageError, match="known: json, slack, discord"):
+        Notifier(hook.url, "teams")
+
+
+def test_a_failed_post_is_retried_with_back_off(hook: Hook) -> None:
+    hook.status = [503, 503, 200]
+    n = Notifier(hook.url, backoff=0.01, retries=3)
+    n.send(ALERT)
+    assert n.close(10) is None and n.delivered == 1 and len(hook.bodies) == 3
+
+
+def test_a_failing_endpoint_is_reported_once_not_per_alert(hook: Hook) -> None:
+    hook.status = [500]
+    errors: list[str] = []
+    n = Notifier(hook.url, backoff=0.01, retries=1, on_error=errors.append)
+    for i in range(4):
+        n.send({**ALERT, "onset_step": i})
+    lost = n.close(10)
+    assert len(errors) == 1 and "HTTP 500" in errors[0] and "not reported again" in errors[0]
+    assert lost is not None and lost.startswith("4 alert(s) not delivered") and len(hook.bodies) == 8
+
+
+def test_a_client_error_is_not_retried(hook: Hook) -> None:
+    hook.status = [404]
+    n = Notifier(hook.url, backoff=0.01, retries=3)
+    n.send(ALERT)
+    assert n.close(10) is not None and len(hook.bodies) == 1
+
+
+def test_sending_never_waits_for_the_endpoint(hook: Hook) -> None:
+    hook.gate = threading.Event()  # the endpoint holds every request until released
+    n = Notifier(hook.url, backoff=0.01)
+    n.send(ALERT)
+    assert hook.arrived.wait(10)  # the first post is in flight, held by the endpoint
+    for i in range(5):  # and sending goes on regardless
+        n.send({**ALERT, "onset_step": i})
+    assert hook.bodies == []
+    hook.gate.set()
+    assert n.close(10) is None and len(hook.bodies) == 6
+
+
+def spiky(tmp_path: Path) -> Path:
+    rows = healthy_rows(400, seed=3)
+    for r in rows[300:305]:
+        r["kl"] *= 6.0
+    return write_jsonl(tmp_path / "steps.jsonl", rows)
+
+
+def test_watch_notify_posts_each_alert(hook: Hook, tmp_path: Path) -> None:
+    log = spiky(tmp_path)
+    res = CliRunner().invoke(main, ["watch", str(log), "--once", "-q", "--notify", hook.url,
+                                    "--notify-format", "discord", "--min-severity", "warning"],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert any("kl.spike" in b["content"] for b in hook.bodies)
+    assert all(set(b) == {"content", "username"} for b in hook.bodies)
+    assert len(hook.bodies) == res.output.count("[step ")
+
+
+def test_watch_reports_a_dead_endpoint_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import forensics.live.notify as notify
+
+    monkeypatch.setattr(notify, "BACKOFF", 0.01)
+    dead = Hook()
+    url = dead.url
+    dead.close()  # nothing listens there now: connection refused
+    log = spiky(tmp_path)
+    res = CliRunner().invoke(main, ["watch", str(log), "--once", "-q", "--notify", url],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert res.output.count("cannot deliver alerts") == 1 and "alert(s) not delivered" in res.output
+
+
+def test_the_trainer_callback_notifies(hook: Hook, tmp_path: Path) -> None:
+    args = SimpleNamespace(output_dir=str(tmp_path), run_name="t")
+    state = SimpleNamespace(global_step=0, is_world_process_zero=True)
+    control = SimpleNamespace()
+    cb = ForensicsCallback(check_every=25, notify=hook.url, report_to=())
+    cb.on_train_begin(args, state, control)
+    rows = healthy_rows(400, seed=3)
+    for r in rows[300:305]:
+        r["kl"] *= 6.0
+    for i, r in enumerate(rows):
+        state.global_step = i + 1
+        cb.on_log(args, state, control, logs={"loss": 0.1, "grad_norm": r["grad_norm"], "kl": r["kl"],
+                                              "reward": r["reward_mean"], "learning_rate": 1e-6})
+    cb.on_train_end(args, state, control)
+    assert len(hook.bodies) == len(cb.alerts) > 0
+    assert any(b["rule"] == "kl.spike" and b["source"] == "forensics" for b in hook.bodies)
+
+
+def test_the_readme_notify_example_posts_to_a_webhook(hook: Hook, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's `watch --notify` line, its URL pointed at the local server (and --once: the
+    example follows a live run until Ctrl-C)."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (line,) = [ln for ln in re.findall(r"^forensics watch .*--notify .*$", text, flags=re.M)]
+    argv = [hook.url if a.startswith("https://") else a for a in line.split()[1:]]
+    folder = tmp_path / "runs" / "my-run"
+    folder.mkdir(parents=True)
+    spiky(folder)
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, [*argv, "--once", "-q"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert hook.bodies and all(set(b) == {"text"} for b in hook.bodies)
