@@ -31,15 +31,23 @@ def _every_log() -> list[Path]:
     paths += sorted(p for p in (FIXTURES / "formats").iterdir() if p.suffix not in (".md", ".py"))
     paths += sorted(p for p in (FIXTURES / "real-logs").iterdir() if p.suffix != ".md")
     for base in (SHARED_LOGS, Path("/work/shared/real-logs")):
-        if base.is_dir():
-            paths += sorted(p for p in base.iterdir() if p.suffix not in (".md",))
+        if base.is_dir():  # the logs at its root (calibration/ is a folder of logs, not a run)
+            paths += sorted(p for p in base.iterdir() if p.is_file() and p.suffix != ".md")
             break
     return paths
 
 
 @pytest.fixture(scope="module")
 def every_analysis() -> dict[str, dict[str, Any]]:
-    return {str(p): scan_path(p).to_dict() for p in _every_log()}
+    from forensics.errors import InputError
+
+    out = {}
+    for p in _every_log():
+        try:
+            out[str(p)] = scan_path(p).to_dict()
+        except InputError:  # a real log the readers reject today (LABELS.md names them)
+            assert "real-logs" in str(p), p
+    return out
 
 
 def test_demo_first_recommendation_restores_the_learning_rate(tmp_path: Path) -> None:
@@ -198,7 +206,10 @@ def test_yaml_is_safe_dump_and_reads_back_numbers(tmp_path: Path) -> None:
     text = paths["recommendations_yaml"].read_text()
     back = yaml.safe_load(text)
     assert back == json.loads(paths["recommendations"].read_text())
-    assert back["config_patch"]["config"]["lr"] == 0.001 and isinstance(back["config_patch"]["max_grad_norm"], float)
+    assert back["config_patch"]["config"]["lr"] == 0.001
+    # the x30 jump is fixed alone; the clipping change waits until it is
+    assert back["config_patch"] == {"config": {"lr": 0.001}}
+    assert isinstance(back["if_persists_patch"]["max_grad_norm"], float)
     assert yaml.safe_load(yaml.safe_dump({"lr": 8e-07})) == {"lr": 8e-07}
 
 
