@@ -459,8 +459,54 @@ def _kl_off(findings: list[dict[str, Any]], facts: _Facts) -> _Candidate | None:
                       f"the reference while it drifts ({f['rule']} from step {f['onset_step']})", None)
 
 
+#: Rules whose remedy asks to check that the KL penalty is on.
+_KL_LEVEL = ("kl.excessive", "kl.runaway")
+#: The KL penalty (in the reward) this many times the score dominates the objective.
+KL_DOMINATES = 5.0
+
+
+def _kl_from_value(findings: list[dict[str, Any]], facts: _Facts, analysis: Analysis | None) -> list[_Candidate]:
+    """Advice from the KL coefficient the log shows (item: coefficients read from the log are
+    used): a KL far out with a coefficient below :data:`KL_ON` raises it to that; a penalty in the
+    reward many times the score lowers the coefficient until they are level. Zero with drift is
+    :func:`_kl_off`'s."""
+    if facts.kl_read is None or facts.kl_read[0] <= 0:
+        return []
+    coef, how = facts.kl_read
+    out = []
+    far = [f for f in findings if f["rule"] in _KL_LEVEL and f["severity"] != "info"]
+    if far and coef < KL_ON:
+        f = far[0]
+        out.append(_Candidate(Action("kl_coef", "set", value=KL_ON), "short_term", "kl_coef_weak",
+                              int(f["onset_step"]), f"the KL penalty is on but weak: coefficient {coef:g} ({how}), "
+                              f"{KL_ON / coef:.2g}x below {KL_ON:g}, while {f['rule']} from step {f['onset_step']}"))
+    share = _penalty_share(analysis) if analysis is not None else None
+    serious = [f for f in findings if f["severity"] != "info"]
+    if share is not None and share > KL_DOMINATES and serious:
+        new = float(f"{coef / share:.2g}")
+        out.append(_Candidate(Action("kl_coef", "set", value=new), "immediate", "kl_penalty_dominates",
+                              int(serious[0]["onset_step"]), f"the KL penalty is {share:.0f}x the score over the "
+                              f"second half of the run (coefficient {coef:g}, {how}): it, not the reward, "
+                              f"drives the policy; {new:g} levels them"))
+    return out
+
+
+def _penalty_share(analysis: Analysis) -> float | None:
+    """|KL penalty| / |score|, medians over the second half of the run (TRL PPO's columns)."""
+    cols = _series(analysis, ["objective/non_score_reward", "reward_mean"])
+    if not cols:
+        return None
+    half = len(cols["step"]) // 2
+    pen = np.abs(cols["objective/non_score_reward"][half:])
+    score = np.abs(cols["reward_mean"][half:])
+    ok = np.isfinite(pen) & np.isfinite(score)
+    if ok.sum() < 5 or float(np.median(score[ok])) <= 1e-6:
+        return None
+    return float(np.median(pen[ok]) / np.median(score[ok]))
+
+
 def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],
-                windows: list[dict[str, Any]], facts: _Facts) -> list[_Candidate]:
+                windows: list[dict[str, Any]], facts: _Facts, analysis: Analysis | None = None) -> list[_Candidate]:
     events = {e["id"]: e for e in timeline.get("events") or []}
     dom = timeline.get("first_domino") or {}
     chain = [events[i] for i in dom.get("chain", []) if i in events]
@@ -482,11 +528,13 @@ def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],
         urgent = f["severity"] == "critical" and i not in effect_findings
         ordered.append((i, "immediate" if urgent else "short_term", False))
     out: list[_Candidate] = [c for c in (_kl_off(findings, facts),) if c is not None]
+    out += [c for c in _kl_from_value(findings, facts, analysis) if c.priority == "immediate"]
     for i, priority, root in ordered:
         f = findings[i]
         for act in applicable_actions(f, findings, root, i in explained, facts.algorithm, facts.family):
             out.append(_Candidate(act, priority, f["rule"], int(f["onset_step"]), f.get("message", ""),
                                   f, root))
+    out += [c for c in _kl_from_value(findings, facts, analysis) if c.priority != "immediate"]
     first_window: dict[str, dict[str, Any]] = {}
     where: dict[str, list[Any]] = {}
     for w in windows:
@@ -659,7 +707,7 @@ def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, 
         if current is not None:
             new = _round(current * factor)
             if a.parameter in _COUNTS:  # a number of tokens or samples: a whole number
-                new = float(math.ceil(new) if factor > 1 else max(math.floor(new), 1))
+                new = math.ceil(new) if factor > 1 else max(math.floor(new), 1)
         if a.parameter == "kl_coef" and adaptive_kl:
             # the controller moves the coefficient itself (the demo's went from 0.2 to 5): the
             # levers are its target and horizon
@@ -743,6 +791,18 @@ def _patch(adjustments: list[dict[str, Any]], trainer: Trainer | None) -> tuple[
     return patch, command_line, words
 
 
+def _remedy(finding: Mapping[str, Any], facts: _Facts) -> str:
+    """A finding's remedy in the run's terms: clauses for other algorithms dropped, and "check
+    that the KL penalty is on" answered where the log shows the coefficient."""
+    text = fit_remedy(str(finding["remedy"]), facts.family)
+    if facts.kl_read is not None:
+        coef, how = facts.kl_read
+        said = (f"the KL penalty is on (coefficient {coef:g}, {how})" if coef > 0 else
+                f"the KL penalty is off (coefficient 0, {how}): turn it on")
+        text = re.sub(r"check that the KL penalty is on[^;.]*", said, text)
+    return text
+
+
 def _line(a: Mapping[str, Any], root: bool) -> str:
     also = f"; also {', '.join(a['because'][:4])}" if a["because"] else ""
     return f"{a['text']} [{a['source']}{', the first domino' if root else ''}{also}]"
@@ -776,12 +836,12 @@ def _recommendations(cands: list[_Candidate], findings: list[dict[str, Any]], ti
         where.insert(0, _line(a, a["first_domino"])) if a["source"] == "kl_penalty_off" \
             else where.append(_line(a, a["first_domino"]))
         if a["first_domino"] and root is not None and a["source"] == root["rule"] and len(priorities["immediate"]) <= 2:
-            priorities["immediate"].append(f"{fit_remedy(root['remedy'], facts.family)} [{root['rule']}]")
+            priorities["immediate"].append(f"{_remedy(root, facts)} [{root['rule']}]")
     if root is not None and root["severity"] != "info" and not any(a["first_domino"] for a in adjustments) \
             and alone is None:
         # the machine's findings (throughput, resources) are not changes to the training
         when = "short_term" if root["rule"].startswith(_MACHINE) else "immediate"
-        priorities[when].insert(0, f"{root['message']}: {fit_remedy(root['remedy'], facts.family)} "
+        priorities[when].insert(0, f"{root['message']}: {_remedy(root, facts)} "
                                    f"[{root['rule']}, the first domino]")
     issue_windows: dict[str, list[Any]] = {}
     for w in windows:
@@ -871,7 +931,7 @@ def advice_sections(analysis: Analysis, timeline: Mapping[str, Any]) -> dict[str
         params = HealthCheckParams(**{k: v for k, v in analysis.params["windows"].items() if k in known})
     windows = windows_with_findings(table, findings)
     facts = _facts(analysis, findings)
-    cands = _candidates(findings, timeline, windows, facts)
+    cands = _candidates(findings, timeline, windows, facts, analysis)
     values = _Values(analysis, cands, columns, _config_values(analysis, findings, facts.trainer, facts.kl_read))
     rec = _recommendations(cands, findings, timeline, windows, facts, values,
                            analysis.meta.kl_controller == "adaptive", params)

@@ -195,6 +195,8 @@ def trainer_for(formats: Iterable[str], algorithm: str | None, source_keys: Iter
                            {**_VERL, "kl_coef": kl_key, **_keys_read(context, _VERL)}, frozenset(printed))
         if fmt == "openrlhf-console":
             return Trainer("OpenRLHF", "OpenRLHF arguments (train_ppo_ray)", "arguments", _OPENRLHF)
+        if fmt == "hf-console" and algorithm_family(algorithm or "") is not None:
+            return _trl(algorithm, keys)  # TRL's trainers print their metric dicts to the console too
         if fmt in ("llamafactory", "hf-console"):
             return Trainer("Hugging Face Trainer", "TrainingArguments", "fields", _TRAINING_ARGUMENTS)
         if fmt in ("jsonl", "parquet", "parquet-parts"):
