@@ -33,12 +33,14 @@ and findings agree.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..config import algorithm_family
 from .health_check import (
     ISSUES,
     PRIORITIES,
@@ -69,7 +71,9 @@ class Action:
     model: not ORPO, SimPO, CPO) or
     ``unexplained`` (only when no other finding is linked to it as its cause: raising max_length
     for responses that grew because the policy broke treats the symptom). ``phrase``: the words
-    of the remedy it stands for (a regex).
+    of the remedy it stands for (a regex). ``applies_to``: the algorithm families or algorithms
+    the change means something for (empty: all); a KL coefficient is not a preference loss's
+    beta, and a preference loss's beta is not an RL run's KL weight.
     """
 
     parameter: str
@@ -78,6 +82,13 @@ class Action:
     value: float | None = None
     when: str = ""
     phrase: str = ""
+    applies_to: tuple[str, ...] = ()
+
+    def fits(self, algorithm: str | None, family: str | None) -> bool:
+        """Whether the change applies to a run of this algorithm (unknown: it may)."""
+        if not self.applies_to or (algorithm is None and family is None):
+            return True
+        return algorithm in self.applies_to or family in self.applies_to
 
 
 _LOWER_LR = Action("learning_rate", "lower", 0.8,
@@ -86,7 +97,9 @@ _HALVE_LR = Action("learning_rate", "lower", 0.5, phrase=r"lower the learning ra
 #: a preference loss's beta (TRL maps it to the config's beta), where it weighs a KL-like term to
 #: the reference: not in ORPO, SimPO or CPO, which have no reference (their beta scales the
 #: preference term itself, and raising it pushes the pairs further apart)
-_RAISE_BETA = Action("kl_coef", "raise", 2.0, when="reference_beta", phrase=r"raise beta \(x2\)")
+_RAISE_BETA = Action("kl_coef", "raise", 2.0, when="reference_beta", phrase=r"raise beta \(x2\)",
+                     applies_to=("preference",))
+_RL = ("critic", "group")
 _NO_REFERENCE = ("orpo", "simpo", "cpo")
 #: Rule -> the parameter changes its remedy asks for (a remedy's other advice stays in words).
 ACTIONS: dict[str, tuple[Action, ...]] = {
@@ -94,9 +107,10 @@ ACTIONS: dict[str, tuple[Action, ...]] = {
     "kl_coef.change": (Action("kl_coef", "restore", phrase=r"restore the KL coefficient"),),
     "clip.change": (Action("clip_range", "restore", phrase=r"restore the clip range"),),
     "batch_size.change": (Action("batch_size", "restore", phrase=r"restore the batch size"),),
-    "kl.spike": (_LOWER_LR, Action("kl_coef", "raise", 1.2, when="repeats",
+    "kl.spike": (_LOWER_LR, Action("kl_coef", "raise", 1.2, when="repeats", applies_to=_RL,
                                    phrase=r"if spikes repeat, raise the KL coefficient 20%")),
-    "kl.runaway": (Action("kl_coef", "raise", 1.2, phrase=r"raise the KL coefficient 20%"), _LOWER_LR),
+    "kl.runaway": (Action("kl_coef", "raise", 1.2, applies_to=_RL, phrase=r"raise the KL coefficient 20%"),
+                   _LOWER_LR),
     "kl_ctl.oscillation": (Action("kl_horizon", "raise", 2.0,
                                   phrase=r"lengthen the controller horizon \(e\.g\. double it\)"),),
     "update.stalled": (Action("learning_rate", "restore_first",
@@ -108,9 +122,9 @@ ACTIONS: dict[str, tuple[Action, ...]] = {
                    Action("max_grad_norm", "lower", 0.8, phrase=r"tighten gradient clipping 20%")),
     "grad.clip_saturation": (_LOWER_LR,),
     "length.growth": (_LOWER_LR,),
-    "length.truncation": (Action("max_length", "raise", 1.5, when="unexplained",
+    "length.truncation": (Action("max_length", "raise", 1.5, when="unexplained", applies_to=_RL,
                                  phrase=r"raise max_length .*50%"),),
-    "reward.decline": (_LOWER_LR, Action("kl_coef", "lower", 0.9, when="no_kl_surge",
+    "reward.decline": (_LOWER_LR, Action("kl_coef", "lower", 0.9, when="no_kl_surge", applies_to=_RL,
                                          phrase=r"lower the KL coefficient 10% if the penalty dominates")),
     "loss.nonfinite": (_LOWER_LR,),
     "loss.spike": (Action("learning_rate", "lower", 0.8, when="repeats",
@@ -121,11 +135,13 @@ ACTIONS: dict[str, tuple[Action, ...]] = {
     "loss.oscillation": (_LOWER_LR, Action("max_grad_norm", "lower", 0.8,
                                            phrase=r"tighten gradient clipping 20%")),
     "loss.divergence": (_LOWER_LR,),
-    "entropy.collapse": (Action("temperature", "raise", 1.1, phrase=r"raise the temperature 10%"),
-                         Action("clip_range_high", "set", value=0.28,
+    "entropy.collapse": (Action("temperature", "raise", 1.1, phrase=r"raise the temperature 10%",
+                                applies_to=_RL),
+                         Action("clip_range_high", "set", value=0.28, applies_to=_RL,
                                 phrase=r"clip-higher \(eps_high 0\.28\)")),
     "entropy.blowup": (_LOWER_LR,),
-    "generation.repetition": (Action("temperature", "lower", 0.9, phrase=r"lower the temperature 10%"),),
+    "generation.repetition": (Action("temperature", "lower", 0.9, phrase=r"lower the temperature 10%",
+                                     applies_to=_RL),),
     "kl.excessive": (Action("learning_rate", "lower", 0.1, phrase=r"lower the learning rate 10x"),),
     "lr.out_of_range": (Action("learning_rate", "suggested",
                                phrase=r"Set the learning rate in the usual range"),),
@@ -161,6 +177,8 @@ _KL_SURGE = ("kl.spike", "kl.runaway")
 #: Rules that judge the machine, not the training (README: not scored, never "do now").
 _MACHINE = ("throughput.", "resource.")
 _SEV = {"info": 0, "warning": 1, "critical": 2}
+#: Parameters that count (tokens, samples): a change gives a whole number.
+_COUNTS = ("max_length", "batch_size")
 #: Source columns a parameter is logged under (the hyperparams tracker's summary names the one used).
 _LOGGED = {"learning_rate": "learning_rate", "kl_coef": "kl_coef"}
 
@@ -198,6 +216,114 @@ def _read_values(analysis: Analysis, wanted: dict[str, set[int]]) -> dict[str, d
     return out
 
 
+# -- what the log shows of the configuration ---------------------------------------------------------
+def _series(analysis: Analysis, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """The whole series of a few columns (and ``step``); {} when one is missing."""
+    if not names or not all(n in getattr(analysis.metrics, "names", {}) for n in names):
+        return {}
+    chunks: dict[str, list[np.ndarray]] = {n: [] for n in ("step", *names)}
+    for part in analysis.metrics.parts(list(names)):
+        for n in chunks:
+            chunks[n].append(np.asarray(part[n], dtype=np.float64))
+    return {n: np.concatenate(v) if v else np.zeros(0) for n, v in chunks.items()}
+
+
+def kl_coef_from_log(analysis: Analysis) -> tuple[float, str] | None:
+    """The KL coefficient the log shows, and how it was read. TRL's PPO logs the penalty it adds
+    to the reward, ``objective/non_score_reward`` = -kl_coef x ``objective/kl`` (per sequence); a
+    GRPO log whose loss is beta x kl on every row (the policy term averages to zero with one
+    update per batch) shows beta as loss / kl. The median ratio over rows with a KL away from 0."""
+    cols = _series(analysis, ["objective/non_score_reward", "kl_seq"])
+    if cols:
+        ok = np.isfinite(cols["objective/non_score_reward"]) & np.isfinite(cols["kl_seq"]) & (
+            np.abs(cols["kl_seq"]) > 1e-3)
+        if ok.sum() >= 5:
+            ratio = -cols["objective/non_score_reward"][ok] / cols["kl_seq"][ok]
+            return _round(float(np.median(ratio))), "read from the log: -objective/non_score_reward / objective/kl"
+    cols = _series(analysis, ["loss", "kl"])
+    if cols:
+        ok = np.isfinite(cols["loss"]) & np.isfinite(cols["kl"]) & (cols["kl"] > 1e-4)
+        if ok.sum() >= 10:
+            ratio = cols["loss"][ok] / cols["kl"][ok]
+            mid = float(np.median(ratio))
+            if mid > 0 and float(np.percentile(np.abs(ratio / mid - 1.0), 90)) < 0.02:
+                return float(f"{mid:.2g}"), ("read from the log: loss / kl, the same on every row "
+                                             "(the loss is beta x kl)")
+    return None
+
+
+def _logged_cap(analysis: Analysis, findings: Sequence[Mapping[str, Any]]) -> tuple[float, str] | None:
+    """The response length cap, where completions were cut: the longest completion logged."""
+    if not any(f["rule"] == "length.truncation" for f in findings):
+        return None
+    cols = _series(analysis, ["response_length_max"])
+    v = cols.get("response_length_max", np.zeros(0))
+    v = v[np.isfinite(v)]
+    if not len(v):
+        return None
+    return float(np.max(v)), "the longest completion logged (the cap the truncated ones hit)"
+
+
+def _config_values(analysis: Analysis, findings: Sequence[Mapping[str, Any]], trainer: Trainer | None,
+                   kl_read: tuple[float, str] | None) -> dict[str, tuple[float, str]]:
+    """Values of settings the log shows indirectly, else the trainer's documented defaults."""
+    out: dict[str, tuple[float, str]] = {}
+    if trainer is not None:
+        for parameter, value in trainer.defaults.items():
+            out[parameter] = (float(value), f"assumed: {trainer.config}'s default (the log does not record it)")
+    if kl_read is not None and analysis.meta.family != "preference":
+        out["kl_coef"] = kl_read
+    cap = _logged_cap(analysis, findings)
+    if cap is not None:
+        out["max_length"] = cap
+    return out
+
+
+@dataclass
+class _LengthReward:
+    """A reward that pays for length: the reward series that tracks the mean length best."""
+
+    component: str
+    r: float
+    first: float
+    last: float
+
+
+#: Length growth (last quarter's mean over the first's) and Pearson correlation with a reward
+#: series over the run at which the reward is taken to pay for length. The TRL corpus: 0.996 and
+#: 1.9x (a reward of 0.15 per word), 0.967 and 2.5x (a share-of-positive-words reward with no KL
+#: penalty); the healthy runs: |r| <= 0.3 and 1.0x; a learning rate 200x too high: 0.74, 0.97x.
+LENGTH_REWARD_R, LENGTH_REWARD_GROWTH = 0.9, 1.5
+
+
+def length_reward(analysis: Analysis, findings: Sequence[Mapping[str, Any]]) -> _LengthReward | None:
+    """Whether the reward pays for length: a ``length.reward_correlation`` finding, or a mean
+    length that grew by half or more in step with the reward (or one of its components)."""
+    for f in findings:
+        if f["rule"] == "length.reward_correlation":
+            ev = f.get("evidence") or {}
+            return _LengthReward("reward", float(ev.get("rho", ev.get("rho_threshold", 1.0)) or 1.0),
+                                 float("nan"), float("nan"))
+    names = [n for n in getattr(analysis.metrics, "names", {}) if n == "reward_mean" or n.startswith("reward/")]
+    cols = _series(analysis, ["response_length_mean", *names]) if names else {}
+    if not cols:
+        return None
+    length = cols["response_length_mean"]
+    q = max(len(length) // 4, 1)
+    first, last = float(np.nanmean(length[:q])), float(np.nanmean(length[-q:]))
+    if not (first > 0 and last >= LENGTH_REWARD_GROWTH * first):
+        return None
+    best: _LengthReward | None = None
+    for n in names:
+        ok = np.isfinite(length) & np.isfinite(cols[n])
+        if ok.sum() < 10 or np.std(cols[n][ok]) == 0:
+            continue
+        r = float(np.corrcoef(length[ok], cols[n][ok])[0, 1])
+        if r >= LENGTH_REWARD_R and (best is None or r > best.r or (r == best.r and n != "reward_mean")):
+            best = _LengthReward(n, r, first, last)
+    return best
+
+
 # -- candidates -----------------------------------------------------------------------------------
 @dataclass
 class _Candidate:
@@ -232,9 +358,11 @@ def _repeats(rule: str, finding: Mapping[str, Any], counts: Mapping[str, int]) -
 
 def applicable_actions(finding: Mapping[str, Any], findings: Sequence[Mapping[str, Any]],
                        root: bool = False, explained: bool = False,
-                       algorithm: str | None = None) -> list[Action]:
-    """The actions of a finding's remedy that apply in this run (its conditions hold);
-    ``explained``: the timeline links another finding to it as its cause."""
+                       algorithm: str | None = None, family: str | None = None) -> list[Action]:
+    """The actions of a finding's remedy that apply in this run (its conditions hold, and the
+    change means something for the run's algorithm); ``explained``: the timeline links another
+    finding to it as its cause."""
+    family = family or (algorithm_family(algorithm) if algorithm else None)
     counts: dict[str, int] = {}
     for f in findings:
         counts[f["rule"]] = counts.get(f["rule"], 0) + 1
@@ -251,8 +379,38 @@ def applicable_actions(finding: Mapping[str, Any], findings: Sequence[Mapping[st
             continue
         if act.when == "reference_beta" and algorithm in _NO_REFERENCE:
             continue
+        if not act.fits(algorithm, family):
+            continue
         out.append(act)
     return out
+
+
+#: Words in a remedy's clause that tie it to a kind of algorithm: group normalisation means
+#: nothing to a run with a critic (GAE) and nothing to preference optimisation, R-DPO nothing to
+#: an RL run.
+_CLAUSE_FAMILIES = (
+    (re.compile(r"scale_rewards|Dr\. GRPO|dr_grpo|\bgroups?\b|dynamic sampling|num_generations"), ("group",)),
+    (re.compile(r"\bfor DPO\b|R-DPO|LD-DPO"), ("preference",)),
+    (re.compile(r"\bcritic\b|value head|vf_coef|\bGAE\b"), ("critic",)),
+)
+
+
+def fit_remedy(remedy: str, family: str | None) -> str:
+    """``remedy`` without the clauses (``;``-separated) meant for another kind of algorithm; the
+    remedy unchanged when the family is unknown or every clause is foreign.
+
+    >>> fit_remedy("Use batch-level reward scaling (scale_rewards='batch') or none (Dr. GRPO); "
+    ...            "add an epsilon floor to the std; clip advantages.", "critic")
+    'Add an epsilon floor to the std; clip advantages.'
+    """
+    if family is None:
+        return remedy
+    clauses = [c.strip() for c in remedy.rstrip(".").split(";")]
+    kept = [c for c in clauses if all(family in fams for rx, fams in _CLAUSE_FAMILIES if rx.search(c))]
+    if not kept or len(kept) == len(clauses):
+        return remedy
+    text = "; ".join(kept)
+    return text[0].upper() + text[1:] + "."
 
 
 #: What a policy drifting from its reference shows when nothing holds it there.
@@ -263,24 +421,92 @@ _DRIFT = ("entropy.blowup", "length.growth", "length.coupled_growth", "length.re
 KL_ON = 0.04
 
 
-def _kl_off(findings: list[dict[str, Any]], kl_penalty: str | None) -> _Candidate | None:
-    """With no KL penalty (beta = 0) and a policy drifting (entropy or length running away, a
-    reward that pays for length), turn the penalty on: the first thing to try, before tuning."""
-    if kl_penalty != "none":
+@dataclass
+class _Facts:
+    """What the recommendations reason from besides the findings: the trainer, the algorithm,
+    where the KL penalty sits (``none`` too when the log shows a coefficient of 0), the KL
+    coefficient the log shows, and whether the reward pays for length."""
+
+    trainer: Trainer | None = None
+    algorithm: str | None = None
+    family: str | None = None
+    kl_penalty: str | None = None
+    kl_read: tuple[float, str] | None = None
+    length_reward: _LengthReward | None = None
+
+
+def _kl_on(trainer: Trainer | None) -> float:
+    """The coefficient to turn a KL penalty on with: TRL PPOConfig's default kl_coef (0.05) where
+    the penalty sits in the reward under that key, else :data:`KL_ON`."""
+    return 0.05 if trainer is not None and trainer.name == "TRL" and trainer.key("kl_coef") == "kl_coef" else KL_ON
+
+
+def _kl_off(findings: list[dict[str, Any]], facts: _Facts) -> _Candidate | None:
+    """With no KL penalty (beta = 0, or a coefficient of 0 in the log) and a policy drifting
+    (entropy or length running away, a reward that pays for length), turn the penalty on: the
+    first thing to try, before tuning."""
+    if facts.kl_penalty != "none":
         return None
     drift = sorted((f for f in findings if f["rule"] in _DRIFT and f["severity"] != "info"),
                    key=lambda f: f["onset_step"])
     if not drift:
         return None
     f = drift[0]
-    return _Candidate(Action("kl_coef", "set", value=KL_ON), "immediate", "kl_penalty_off",
-                      int(f["onset_step"]), f"no KL penalty (beta = 0): nothing holds the policy near "
+    read = facts.kl_read
+    what = "beta = 0" if read is None else f"KL coefficient {read[0]:g}, {read[1]}"
+    return _Candidate(Action("kl_coef", "set", value=_kl_on(facts.trainer)), "immediate", "kl_penalty_off",
+                      int(f["onset_step"]), f"no KL penalty ({what}): nothing holds the policy near "
                       f"the reference while it drifts ({f['rule']} from step {f['onset_step']})", None)
 
 
+#: Rules whose remedy asks to check that the KL penalty is on.
+_KL_LEVEL = ("kl.excessive", "kl.runaway")
+#: The KL penalty (in the reward) this many times the score dominates the objective.
+KL_DOMINATES = 5.0
+
+
+def _kl_from_value(findings: list[dict[str, Any]], facts: _Facts, analysis: Analysis | None) -> list[_Candidate]:
+    """Advice from the KL coefficient the log shows (item: coefficients read from the log are
+    used): a KL far out with a coefficient below :data:`KL_ON` raises it to that; a penalty in the
+    reward many times the score lowers the coefficient until they are level. Zero with drift is
+    :func:`_kl_off`'s."""
+    if facts.kl_read is None or facts.kl_read[0] <= 0:
+        return []
+    coef, how = facts.kl_read
+    out = []
+    far = [f for f in findings if f["rule"] in _KL_LEVEL and f["severity"] != "info"]
+    if far and coef < KL_ON:
+        f = far[0]
+        out.append(_Candidate(Action("kl_coef", "set", value=KL_ON), "short_term", "kl_coef_weak",
+                              int(f["onset_step"]), f"the KL penalty is on but weak: coefficient {coef:g} ({how}), "
+                              f"{KL_ON / coef:.2g}x below {KL_ON:g}, while {f['rule']} from step {f['onset_step']}"))
+    share = _penalty_share(analysis) if analysis is not None else None
+    serious = [f for f in findings if f["severity"] != "info"]
+    if share is not None and share > KL_DOMINATES and serious:
+        new = float(f"{coef / share:.2g}")
+        out.append(_Candidate(Action("kl_coef", "set", value=new), "immediate", "kl_penalty_dominates",
+                              int(serious[0]["onset_step"]), f"the KL penalty is {share:.0f}x the score over the "
+                              f"second half of the run (coefficient {coef:g}, {how}): it, not the reward, "
+                              f"drives the policy; {new:g} levels them"))
+    return out
+
+
+def _penalty_share(analysis: Analysis) -> float | None:
+    """|KL penalty| / |score|, medians over the second half of the run (TRL PPO's columns)."""
+    cols = _series(analysis, ["objective/non_score_reward", "reward_mean"])
+    if not cols:
+        return None
+    half = len(cols["step"]) // 2
+    pen = np.abs(cols["objective/non_score_reward"][half:])
+    score = np.abs(cols["reward_mean"][half:])
+    ok = np.isfinite(pen) & np.isfinite(score)
+    if ok.sum() < 5 or float(np.median(score[ok])) <= 1e-6:
+        return None
+    return float(np.median(pen[ok]) / np.median(score[ok]))
+
+
 def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],
-                windows: list[dict[str, Any]], kl_penalty: str | None = None,
-                algorithm: str | None = None) -> list[_Candidate]:
+                windows: list[dict[str, Any]], facts: _Facts, analysis: Analysis | None = None) -> list[_Candidate]:
     events = {e["id"]: e for e in timeline.get("events") or []}
     dom = timeline.get("first_domino") or {}
     chain = [events[i] for i in dom.get("chain", []) if i in events]
@@ -301,12 +527,14 @@ def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],
     for i, f in rest:  # a critical finding the first domino does not explain is urgent too
         urgent = f["severity"] == "critical" and i not in effect_findings
         ordered.append((i, "immediate" if urgent else "short_term", False))
-    out: list[_Candidate] = [c for c in (_kl_off(findings, kl_penalty),) if c is not None]
+    out: list[_Candidate] = [c for c in (_kl_off(findings, facts),) if c is not None]
+    out += [c for c in _kl_from_value(findings, facts, analysis) if c.priority == "immediate"]
     for i, priority, root in ordered:
         f = findings[i]
-        for act in applicable_actions(f, findings, root, i in explained, algorithm):
+        for act in applicable_actions(f, findings, root, i in explained, facts.algorithm, facts.family):
             out.append(_Candidate(act, priority, f["rule"], int(f["onset_step"]), f.get("message", ""),
                                   f, root))
+    out += [c for c in _kl_from_value(findings, facts, analysis) if c.priority != "immediate"]
     first_window: dict[str, dict[str, Any]] = {}
     where: dict[str, list[Any]] = {}
     for w in windows:
@@ -335,7 +563,8 @@ def _round(v: float) -> float:
 class _Values:
     """What the log and the run's config say a parameter's value is."""
 
-    def __init__(self, analysis: Analysis, cands: list[_Candidate], columns: Mapping[str, str]) -> None:
+    def __init__(self, analysis: Analysis, cands: list[_Candidate], columns: Mapping[str, str],
+                 known: Mapping[str, tuple[float, str]] | None = None) -> None:
         self.columns = dict(columns)
         #: steps where each parameter changed in a jump (the hyperparams tracker's findings)
         self.changes: dict[str, list[int]] = {}
@@ -354,9 +583,14 @@ class _Values:
         #: a preference loss's beta stands where an RL run's KL coefficient does (the same key in
         #: TRL's configs), and is called beta
         self.preference = meta.family == "preference"
-        self.meta = {"kl_coef": meta.beta if self.preference else meta.kl_coef_init,
-                     "max_grad_norm": meta.max_grad_norm, "max_length": meta.max_length,
-                     "kl_horizon": meta.kl_horizon}
+        #: value and where it came from: the run's metadata, else what the log shows, else the
+        #: trainer's default (``known``, from :func:`_config_values`)
+        self.meta: dict[str, tuple[float, str]] = dict(known or {})
+        for parameter, value in (("kl_coef", meta.beta if self.preference else meta.kl_coef_init),
+                                 ("max_grad_norm", meta.max_grad_norm), ("max_length", meta.max_length),
+                                 ("kl_horizon", meta.kl_horizon)):
+            if value is not None:
+                self.meta[parameter] = (float(value), "run metadata")
 
     def label(self, parameter: str) -> str:
         if parameter == "kl_coef" and self.preference:
@@ -377,9 +611,8 @@ class _Values:
             return rec["at"][step], f"logged at step {step}"
         if rec and rec["last"] is not None:
             return rec["last"], "last logged value"
-        value = self.meta.get(parameter)
-        if value is not None:
-            return float(value), "run metadata"
+        if parameter in self.meta:
+            return self.meta[parameter]
         return None, ""
 
 
@@ -473,6 +706,8 @@ def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, 
             return None  # zero scales to zero: only a restore can move it
         if current is not None:
             new = _round(current * factor)
+            if a.parameter in _COUNTS:  # a number of tokens or samples: a whole number
+                new = math.ceil(new) if factor > 1 else max(math.floor(new), 1)
         if a.parameter == "kl_coef" and adaptive_kl:
             # the controller moves the coefficient itself (the demo's went from 0.2 to 5): the
             # levers are its target and horizon
@@ -501,11 +736,46 @@ def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, 
             "because": [], "held_back": [], "text": text, "words_only": words_only}
 
 
-def _recommendations(cands: list[_Candidate], findings: list[dict[str, Any]], timeline: Mapping[str, Any],
-                     windows: list[dict[str, Any]], trainer: Trainer | None, values: _Values,
-                     adaptive_kl: bool, params: HealthCheckParams | None = None) -> dict[str, Any]:
-    """The ``recommendations`` section (see the module docstring)."""
-    adjustments = _resolve(cands, values, trainer, adaptive_kl)
+#: A first domino this bad is fixed alone: a learning rate far outside any usual range, a jump
+#: of it that the hyperparams tracker calls critical. Until it is fixed, the symptoms it causes
+#: say nothing about the other settings.
+_CATASTROPHIC = ("lr.out_of_range",)
+
+
+def _catastrophe(root: Mapping[str, Any] | None, cands: Sequence[_Candidate],
+                 facts: _Facts) -> str | None:
+    """The source of the recommendation that must be applied alone (the others wait until it
+    is): a catastrophic first domino, a KL penalty that is off while the policy drifts, or a
+    reward that pays for length (a cause outside the config); None when there is none."""
+    if root is not None and (root["rule"] in _CATASTROPHIC or (
+            root["rule"] == "lr.change" and root["severity"] == "critical")):
+        return str(root["rule"])
+    if any(c.source == "kl_penalty_off" for c in cands):
+        return "kl_penalty_off"
+    if facts.length_reward is not None:
+        return "reward_pays_for_length"
+    return None
+
+
+def _length_text(cause: _LengthReward, facts: _Facts, values: _Values) -> str:
+    """The reward named as the cause, with fixes in the trainer's terms."""
+    comp = cause.component
+    name = comp.split("/", 1)[1] if comp.startswith("reward/") else "the reward"
+    grew = "" if math.isnan(cause.first) else f", mean length {_fmt(cause.first)} -> {_fmt(cause.last)} tokens"
+    key = facts.trainer.key("max_length") if facts.trainer else None
+    cap, _ = values.at("max_length", 0)
+    stop = (f"{key} ({_fmt(cap)} now)" if key and cap is not None else key or "the response length cap")
+    fix = ("a length penalty (a per-token cost) or a length-normalised score in "
+           + (f"the reward function `{name}`" if name != "the reward" else "the reward function"))
+    if facts.family == "preference":
+        fix = "length-balanced preference pairs or a length-regularised loss (R-DPO, LD-DPO)"
+    return (f"The reward pays for length: {comp} rises with the mean response length (r = {cause.r:.2f} "
+            f"over the run{grew}); the cause is the reward, not the optimiser. Change it: {fix}; "
+            f"lowering {stop} only hides it (a stop-gap) [reward_pays_for_length]")
+
+
+def _patch(adjustments: list[dict[str, Any]], trainer: Trainer | None) -> tuple[dict[str, Any], list[str], list[str]]:
+    """The config patch, its command line, and the changes that stay in words."""
     patch: dict[str, Any] = {}
     command_line: list[str] = []
     words: list[str] = []
@@ -518,20 +788,61 @@ def _recommendations(cands: list[_Candidate], findings: list[dict[str, Any]], ti
             why = ("no key in " + trainer.config) if trainer and trainer.key(a["parameter"]) is None else (
                 "the current value is not known" if a["new"] is None else "see the note")
             words.append(f"{a['text']} ({why})")
-    priorities: dict[str, list[str]] = {p: [] for p in PRIORITIES}
+    return patch, command_line, words
+
+
+def _remedy(finding: Mapping[str, Any], facts: _Facts) -> str:
+    """A finding's remedy in the run's terms: clauses for other algorithms dropped, and "check
+    that the KL penalty is on" answered where the log shows the coefficient."""
+    text = fit_remedy(str(finding["remedy"]), facts.family)
+    if facts.kl_read is not None:
+        coef, how = facts.kl_read
+        said = (f"the KL penalty is on (coefficient {coef:g}, {how})" if coef > 0 else
+                f"the KL penalty is off (coefficient 0, {how}): turn it on")
+        text = re.sub(r"check that the KL penalty is on[^;.]*", said, text)
+    return text
+
+
+def _line(a: Mapping[str, Any], root: bool) -> str:
+    also = f"; also {', '.join(a['because'][:4])}" if a["because"] else ""
+    return f"{a['text']} [{a['source']}{', the first domino' if root else ''}{also}]"
+
+
+def _recommendations(cands: list[_Candidate], findings: list[dict[str, Any]], timeline: Mapping[str, Any],
+                     windows: list[dict[str, Any]], facts: _Facts, values: _Values,
+                     adaptive_kl: bool, params: HealthCheckParams | None = None) -> dict[str, Any]:
+    """The ``recommendations`` section (see the module docstring)."""
+    trainer = facts.trainer
+    adjustments = _resolve(cands, values, trainer, adaptive_kl)
     dom = timeline.get("first_domino") or {}
     root = findings[dom["finding_index"]] if dom.get("finding_index") is not None and \
         dom["finding_index"] < len(findings) else None
-    for a in sorted(adjustments, key=lambda a: not a["first_domino"]):  # the root's changes first
-        also = f"; also {', '.join(a['because'][:4])}" if a["because"] else ""
-        tag = ", the first domino" if a["first_domino"] else ""
-        priorities[a["priority"]].append(f"{a['text']} [{a['source']}{tag}{also}]")
-        if a["first_domino"] and root is not None and len(priorities["immediate"]) == 1:
-            priorities["immediate"].append(f"{root['remedy']} [{root['rule']}]")
-    if root is not None and root["severity"] != "info" and not any(a["first_domino"] for a in adjustments):
+    alone = _catastrophe(root, cands, facts)
+    if alone is not None:  # the root's fix alone; the symptoms' remedies wait for it
+        for a in adjustments:
+            a["first_domino"] = a["source"] == alone
+        fix = [a for a in adjustments if a["first_domino"]]
+        later = [a for a in adjustments if not a["first_domino"]]
+    else:
+        fix, later = adjustments, []
+    patch, command_line, words = _patch(fix, trainer)
+    later_patch, _, later_words = _patch(later, trainer)
+    priorities: dict[str, list[str]] = {p: [] for p in PRIORITIES}
+    if_persists = [_line(a, False) for a in later]
+    if facts.length_reward is not None:
+        priorities["immediate"].append(_length_text(facts.length_reward, facts, values))
+    for a in sorted(fix, key=lambda a: not a["first_domino"]):  # the root's changes first
+        where = priorities["immediate"] if alone is not None else priorities[a["priority"]]
+        where.insert(0, _line(a, a["first_domino"])) if a["source"] == "kl_penalty_off" \
+            else where.append(_line(a, a["first_domino"]))
+        if a["first_domino"] and root is not None and a["source"] == root["rule"] and len(priorities["immediate"]) <= 2:
+            priorities["immediate"].append(f"{_remedy(root, facts)} [{root['rule']}]")
+    if root is not None and root["severity"] != "info" and not any(a["first_domino"] for a in adjustments) \
+            and alone is None:
         # the machine's findings (throughput, resources) are not changes to the training
         when = "short_term" if root["rule"].startswith(_MACHINE) else "immediate"
-        priorities[when].insert(0, f"{root['message']}: {root['remedy']} [{root['rule']}, the first domino]")
+        priorities[when].insert(0, f"{root['message']}: {_remedy(root, facts)} "
+                                   f"[{root['rule']}, the first domino]")
     issue_windows: dict[str, list[Any]] = {}
     for w in windows:
         for issue in w.get("issues") or []:
@@ -539,17 +850,22 @@ def _recommendations(cands: list[_Candidate], findings: list[dict[str, Any]], ti
     for issue, ws in issue_windows.items():
         rule = _WINDOW_RULES[issue]
         if not rule.adjustments:
-            priorities[rule.priority].append(f"{rule.description} ({_window_text(ws)}): {rule.advice}")
+            line = f"{rule.description} ({_window_text(ws)}): {fit_remedy(rule.advice, facts.family)}"
+            (if_persists if alone is not None else priorities[rule.priority]).append(line)
     last = windows[-1] if windows else {}
     return {
         "trainer": ({"name": trainer.name, "config": trainer.config} if trainer else None),
         "first_domino": ({k: root[k] for k in ("rule", "severity", "onset_step", "message", "remedy")}
                          if root is not None else None),
+        "root_cause": alone,
         "adjustments": adjustments,
         "config_patch": patch,
         "command_line": command_line,
         "not_in_config": words,
         "priorities": priorities,
+        "if_persists": if_persists,
+        "if_persists_patch": later_patch,
+        "if_persists_not_in_config": later_words,
         "issues": {k: _ranges(issue_windows[k]) for k in ISSUES if k in issue_windows},
         "monitoring": monitoring(last, params or HealthCheckParams(), {a["parameter"] for a in adjustments}),
     }
@@ -582,6 +898,21 @@ def windows_with_findings(windows: list[dict[str, Any]], findings: Iterable[Mapp
     return out
 
 
+def _facts(analysis: Analysis, findings: list[dict[str, Any]]) -> _Facts:
+    meta = analysis.meta
+    source_keys = {k for m in analysis.mappings.values() for k in m.mapping}
+    printed = {k for r in analysis.inputs for k in (getattr(r, "run_config", None) or {})}
+    trainer = trainer_for([r.format for r in analysis.inputs], meta.algorithm, source_keys,
+                          meta.config, analysis.context, printed)
+    kl_read = None if meta.family == "preference" else kl_coef_from_log(analysis)
+    kl_penalty = meta.kl_penalty
+    if kl_read is not None and kl_read[0] == 0.0 and kl_penalty in (None, "reward", "loss"):
+        kl_penalty = "none"  # the trainer logs a penalty of 0 while the KL grows: the coefficient is 0
+    return _Facts(trainer, meta.algorithm, meta.family or (algorithm_family(meta.algorithm) if meta.algorithm
+                                                           else None),
+                  kl_penalty, kl_read, length_reward(analysis, findings))
+
+
 def advice_sections(analysis: Analysis, timeline: Mapping[str, Any]) -> dict[str, Any]:
     """The ``windows`` (annotated with the findings) and ``recommendations`` sections of a scan."""
     findings = [f.to_dict() for f in analysis.findings]
@@ -599,11 +930,9 @@ def advice_sections(analysis: Analysis, timeline: Mapping[str, Any]) -> dict[str
         known = set(HealthCheckParams.__dataclass_fields__)
         params = HealthCheckParams(**{k: v for k, v in analysis.params["windows"].items() if k in known})
     windows = windows_with_findings(table, findings)
-    source_keys = {k for m in analysis.mappings.values() for k in m.mapping}
-    trainer = trainer_for([r.format for r in analysis.inputs], analysis.meta.algorithm, source_keys,
-                          analysis.meta.config, analysis.context)
-    cands = _candidates(findings, timeline, windows, analysis.meta.kl_penalty, analysis.meta.algorithm)
-    values = _Values(analysis, cands, columns)
-    rec = _recommendations(cands, findings, timeline, windows, trainer, values,
+    facts = _facts(analysis, findings)
+    cands = _candidates(findings, timeline, windows, facts, analysis)
+    values = _Values(analysis, cands, columns, _config_values(analysis, findings, facts.trainer, facts.kl_read))
+    rec = _recommendations(cands, findings, timeline, windows, facts, values,
                            analysis.meta.kl_controller == "adaptive", params)
     return {"windows": windows, "recommendations": rec} if windows else {"recommendations": rec}

@@ -23,6 +23,11 @@ key. Every key below was read from the trainer's source:
   ``--eps_clip``, ``--train_batch_size``.
 * The canonical streams: ``run.json`` fields (``kl_coef_init``, ``kl_horizon``,
   ``max_grad_norm``, ``max_length``) and the keys its ``config`` object already holds.
+
+A veRL key that the log's printed config lacks is new to Hydra's structured config, which rejects
+it unless it is written ``+key=value``; the command line does so. Where the log records neither
+the value nor the setting, a trainer's documented default stands in (``defaults``, TRL's
+``beta=0.1`` of ``DPOConfig`` and ``KTOConfig``), and the advice says it is assumed.
 """
 
 from __future__ import annotations
@@ -87,9 +92,18 @@ class Trainer:
     config: str
     style: str
     keys: Mapping[str, str] = field(default_factory=dict)
+    #: the keys of the config the log printed (veRL): a key outside it is new to Hydra
+    printed: frozenset[str] = frozenset()
+    #: parameter -> the trainer's default, for a setting the log does not record
+    defaults: Mapping[str, float] = field(default_factory=dict)
 
     def key(self, parameter: str) -> str | None:
         return self.keys.get(parameter)
+
+    def new_key(self, parameter: str) -> bool:
+        """Whether the key is missing from the config the log printed (Hydra needs ``+``)."""
+        key = self.key(parameter)
+        return bool(self.style == "dotted" and self.printed and key and key not in self.printed)
 
     def command_line(self, parameter: str, value: Any) -> str | None:
         """The change as the trainer's command line takes it (None for run.json)."""
@@ -99,10 +113,14 @@ class Trainer:
         if self.style == "arguments":
             return f"--{key} {value}"
         if self.style == "dotted":
-            return f"{key}={value}"
+            return f"{'+' if self.new_key(parameter) else ''}{key}={value}"
         if self.style == "fields":
             return f"--{key} {value}"  # HfArgumentParser turns every field into a flag
         return None
+
+
+#: GRPOConfig's and RLOOConfig's sampling temperature (TRL 1.16), which the log does not record
+_GROUP_DEFAULTS = {"temperature": 1.0}
 
 
 def _trl(algorithm: str | None, source_keys: Iterable[str]) -> Trainer:
@@ -113,12 +131,13 @@ def _trl(algorithm: str | None, source_keys: Iterable[str]) -> Trainer:
     if algo == "rloo":
         if any(k.startswith("objective/") for k in source_keys):  # RLOO before v0.23 (on-policy API)
             return Trainer("TRL", "RLOOConfig (before v0.23)", "fields", _TRL_ON_POLICY)
-        return Trainer("TRL", "RLOOConfig", "fields", _TRL_GROUP)
+        return Trainer("TRL", "RLOOConfig", "fields", _TRL_GROUP, defaults=_GROUP_DEFAULTS)
     if family == "group":
-        return Trainer("TRL", "GRPOConfig", "fields", _TRL_GROUP)
+        return Trainer("TRL", "GRPOConfig", "fields", _TRL_GROUP, defaults=_GROUP_DEFAULTS)
     if family == "preference":
+        # TRL's DPOConfig and KTOConfig default beta to 0.1 (ORPO, CPO: their own beta)
         return Trainer("TRL", "DPOConfig" if algo in ("dpo", "ipo", "online_dpo") else f"{algo.upper()}Config",
-                       "fields", _TRL_DPO)
+                       "fields", _TRL_DPO, defaults={"kl_coef": 0.1} if algo in ("dpo", "ipo", "kto") else {})
     return Trainer("TRL", "TrainingArguments (algorithm unknown)", "fields", _TRAINING_ARGUMENTS)
 
 
@@ -141,7 +160,8 @@ def _keys_read(context: Mapping[str, Any] | None, known: Mapping[str, str]) -> d
 
 def trainer_for(formats: Iterable[str], algorithm: str | None, source_keys: Iterable[str] = (),
                 run_config: Mapping[str, Any] | None = None,
-                context: Mapping[str, Any] | None = None) -> Trainer | None:
+                context: Mapping[str, Any] | None = None,
+                printed: Iterable[str] = ()) -> Trainer | None:
     """The trainer whose keys a recommendation uses, from the formats read (first step input
     first), the run's algorithm, the source keys of the log and run.json's ``config``. For veRL,
     a key the run context read from the log's printed config wins over the usual one (a Megatron
@@ -157,6 +177,11 @@ def trainer_for(formats: Iterable[str], algorithm: str | None, source_keys: Iter
     'config.lr'
     >>> trainer_for(["wandb-csv"], "ppo") is None
     True
+    >>> trainer_for(["verl-console"], "ppo", printed=["actor_rollout_ref.actor.clip_ratio"]
+    ...             ).command_line("clip_range_high", 0.28)
+    '+actor_rollout_ref.actor.clip_ratio_high=0.28'
+
+    ``printed``: the keys of the config the log printed (veRL), so a key it lacks gets Hydra's ``+``.
     """
     keys = set(source_keys)
     for fmt in formats:
@@ -167,9 +192,11 @@ def trainer_for(formats: Iterable[str], algorithm: str | None, source_keys: Iter
                 algorithm_family(algorithm) == "group" and not any("kl_penalty" in k for k in keys))
             kl_key = "actor_rollout_ref.actor.kl_loss_coef" if kl_loss else "algorithm.kl_ctrl.kl_coef"
             return Trainer("veRL", "veRL config (Hydra overrides)", "dotted",
-                           {**_VERL, "kl_coef": kl_key, **_keys_read(context, _VERL)})
+                           {**_VERL, "kl_coef": kl_key, **_keys_read(context, _VERL)}, frozenset(printed))
         if fmt == "openrlhf-console":
             return Trainer("OpenRLHF", "OpenRLHF arguments (train_ppo_ray)", "arguments", _OPENRLHF)
+        if fmt == "hf-console" and algorithm_family(algorithm or "") is not None:
+            return _trl(algorithm, keys)  # TRL's trainers print their metric dicts to the console too
         if fmt in ("llamafactory", "hf-console"):
             return Trainer("Hugging Face Trainer", "TrainingArguments", "fields", _TRAINING_ARGUMENTS)
         if fmt in ("jsonl", "parquet", "parquet-parts"):
