@@ -734,9 +734,8 @@ def watch(path: Path, fmt: str | None, old_fmt: str | None, meta: Path | None, c
     with Ctrl-C (or --once / --timeout).
     """
     from .analysis.findings import Severity
-    from .live.watch import Watcher
-
     from .live.notify import Notifier
+    from .live.watch import Watcher
 
     cfg = build_config(config_path, kl_target, kl_unit, False, None, maps)
     say = (lambda s: None) if quiet else echo

@@ -31,8 +31,8 @@ from typing import Any
 from .errors import ConfigError, ForensicsError, InputError
 
 __all__ = ["ALGORITHMS", "DIFF_TOLERANCE", "LM_MIN_PARAMS", "MAX_COUNT", "Allowed", "Config", "RunMeta",
-           "algorithm_family", "allowed_of", "closest", "did_you_mean", "load_config", "load_run_meta", "normalise_algorithm", "param",
-           "read_json", "read_toml", "run_field", "scan_option"]
+           "algorithm_family", "allowed_of", "closest", "did_you_mean", "load_config", "load_run_meta",
+           "normalise_algorithm", "param", "read_json", "read_toml", "run_field", "scan_option"]
 
 #: The algorithms forensics knows, by name, and the family that decides which rules apply:
 #: ``critic`` (PPO: a value model, KL in the reward, approx_kl and clip fractions), ``group``

@@ -513,7 +513,8 @@ def make_config(config: Config | None = None, *, config_path: Path | str | None 
     """A scan's configuration from the options the command line takes.
 
     ``config`` (or the TOML file ``config_path``) is the base; ``kl_target``/``kl_unit`` and
-    ``gpus``/``gpu_hours``/``gpu_price`` (the cost of waste) override its ``[run]``, ``strict`` and ``batch_rows`` its ``[scan]``; ``columns`` (source key ->
+    ``gpus``/``gpu_hours``/``gpu_price`` (the cost of waste) override its ``[run]``, ``strict`` and
+    ``batch_rows`` its ``[scan]``; ``columns`` (source key ->
     canonical name, or :class:`~forensics.schema.UserColumn`) and ``maps`` (``"SRC=CANONICAL[:UNIT]"``,
     as ``--map`` takes them) add to its ``[columns]``, winning over it.
 
