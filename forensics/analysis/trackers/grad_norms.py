@@ -202,7 +202,7 @@ class GradNorms(Tracker):
         with np.errstate(invalid="ignore", divide="ignore"):
             jump = ~np.isfinite(z) & np.isfinite(prev) & (prev > 0) & (
                 (g > p.early_jump * prev) | ((g > p.clip_far * clip) if clip else False))
-        ratio_s = np.where(jump, g / prev, ratio_s)
+            ratio_s = np.where(jump, g / prev, ratio_s)
         self.ep["grad.spike"].update(rows, steps, spike | jump, ratio_s,
                                      {"grad_norm": g, "z": z, "median": np.where(jump, prev, ref),
                                       "early": jump.astype(np.float64)})
@@ -257,16 +257,19 @@ class GradNorms(Tracker):
         p = self.p
         clip = self.meta.max_grad_norm
         peak, median = ep.extras.get("grad_norm", float("nan")), ep.extras.get("median", float("nan"))
-        if clip and peak == peak and median == median and median > 0:
+        # a jump in the first rows to ten times a clip the run chose is judged whatever its size
+        far = bool(ep.extras.get("early") and clip and "max_grad_norm" not in self.meta.assumed
+                   and peak == peak and peak >= p.clip_far * clip)
+        if clip and peak == peak and median == median and median > 0 and not far:
             if min(peak, clip) / min(median, clip) < 2.0:
                 return Severity.INFO
         if ep.peak >= p.spike_critical_ratio:
             return Severity.CRITICAL
-        if ep.n_rows < 2:
+        if ep.n_rows < 2 and not far:
             # one step, back at once: an isolated excursion (SIGNATURES section 1.1 downgrades
             # single-metric, single-step events; the clip bounded its update)
             return Severity.INFO
-        return Severity.WARNING if ep.peak >= p.spike_warning_ratio else Severity.INFO
+        return Severity.WARNING if ep.peak >= p.spike_warning_ratio or far else Severity.INFO
 
     def finish(self) -> TrackerResult:
         p = self.p

@@ -98,7 +98,9 @@ RULES = (
        "rate far too high or a missing or broken KL penalty. Judged against fixed priors, not the "
        "run's own baseline, so a run broken from its first update is caught; not applied to toy "
        "policies (param_count below 1e6) and reported as information when the run has no KL "
-       "penalty by design.",
+       "penalty by design, or when the KL was already at the prior at the first logged step and "
+       "never doubled (a KL to the policy's own start is 0 there: this one is to another model, "
+       "as the teacher of on-policy distillation, and is the objective, not a drift).",
        "Lower the learning rate 10x (a KL this far out is not a 20% problem); check that the KL "
        "penalty is on (beta > 0) and applied; roll back to the last checkpoint before the onset.",
        ("excessive_token", "excessive_critical_token", "excessive_sequence",
@@ -228,6 +230,8 @@ class KLSchedule(Tracker):
         self.last_state = 0
         self.crossings = Context(p.window)
         self.n_rows_kl = 0
+        #: the first logged KL level (nats/token where known): 0 for a KL to the policy's start
+        self.first_level: float | None = None
         self.in_band = 0
         self.kl_sum_rows = 0
         self.fit_num = 0.0
@@ -311,6 +315,8 @@ class KLSchedule(Tracker):
         if self.meta.lm_priors:
             warn_at, _ = self._excessive_levels(per_token)
             level = np.where(np.isfinite(per_token), per_token, kl)
+            if self.first_level is None and np.isfinite(level).any():
+                self.first_level = float(level[np.isfinite(level)][0])
             self.ep["kl.excessive"].update(rows, steps, level > warn_at, level,
                                            {"kl": kl, "per_token": per_token})
         floor = np.where(np.isfinite(per_token), per_token >= p.spike_floor_token,
@@ -553,6 +559,16 @@ class KLSchedule(Tracker):
                       peak_kl=ep.extras.get("kl"))
             if ep.peak >= crit:
                 sev = Severity.CRITICAL
+            if self.first_level is not None and self.first_level > warn and ep.peak <= 2.0 * self.first_level:
+                # a KL to the policy's own starting point is 0 at the first step: one already at
+                # the prior there, and flat since, is to another model (a teacher: the objective)
+                sev = Severity.INFO
+                msg += (f"; but it was already {self.first_level:.3g} at the first logged step and "
+                        "never doubled: a KL to the policy's own start is 0 there, so this is a KL to "
+                        "another model (on-policy distillation's teacher, the objective) and the "
+                        "RLHF prior is set aside")
+                ev.update(prior_set_aside="KL at the prior from the first step: not a drift measure",
+                          first_level=self.first_level)
         elif rule == "kl.spike":
             kl = ep.extras.get("kl", float("nan"))
             med = ep.extras.get("median", float("nan"))

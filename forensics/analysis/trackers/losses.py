@@ -102,9 +102,11 @@ RULES = (
        (), "SIGNATURES #22", stability=True),
     _R("loss.spike", Severity.WARNING, "Loss spike",
        "A loss value far from the run's recent level (robust z against the trailing window, "
-       "current point excluded; on positive losses also a minimum ratio to the median). For "
-       "group-relative algorithms (GRPO, RLOO) the total and policy loss are not judged for "
-       "spikes, oscillation or divergence: they are not a progress signal there.",
+       "current point excluded; on positive losses also a minimum ratio to the median). Only a "
+       "loss that measures progress is judged for spikes, oscillation or divergence: a preference "
+       "loss, the value loss and the entropy bonus. A policy-gradient loss (PPO's surrogate swings "
+       "with each batch's advantages; GRPO's and RLOO's is noise plus beta x KL) is not, nor is "
+       "the total loss of a run whose algorithm is unknown.",
        "Inspect the batch at onset; lower the learning rate 20% and tighten gradient clipping "
        "20% if spikes repeat.",
        ("spike_z", "spike_min_ratio", "window", "min_history"), "SIGNATURES #20", stability=True),
@@ -347,12 +349,26 @@ class Losses(Tracker):
         self.reward_peak = 0.0
         self.scaled = False
 
+    def _progress_signal(self, name: str) -> bool:
+        """Whether a loss series measures progress, so that its spikes and rises mean something.
+
+        A policy-gradient surrogate does not: PPO's policy loss swings around zero with the
+        advantages of each batch, a group-relative (GRPO, RLOO) loss is zero-mean noise plus
+        beta x KL. Only a preference loss (DPO's -log sigmoid of the margin), the value loss (the
+        critic's fit) and the entropy bonus are judged; when the algorithm is unknown, the total
+        loss is not judged either (it may be any of them).
+        """
+        if name in ("value_loss", "entropy_loss"):
+            return True
+        if name == "policy_loss":
+            return False
+        group = self.meta.family == "group" or (self.meta.algorithm or "") in GROUP_RELATIVE
+        return self.meta.family == "preference" and not group
+
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
         for name in LOSS_SERIES:
             if name not in self.series and batch.has(name):
-                group = self.meta.family == "group" or (self.meta.algorithm or "") in GROUP_RELATIVE
-                progress = not (group and name in ("loss", "policy_loss"))
-                self.series[name] = _LossSeries(name, self.p, progress)
+                self.series[name] = _LossSeries(name, self.p, self._progress_signal(name))
                 self.source_keys.setdefault(name, name)
                 if name == "value_loss" and batch.has("reward_mean"):
                     self.scaled = True
@@ -390,7 +406,10 @@ class Losses(Tracker):
             for rule, eps in s.ep.items():
                 for ep in eps.finish():
                     self._emit(rule, name, ep)
-        return self.result(summary, [])
+        unjudged = [n for n, s in self.series.items() if not s.judge_level]
+        notes = [f"{', '.join(unjudged)} judged for non-finite values only: not a progress signal for "
+                 f"{self.meta.algorithm or 'a run whose algorithm is unknown'}"] if unjudged else []
+        return self.result(summary, notes)
 
     def _emit(self, rule: str, name: str, ep: Any) -> None:
         p = self.p

@@ -42,6 +42,9 @@ class SignalParams:
                               "or gradient norm of exactly 0): no signal at all, critical.", le=1)
     none_k: int = param(5, "Rows out of dead_m without any signal (a quarter: zero gradients on "
                         "a third of the steps are caught).")
+    critical_share: float = param(0.75, "Mean dead share over a stretch without signal (the share of "
+                                  "tied batches where only a batch tie is logged) that, with the "
+                                  "reward not improving, makes group.no_signal critical.", le=1)
     floor_rows: int = param(10, "Consecutive rows a reward must sit at its floor.")
     floor_critical_rows: int = param(50, "Rows at the floor that make reward.floor critical.")
 
@@ -51,10 +54,11 @@ RULES = (
     _R("group.no_signal", Severity.WARNING, "Groups carry no learning signal",
        "Most prompt groups (or the whole batch) have rewards that all tie, so their advantages "
        "are zero and they contribute no gradient; an exact-zero gradient norm says the same. "
-       "Critical when no signal is left at all and the reward is not improving over that stretch "
-       "(a warning while it still rises). A tie of the whole batch (reward std 0, gradient norm "
-       "0) is one draw per step, so it must hold on most rows, as a dead share must: one group "
-       "of 6 per step ties often on an easy task. Group methods only (DPO and PPO have no "
+       "Critical when no signal is left at all, most of the stretch is dead (critical_share) and "
+       "the reward is not improving over it (a warning otherwise). A tie of the whole batch "
+       "(reward std 0, gradient norm 0) is one draw per step, so it must hold on most rows of a "
+       "window twice as long as a dead share's: one group of 6 per step ties often on an easy "
+       "task. Group methods only (DPO and PPO have no "
        "groups). The finding says whether the reward sits at its top (the task is too easy) "
        "or its floor (too hard, or a broken verifier when it holds "
        "from the first step).",
@@ -91,8 +95,10 @@ class Signal(Tracker):
         # a tie of the whole batch (reward std 0, or gradient norm 0) is one draw per step, not a
         # share of many groups: a step of one group of 6 ties often on an easy task, so it must
         # hold on most rows of the window, as a dead share does
-        self.none_batch = Episodes(p.dead_k, p.dead_m, gap=p.dead_m, mode="max")
+        self.none_batch = Episodes(2 * p.dead_k, 2 * p.dead_m, gap=p.dead_m, mode="max")
         self.reward_parts: list[tuple[np.ndarray, np.ndarray]] = []
+        #: per row: the dead share (logged) or 1/0 for a batch that tied or not
+        self.share_parts: list[tuple[np.ndarray, np.ndarray]] = []
         self.floor = Episodes(p.floor_rows, p.floor_rows, gap=p.floor_rows, mode="min")
         self.best = -np.inf
         self.zero_grad_rows = 0
@@ -131,7 +137,11 @@ class Signal(Tracker):
             fin = np.isfinite(mean)
             if fin.any():
                 self.reward_parts.append((steps[fin].astype(np.int64), mean[fin].astype(np.float64)))
-            self.dead.update(rows, steps, share >= p.dead_share, share, extras)
+            known = np.isfinite(value)
+            if known.any():
+                self.share_parts.append((steps[known].astype(np.int64), value[known].astype(np.float64)))
+            # (a batch tie is judged by none_batch over its longer window)
+            self.dead.update(rows, steps, logged & (share >= p.dead_share), share, extras)
             # the floor: every response scores the same, below the best level reached before
             below = mean < best[:-1] - 1e-6 * scale
             self.floor.update(rows, steps, tie & below & np.isfinite(mean), mean,
@@ -142,14 +152,18 @@ class Signal(Tracker):
         p = self.p
         none_eps = sorted([*self.none.finish(), *self.none_batch.finish()], key=lambda e: e.first_step)
         covered: list[tuple[int, int]] = []
-        steps, reward = self._reward()
+        steps, reward = self._series(self.reward_parts)
+        share_steps, share = self._series(self.share_parts)
         for ep in none_eps:
             if any(a <= ep.onset_step <= b for a, b in covered):
                 continue  # the frac and the batch view of one stretch
             covered.append((ep.first_step, ep.last_step))
             improving = self._improving(steps, reward, ep.first_step, ep.last_step)
-            ep.extras["improving"] = float(improving)
-            self._emit_no_signal(ep, Severity.WARNING if improving else Severity.CRITICAL)
+            stretch = share[(share_steps >= ep.first_step) & (share_steps <= ep.last_step)]
+            dead = float(stretch.mean()) if len(stretch) else 1.0
+            ep.extras.update(improving=float(improving), stretch_share=dead)
+            critical = not improving and dead >= p.critical_share
+            self._emit_no_signal(ep, Severity.CRITICAL if critical else Severity.WARNING)
         for ep in self.dead.finish():
             if not any(a <= ep.onset_step <= b for a, b in covered):
                 self._emit_no_signal(ep, None)
@@ -163,11 +177,11 @@ class Signal(Tracker):
                       Severity.CRITICAL if ep.n_rows >= p.floor_critical_rows else None)
         return self.result({"rows": self.rows, "zero_grad_rows": self.zero_grad_rows})
 
-    def _reward(self) -> tuple[np.ndarray, np.ndarray]:
-        if not self.reward_parts:
+    @staticmethod
+    def _series(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        if not parts:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        return (np.concatenate([a for a, _ in self.reward_parts]),
-                np.concatenate([b for _, b in self.reward_parts]))
+        return np.concatenate([a for a, _ in parts]), np.concatenate([b for _, b in parts])
 
     @staticmethod
     def _improving(steps: np.ndarray, reward: np.ndarray, first: int, last: int) -> bool:
