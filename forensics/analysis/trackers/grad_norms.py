@@ -309,8 +309,8 @@ class GradNorms(Tracker):
                 continue  # the explosion finding already covers this step
             vs = "the previous row" if ep.extras.get("early") else "the run's level"
             self.emit("grad.spike", ep,
-                      f"gradient norm spiked to {ep.extras.get('grad_norm', float('nan')):.3g} "
-                      f"({ep.peak:.3g}x {vs} {ep.extras.get('median', float('nan')):.3g}) at step {ep.peak_step}",
+                      f"gradient norm spiked to {ep.extras.get('grad_norm', float('nan')):.3g} at step "
+                      f"{ep.peak_step} ({ep.peak:.3g}x {vs} {ep.extras.get('median', float('nan')):.3g})",
                       {"peak_ratio": ep.peak, "peak": ep.extras.get("grad_norm"),
                        "robust_z": ep.extras.get("z"), "threshold_z": p.spike_z,
                        "threshold_ratio": p.spike_min_ratio, "metrics": ["grad_norm"]},

@@ -206,7 +206,9 @@ class Preference(Tracker):
         with np.errstate(invalid="ignore"):
             over = (loss < p.overfit_loss) & (acc >= p.overfit_accuracy)
             self.ep["pref.overfit"].update(rows, steps, over, loss,
-                                           {"accuracy": acc, "margin": margin})
+                                           {"accuracy": acc, "margin": margin, "logged_loss": cols["loss"],
+                                            "logged_accuracy": cols["pref_accuracy"],
+                                            "logged_margin": cols["pref_margin"]})
             rising = ~(margin_t <= margin_before)  # no earlier level yet counts as rising
             self.ep["pref.margin_blowup"].update(rows, steps, (margin_t > p.margin_max) & rising,
                                                  margin_t, {"loss": loss, "chosen_reward": chosen})
@@ -316,9 +318,13 @@ class Preference(Tracker):
         p = self.p
         for ep in self.ep["pref.overfit"].finish():
             acc, margin = ep.extras.get("accuracy", float("nan")), ep.extras.get("margin", float("nan"))
+            logged = (ep.extras.get("logged_loss", float("nan")), ep.extras.get("logged_accuracy", float("nan")),
+                      ep.extras.get("logged_margin", float("nan")))
             self.emit("pref.overfit", ep,
                       f"preference loss fell to {ep.peak:.3g} with accuracy {acc:.0%} and margin "
-                      f"{margin:.3g} at step {ep.peak_step}, from step {ep.onset_step}",
+                      f"{margin:.3g} (medians of {p.smooth} rows; logged at step {ep.peak_step}: loss "
+                      f"{logged[0]:.3g}, accuracy {logged[1]:.0%}, margin {logged[2]:.3g}), from step "
+                      f"{ep.onset_step}",
                       {"loss": ep.peak, "accuracy": acc, "margin": margin,
                        "threshold_loss": p.overfit_loss, "threshold_accuracy": p.overfit_accuracy,
                        "metrics": ["loss", "pref_accuracy", "pref_margin"]},
