@@ -5,6 +5,7 @@ every real log (fixtures/real) and of the TRL corpus."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from pathlib import Path
@@ -56,7 +57,7 @@ def _bad_quotes(path: Path) -> list[str]:
                                             for name, col in table.items() if name != "step"):
                     bad.append(f"{path.name}: {f.rule}: {message}")
         ranges = sorted(f.episode_ranges())
-        assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:])), (path.name, f.rule, ranges)
+        assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges)), (path.name, f.rule, ranges)
     return bad
 
 

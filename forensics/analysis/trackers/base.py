@@ -157,14 +157,16 @@ class Tracker:
         conditions (a share and a level, the step and the sample stream) must not report nested
         episodes. The merged one spans both and speaks for the more severe (then larger) one."""
         out: list[Finding] = []
-        key = (lambda f: (f.rule, str(f.evidence.get("series")), f.first_step))
-        for f in sorted(self._findings, key=key):
+
+        def rank(g: Finding) -> tuple[int, float]:
+            return g.severity.rank, self._magnitude.get(id(g), 0.0)
+
+        for f in sorted(self._findings, key=lambda f: (f.rule, str(f.evidence.get("series")), f.first_step)):
             prev = out[-1] if out else None
             if (prev is None or prev.rule != f.rule or prev.evidence.get("series") != f.evidence.get("series")
                     or f.first_step > prev.last_step):
                 out.append(f)
                 continue
-            rank = (lambda g: (g.severity.rank, self._magnitude.get(id(g), 0.0)))
             head, other = (f, prev) if rank(f) > rank(prev) else (prev, f)
             head.first_step, head.last_step = min(f.first_step, prev.first_step), max(f.last_step, prev.last_step)
             head.onset_step = min(f.onset_step, prev.onset_step)
