@@ -13,6 +13,12 @@ A config file looks like::
     [scan]
     batch_rows = 65536
 
+    [[rules]]                   # your own rules (forensics.analysis.trackers.custom)
+    id = "throughput_floor"
+    metric = "tokens_per_sec"
+    kind = "below"
+    threshold = 2000.0
+
 ``forensics rules`` lists every tracker parameter with its default and meaning.
 """
 
@@ -31,8 +37,8 @@ from typing import Any
 from .errors import ConfigError, ForensicsError, InputError
 
 __all__ = ["ALGORITHMS", "DIFF_TOLERANCE", "LM_MIN_PARAMS", "MAX_COUNT", "Allowed", "Config", "RunMeta",
-           "algorithm_family", "allowed_of", "closest", "did_you_mean", "load_config", "load_run_meta", "normalise_algorithm", "param",
-           "read_json", "read_toml", "run_field", "scan_option"]
+           "algorithm_family", "allowed_of", "closest", "did_you_mean", "load_config", "load_run_meta",
+           "normalise_algorithm", "param", "read_json", "read_toml", "run_field", "scan_option"]
 
 #: The algorithms forensics knows, by name, and the family that decides which rules apply:
 #: ``critic`` (PPO: a value model, KL in the reward, approx_kl and clip fractions), ``group``
@@ -415,6 +421,8 @@ class Config:
     source: str | None = None
     #: the user's own key names (``[columns]``, ``--map``): source key -> UserColumn
     columns: dict[str, Any] = field(default_factory=dict)
+    #: the user's own rules (``[[rules]]``: forensics.analysis.trackers.custom.CustomRule)
+    rules: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         for name in SCAN_OPTIONS:
@@ -522,6 +530,10 @@ def load_config(path: Path | None) -> Config:
     from .schema import user_columns
 
     cfg.columns = user_columns(data.pop("columns", {}), f"{path}: [columns]")
+    if "rules" in data:
+        from .analysis.trackers.custom import parse_rules
+
+        cfg.rules = parse_rules(data.pop("rules"), str(path))
     for section, values in data.items():
         if not isinstance(values, dict):
             raise ConfigError(f"{path}: {section} = {show_value(values)}: [{section}] must be a table "

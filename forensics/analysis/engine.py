@@ -40,6 +40,7 @@ from .result import Analysis
 from .store import MetricsStore
 from .trackers import TRACKERS, Tracker, build_params
 from .trackers.base import TrackerResult
+from .trackers.custom import CustomRules
 
 if TYPE_CHECKING:  # pandas is imported when a DataFrame is asked for, not by every scan
     pass
@@ -191,6 +192,8 @@ class Scan:
                             report.run_config_origin if report else "")
         self.meta, self.context = ctx.apply(self.meta, self.explicit)
         self.trackers = [TRACKERS[name](self.all_params[name], self.meta) for name in self.tracker_names]
+        if self.config.rules:  # the config's own [[rules]], run like the built-in ones
+            self.trackers.append(CustomRules(self.config.rules, self.meta))
 
     def _canonical(self, raw: RawBatch, report: ReadReport, stream: str = "step") -> tuple[Batch, np.ndarray]:
         if report.path not in self._canon:
@@ -499,7 +502,8 @@ def make_config(config: Config | None = None, *, config_path: Path | str | None 
     """A scan's configuration from the options the command line takes.
 
     ``config`` (or the TOML file ``config_path``) is the base; ``kl_target``/``kl_unit`` and
-    ``gpus``/``gpu_hours``/``gpu_price`` (the cost of waste) override its ``[run]``, ``strict`` and ``batch_rows`` its ``[scan]``; ``columns`` (source key ->
+    ``gpus``/``gpu_hours``/``gpu_price`` (the cost of waste) override its ``[run]``, ``strict``
+    and ``batch_rows`` its ``[scan]``; ``columns`` (source key ->
     canonical name, or :class:`~forensics.schema.UserColumn`) and ``maps`` (``"SRC=CANONICAL[:UNIT]"``,
     as ``--map`` takes them) add to its ``[columns]``, winning over it.
 

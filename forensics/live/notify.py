@@ -177,7 +177,7 @@ class Notifier:
             request = urllib.request.Request(self.url, data=data, method="POST", headers={
                 "Content-Type": "application/json", "User-Agent": "forensics"})
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 (http(s) checked)
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
                     response.read()
                 return None
             except urllib.error.HTTPError as exc:

@@ -161,6 +161,8 @@ def health_areas() -> list[str]:
 def _check_pattern(pattern: Any, known: set[str], where: str) -> str:
     if not isinstance(pattern, str) or not pattern:
         raise ConfigError(f"{where} = {show_value(pattern)}: expected a non-empty rule id (globs allowed)")
+    if pattern.startswith("custom."):  # a config's own [[rules]]: known when the scan reads the config
+        return pattern
     if not any(fnmatch.fnmatchcase(r, pattern) for r in known):
         raise ConfigError(f"{where}: unknown rule {pattern!r}{did_you_mean(pattern, known)} (see `forensics rules`)")
     return pattern
