@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from forensics import scan_path
+from forensics import Scan, scan_path
 from forensics.cli import main
 from forensics.config import load_config
 from forensics.errors import ConfigError
@@ -99,7 +99,7 @@ def test_rules_are_validated_like_every_config_value(tmp_path: Path, toml: str, 
     cfg = tmp_path / "c.toml"
     cfg.write_text(toml)
     with pytest.raises(ConfigError, match=None) as exc:
-        load_config(cfg)
+        Scan(load_config(cfg))  # checked when a scan is built, before anything is read
     assert error in str(exc.value) and str(cfg) in str(exc.value)
     log = write_jsonl(tmp_path / "s.jsonl", healthy_rows(30))
     res = CliRunner().invoke(main, ["scan", str(log), "--config", str(cfg), "-o", str(tmp_path / "o"), "-q"])

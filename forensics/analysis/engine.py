@@ -40,7 +40,7 @@ from .result import Analysis
 from .store import MetricsStore
 from .trackers import TRACKERS, Tracker, build_params
 from .trackers.base import TrackerResult
-from .trackers.custom import CustomRules
+from .trackers.custom import CustomRules, parse_rules
 
 if TYPE_CHECKING:  # pandas is imported when a DataFrame is asked for, not by every scan
     pass
@@ -161,6 +161,7 @@ class Scan:
         # are built on the first batch, once the run context is known
         self.all_params = build_params(self.config.trackers, self.config.source)
         self.params = {name: dict(vars(self.all_params[name])) for name in self.tracker_names}
+        self.custom_rules = parse_rules(list(self.config.rules), self.config.source or "config")
         self.trackers: list[Tracker] = []
         self.started = False
         self.context: dict[str, dict[str, Any]] = {}
@@ -192,8 +193,8 @@ class Scan:
                             report.run_config_origin if report else "")
         self.meta, self.context = ctx.apply(self.meta, self.explicit)
         self.trackers = [TRACKERS[name](self.all_params[name], self.meta) for name in self.tracker_names]
-        if self.config.rules:  # the config's own [[rules]], run like the built-in ones
-            self.trackers.append(CustomRules(self.config.rules, self.meta))
+        if self.custom_rules:  # the config's own [[rules]], run like the built-in ones
+            self.trackers.append(CustomRules(self.custom_rules, self.meta))
 
     def _canonical(self, raw: RawBatch, report: ReadReport, stream: str = "step") -> tuple[Batch, np.ndarray]:
         if report.path not in self._canon:
@@ -336,7 +337,7 @@ class Scan:
     def _maps_not_found(self) -> list[dict[str, Any]]:
         """The user's column maps (``[columns]``, ``--map``) whose source key no input has, each
         with the closest keys the log does have; under ``strict`` a :class:`UsageError`."""
-        from ..config import closest
+        from ..errors import closest
 
         seen = {k for m in self.mappings.values() for k in [*m.mapping, *m.unmapped, *m.shadowed]}
         out = [{"source": c.source, "canonical": c.canonical, "origin": c.origin,

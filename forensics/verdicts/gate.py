@@ -54,8 +54,8 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 from ..analysis.findings import Severity
-from ..config import Allowed, did_you_mean, read_toml, show_value
-from ..errors import ConfigError, InputError
+from ..config import Allowed, read_toml, show_value
+from ..errors import ConfigError, InputError, did_you_mean
 
 __all__ = ["DEFAULT_POLICY", "GateResult", "Policy", "default_policy", "evaluate", "load_policy",
            "render_github", "render_json", "render_junit", "render_text", "rule_catalogue"]

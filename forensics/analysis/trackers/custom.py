@@ -35,8 +35,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ...config import Allowed, RunMeta, did_you_mean, show_value
-from ...errors import ConfigError
+from ...config import Allowed, RunMeta, show_value
+from ...errors import ConfigError, did_you_mean
 from ...io.canonical import Batch
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
