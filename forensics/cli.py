@@ -333,15 +333,22 @@ def scan(path: Path, out_dir: Path, top: int, metrics_fmt: str, quiet: bool, ver
 
 # --- rules ---------------------------------------------------------------------------------
 
-def _rules_data() -> dict[str, Any]:
-    from .analysis.trackers import TRACKERS, all_rules, param_rows
+def _all_rules(custom: Sequence[Any] = ()) -> list[tuple[str, Any]]:
+    """Every built-in rule, then the config's own ``[[rules]]`` (tracker ``custom``)."""
+    from .analysis.trackers import all_rules
+
+    return [*all_rules(), *(("custom", r.spec) for r in custom)]
+
+
+def _rules_data(custom: Sequence[Any] = ()) -> dict[str, Any]:
+    from .analysis.trackers import TRACKERS, param_rows
 
     return {
         "rules": [
             {"id": r.id, "tracker": t, "severity": r.severity.value, "title": r.title,
              "explanation": r.explanation, "remedy": r.remedy, "params": list(r.params),
              "source": r.source}
-            for t, r in all_rules()  # type: ignore[attr-defined]
+            for t, r in _all_rules(custom)
         ],
         "params": {name: [{"name": n, "default": d, "doc": doc, "allowed": allowed}
                           for n, d, doc, allowed in param_rows(name)]
@@ -351,12 +358,12 @@ def _rules_data() -> dict[str, Any]:
     }
 
 
-def _rules_text() -> str:
-    from .analysis.trackers import TRACKERS, all_rules, param_rows
+def _rules_text(custom: Sequence[Any] = ()) -> str:
+    from .analysis.trackers import TRACKERS, param_rows
 
     out: list[str] = []
     by_tracker: dict[str, list[Any]] = {}
-    for tracker, r in all_rules():
+    for tracker, r in _all_rules(custom):
         by_tracker.setdefault(tracker, []).append(r)
     for tracker in [*TRACKERS, *[t for t in by_tracker if t not in TRACKERS]]:
         out.append(f"\n== {tracker} ==")
@@ -397,8 +404,15 @@ def _metrics(out_fmt: str) -> str:
 @click.option("--markdown", is_flag=True, hidden=True)
 @click.option("--metrics", is_flag=True, help="List the canonical metric names (and units) instead.")
 @click.option("-o", "--output", "output", type=click.Path(path_type=Path), help="Write to this file.")
-def rules(out_fmt: str | None, as_json: bool, markdown: bool, metrics: bool, output: Path | None) -> None:
+@click.option("--config", "config_path", type=click.Path(path_type=Path),
+              help="Also list this config's own [[rules]] (tracker 'custom'), checked as a scan checks them.")
+def rules(out_fmt: str | None, as_json: bool, markdown: bool, metrics: bool, output: Path | None,
+          config_path: Path | None) -> None:
     """List every rule, and every tracker parameter with its default and meaning."""
+    from .analysis.trackers.custom import parse_rules
+    from .config import load_config
+
+    custom = parse_rules(list(load_config(config_path).rules), str(config_path)) if config_path else ()
     chosen = [x for x in (out_fmt, "json" if as_json else None, "markdown" if markdown else None) if x]
     if len(set(chosen)) > 1:
         raise click.UsageError("give one of --format text|json|markdown (--json and --markdown are its "
@@ -414,9 +428,9 @@ def rules(out_fmt: str | None, as_json: bool, markdown: bool, metrics: bool, out
             echo(text, nl=False)
             return
     elif fmt == "json":
-        text = json.dumps(_rules_data(), indent=2)
+        text = json.dumps(_rules_data(custom), indent=2)
     else:
-        text = _rules_text()
+        text = _rules_text(custom)
     _emit(text, output, False)
 
 

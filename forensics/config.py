@@ -13,13 +13,18 @@ A config file looks like::
     [scan]
     batch_rows = 65536
 
+    [[rules]]                   # your own rules (forensics.analysis.trackers.custom)
+    id = "throughput_floor"
+    metric = "tokens_per_sec"
+    kind = "below"
+    threshold = 2000.0
+
 ``forensics rules`` lists every tracker parameter with its default and meaning.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import math
 import re
@@ -28,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, ForensicsError, InputError
+from .errors import ConfigError, ForensicsError, InputError, closest, did_you_mean
 
 __all__ = ["ALGORITHMS", "DIFF_TOLERANCE", "LM_MIN_PARAMS", "MAX_COUNT", "Allowed", "Config", "RunMeta",
            "algorithm_family", "allowed_of", "closest", "did_you_mean", "load_config", "load_run_meta",
@@ -87,28 +92,6 @@ def show_value(value: Any, width: int = 60) -> str:
         return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
     text = repr(value)
     return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def closest(name: Any, known: Any, n: int = 3) -> list[str]:
-    """The known names closest to ``name`` (difflib's ratio, at least 0.6; case ignored).
-
-    >>> closest("kl_targt", ["kl_target", "kl_target_unit", "algorithm"])
-    ['kl_target', 'kl_target_unit']
-    """
-    if not isinstance(name, str):
-        return []
-    names = {str(k).lower(): str(k) for k in known}
-    return [names[m] for m in difflib.get_close_matches(name.lower(), list(names), n=n, cutoff=0.6)]
-
-
-def did_you_mean(name: Any, known: Any) -> str:
-    """``" (did you mean 'x'?)"`` naming the known names closest to ``name`` ("" when none is close).
-
-    >>> did_you_mean("kl_targt", ["kl_target", "algorithm"]), did_you_mean("zzz", ["kl_target"])
-    (" (did you mean 'kl_target'?)", '')
-    """
-    hits = closest(name, known)
-    return " (did you mean " + " or ".join(repr(h) for h in hits) + "?)" if hits else ""
 
 
 def _num(x: float) -> str:
@@ -415,6 +398,8 @@ class Config:
     source: str | None = None
     #: the user's own key names (``[columns]``, ``--map``): source key -> UserColumn
     columns: dict[str, Any] = field(default_factory=dict)
+    #: the user's own rules: the ``[[rules]]`` tables (see forensics.analysis.trackers.custom)
+    rules: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         for name in SCAN_OPTIONS:
@@ -522,6 +507,11 @@ def load_config(path: Path | None) -> Config:
     from .schema import user_columns
 
     cfg.columns = user_columns(data.pop("columns", {}), f"{path}: [columns]")
+    if "rules" in data:  # checked when a scan is built (forensics.analysis.trackers.custom), as trackers' tables
+        rules = data.pop("rules")
+        if not isinstance(rules, list) or not all(isinstance(t, dict) for t in rules):
+            raise ConfigError(f"{path}: rules = {show_value(rules)}: expected [[rules]] tables")
+        cfg.rules = tuple(rules)
     for section, values in data.items():
         if not isinstance(values, dict):
             raise ConfigError(f"{path}: {section} = {show_value(values)}: [{section}] must be a table "

@@ -14,6 +14,9 @@ The library never calls ``sys.exit``; only ``forensics.cli`` turns these into ex
 
 from __future__ import annotations
 
+import difflib
+from typing import Any
+
 __all__ = [
     "ConfigError",
     "ForensicsError",
@@ -21,6 +24,8 @@ __all__ = [
     "InputError",
     "StrictModeError",
     "UsageError",
+    "closest",
+    "did_you_mean",
 ]
 
 
@@ -60,3 +65,25 @@ class FormatError(InputError):
 
 class StrictModeError(InputError):
     """Raised on the first malformed row when a scan runs with ``strict=True``."""
+
+
+def closest(name: Any, known: Any, n: int = 3) -> list[str]:
+    """The known names closest to ``name`` (difflib's ratio, at least 0.6; case ignored).
+
+    >>> closest("kl_targt", ["kl_target", "kl_target_unit", "algorithm"])
+    ['kl_target', 'kl_target_unit']
+    """
+    if not isinstance(name, str):
+        return []
+    names = {str(k).lower(): str(k) for k in known}
+    return [names[m] for m in difflib.get_close_matches(name.lower(), list(names), n=n, cutoff=0.6)]
+
+
+def did_you_mean(name: Any, known: Any) -> str:
+    """``" (did you mean 'x'?)"`` naming the known names closest to ``name`` ("" when none is close).
+
+    >>> did_you_mean("kl_targt", ["kl_target", "algorithm"]), did_you_mean("zzz", ["kl_target"])
+    (" (did you mean 'kl_target'?)", '')
+    """
+    hits = closest(name, known)
+    return " (did you mean " + " or ".join(repr(h) for h in hits) + "?)" if hits else ""

@@ -650,7 +650,7 @@ def user_column(source: str, canonical: str, unit: str | None = None,
     if not isinstance(source, str) or not source:
         raise ConfigError(f"{origin}: a source key must be a non-empty string, got {source!r}")
     if not isinstance(canonical, str) or not _user_target(canonical):
-        from .config import did_you_mean
+        from .errors import did_you_mean
 
         raise ConfigError(f"{origin}: {source} = {canonical!r}: not a canonical metric name"
                           f"{did_you_mean(canonical, METRICS)} (forensics rules --metrics lists them)")

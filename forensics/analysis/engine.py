@@ -41,6 +41,7 @@ from .result import Analysis
 from .store import MetricsStore
 from .trackers import TRACKERS, Tracker, build_params
 from .trackers.base import TrackerResult, tracker_score
+from .trackers.custom import CustomRules, parse_rules
 
 if TYPE_CHECKING:  # pandas is imported when a DataFrame is asked for, not by every scan
     pass
@@ -161,6 +162,7 @@ class Scan:
         # are built on the first batch, once the run context is known
         self.all_params = build_params(self.config.trackers, self.config.source)
         self.params = {name: dict(vars(self.all_params[name])) for name in self.tracker_names}
+        self.custom_rules = parse_rules(list(self.config.rules), self.config.source or "config")
         self.trackers: list[Tracker] = []
         self.started = False
         self.context: dict[str, dict[str, Any]] = {}
@@ -192,6 +194,8 @@ class Scan:
                             report.run_config_origin if report else "")
         self.meta, self.context = ctx.apply(self.meta, self.explicit)
         self.trackers = [TRACKERS[name](self.all_params[name], self.meta) for name in self.tracker_names]
+        if self.custom_rules:  # the config's own [[rules]], run like the built-in ones
+            self.trackers.append(CustomRules(self.custom_rules, self.meta))
 
     def _canonical(self, raw: RawBatch, report: ReadReport, stream: str = "step") -> tuple[Batch, np.ndarray]:
         if report.path not in self._canon:
@@ -347,7 +351,7 @@ class Scan:
     def _maps_not_found(self) -> list[dict[str, Any]]:
         """The user's column maps (``[columns]``, ``--map``) whose source key no input has, each
         with the closest keys the log does have; under ``strict`` a :class:`UsageError`."""
-        from ..config import closest
+        from ..errors import closest
 
         seen = {k for m in self.mappings.values() for k in [*m.mapping, *m.unmapped, *m.shadowed]}
         out = [{"source": c.source, "canonical": c.canonical, "origin": c.origin,
@@ -513,8 +517,8 @@ def make_config(config: Config | None = None, *, config_path: Path | str | None 
     """A scan's configuration from the options the command line takes.
 
     ``config`` (or the TOML file ``config_path``) is the base; ``kl_target``/``kl_unit`` and
-    ``gpus``/``gpu_hours``/``gpu_price`` (the cost of waste) override its ``[run]``, ``strict`` and
-    ``batch_rows`` its ``[scan]``; ``columns`` (source key ->
+    ``gpus``/``gpu_hours``/``gpu_price`` (the cost of waste) override its ``[run]``, ``strict``
+    and ``batch_rows`` its ``[scan]``; ``columns`` (source key ->
     canonical name, or :class:`~forensics.schema.UserColumn`) and ``maps`` (``"SRC=CANONICAL[:UNIT]"``,
     as ``--map`` takes them) add to its ``[columns]``, winning over it.
 

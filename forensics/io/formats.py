@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import FormatError, InputError, UsageError
+from ..errors import FormatError, InputError, UsageError, did_you_mean
 from .adapters import ADAPTERS
 from .inputs import HEAD_BYTES, STDIN, local_path, open_binary, read_head
 from .readers import Format, JsonlSource, ParquetPartsSource, ParquetSource, Source
@@ -153,7 +153,5 @@ def open_source(path: Path, fmt: str | None = None, *, strict: bool = False) -> 
                 source.report.notes.append("read from a stream (stdin or a pipe): copied once, to its end, "
                                            "before reading")
             return source
-    from ..config import did_you_mean
-
     raise UsageError(f"unknown format {name!r}{did_you_mean(name, FORMATS.names())}; known: "
                      + ", ".join(FORMATS.names()))

@@ -54,8 +54,8 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 from ..analysis.findings import Severity
-from ..config import Allowed, did_you_mean, read_toml, show_value
-from ..errors import ConfigError, InputError
+from ..config import Allowed, read_toml, show_value
+from ..errors import ConfigError, InputError, did_you_mean
 
 __all__ = ["DEFAULT_POLICY", "GateResult", "Policy", "default_policy", "evaluate", "load_policy",
            "render_github", "render_json", "render_junit", "render_text", "rule_catalogue"]
@@ -161,6 +161,8 @@ def health_areas() -> list[str]:
 def _check_pattern(pattern: Any, known: set[str], where: str) -> str:
     if not isinstance(pattern, str) or not pattern:
         raise ConfigError(f"{where} = {show_value(pattern)}: expected a non-empty rule id (globs allowed)")
+    if pattern.startswith("custom."):  # a config's own [[rules]]: known when the scan reads the config
+        return pattern
     if not any(fnmatch.fnmatchcase(r, pattern) for r in known):
         raise ConfigError(f"{where}: unknown rule {pattern!r}{did_you_mean(pattern, known)} (see `forensics rules`)")
     return pattern

@@ -8,8 +8,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ...config import allowed_of, did_you_mean, params_doc, show_value
-from ...errors import ConfigError
+from ...config import allowed_of, params_doc, show_value
+from ...errors import ConfigError, did_you_mean
 from ..findings import STREAM_RULES, RuleSpec
 from .advantages import Advantages
 from .base import Tracker, TrackerResult
