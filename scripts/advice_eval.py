@@ -207,6 +207,11 @@ def evaluate(manifest: dict[str, Any], args: argparse.Namespace) -> dict[str, An
                            "root_cause": rec.get("root_cause"), "steps": steps}
     if not fault:
         row["outcome"] = "healthy: patch empty" if not rec["config_patch"] else "healthy: PATCH NOT EMPTY"
+        if args.check_healthy and args.steps:  # nothing applied: the same config and seed, the same run
+            again, _ = train(name, {}, args.steps, args.work / "repeat", args.trl_python)
+            first = args.work / f"steps{args.steps}" / name / "base" / name
+            row["repeat_identical"] = _metrics(history_of(again)) == _metrics(history_of(first))
+            row["outcome"] += ", re-trained unchanged: " + ("identical" if row["repeat_identical"] else "DIFFERENT")
         return row
     healthy = healthy_bar(algorithm, list(before.primary), steps)
     row["healthy"] = healthy
@@ -239,6 +244,14 @@ def evaluate(manifest: dict[str, Any], args: argparse.Namespace) -> dict[str, An
             "no patch" if not variants[which] else "patch changes nothing")
     row["outcome"] = row["full_outcome"]
     return row
+
+
+#: Logged keys that measure the machine, not the training (they differ between two identical runs).
+_CLOCK = ("step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second", "eps")
+
+
+def _metrics(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k not in _CLOCK} for r in history]
 
 
 def _first_text(rec: dict[str, Any]) -> str:
@@ -312,6 +325,8 @@ def main() -> None:
     ap.add_argument("--report", type=Path, help=f"write the table here (make advice-eval: {REPORT})")
     ap.add_argument("--readme", action="store_true", help="also write the table into README.md")
     ap.add_argument("--json", type=Path, help="write the rows as JSON")
+    ap.add_argument("--check-healthy", action="store_true",
+                    help="with --steps: train each healthy run twice (nothing applied) and compare the logs")
     args = ap.parse_args()
     if not args.trl_python.exists():
         raise SystemExit(f"{args.trl_python}: no TRL environment; `make .venv-trl/.installed` builds it")
