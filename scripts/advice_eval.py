@@ -161,9 +161,22 @@ def trial(name: str, algorithm: str, patch: dict[str, Any], steps: int | None, a
 
 
 # -- judging ---------------------------------------------------------------------------------------
-def healthy_bar(algorithm: str, keys: list[str], steps: int) -> dict[str, float]:
+def healthy_bar(algorithm: str, keys: list[str], steps: int, manifest: dict[str, Any]) -> dict[str, float]:
+    """The healthy run's primary signal at the same step; a run trained on another reward (a
+    hackable or length-paying one, a scaled one) has none to compare with: its bar is its own
+    start (it must still improve on it)."""
+    cfg, healthy = manifest["config"], json.loads((CORPUS / f"{algorithm}_healthy_s0" / "manifest.json").read_text())
+    if (cfg.get("reward"), cfg.get("reward_scale")) != (healthy["config"].get("reward"),
+                                                       healthy["config"].get("reward_scale")):
+        history = history_of(CORPUS / manifest["name"])
+        return {k: head_mean(history, k) for k in keys}
     history = history_of(CORPUS / f"{algorithm}_healthy_s0")
     return {k: tail_mean(history, k, upto=steps) for k in keys}
+
+
+def head_mean(history: list[dict[str, Any]], key: str) -> float:
+    vals = [float(r[key]) for r in history if key in r and math.isfinite(float(r[key]))][:10]
+    return sum(vals) / len(vals) if vals else float("nan")
 
 
 def not_worse(after: dict[str, float], before: dict[str, float], healthy: dict[str, float]) -> bool:
@@ -180,10 +193,13 @@ def improves(after: dict[str, float], before: dict[str, float]) -> bool:
 
 
 def outcome(expected: list[str], before: Trial, after: Trial, healthy: dict[str, float]) -> str:
+    """fixed: no expected rule at warning or above, no new one either, the primary signal not
+    worse; partly fixed: fewer expected rules, or the primary signal improves; else not fixed."""
     left = [r for r in expected if r in after.rules]
     had = [r for r in expected if r in before.rules]
+    new = [r for r in after.rules if r not in before.rules]
     ok = not_worse(after.primary, before.primary, healthy)
-    if not left and ok:
+    if not left and not new and ok:
         return "fixed"
     if len(left) < len(had) or improves(after.primary, before.primary):
         return "partly fixed"
@@ -213,7 +229,7 @@ def evaluate(manifest: dict[str, Any], args: argparse.Namespace) -> dict[str, An
             row["repeat_identical"] = _metrics(history_of(again)) == _metrics(history_of(first))
             row["outcome"] += ", re-trained unchanged: " + ("identical" if row["repeat_identical"] else "DIFFERENT")
         return row
-    healthy = healthy_bar(algorithm, list(before.primary), steps)
+    healthy = healthy_bar(algorithm, list(before.primary), steps, manifest)
     row["healthy"] = healthy
     config = manifest["config"]
     variants = {"first": first_patch(rec), "full": rec["config_patch"]}
@@ -279,7 +295,7 @@ def _short(text: str, n: int = 150) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = ("| run | fault | first recommendation | config patch | outcome (first / full patch) | "
-            "warning+ rules before -> after | primary signal before -> after (healthy at the same step) |\n"
+            "warning+ rules before -> after | primary signal before -> after (bar) |\n"
             "|---|---|---|---|---|---|---|\n")
     lines = []
     for r in rows:
