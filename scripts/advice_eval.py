@@ -22,9 +22,9 @@ The primary signal, the mean of the last 10 logged values: the task's own reward
 ``rewards/sentiment/mean`` where it is logged, else ``reward``; PPO ``objective/scores``), DPO's
 ``rewards/accuracies`` and ``rewards/margins``, KTO's ``rewards/margins``. "Not worse" means at
 least the lower of the faulty run's value and the healthy run's (same algorithm, seed 0, same
-number of steps), less 10% of the healthy value's size and 0.02: a reward the fault inflated (a
-learning rate so high that every completion is a string of positive words) is not a bar a sound
-run must reach.
+number of steps), less 0.05 (rewards, accuracies) or a fifth (margins): a reward the fault inflated
+(a learning rate so high that every completion is a string of positive words) is not a bar a sound
+run must reach. A run trained on another reward than the healthy runs' is held to its own start.
 
 Runs are written outside the repository (``--work``, default ``.venv-trl/cache/advice-eval``) and
 reused while their patch is unchanged; only the table is written into the repository
@@ -179,10 +179,15 @@ def head_mean(history: list[dict[str, Any]], key: str) -> float:
     return sum(vals) / len(vals) if vals else float("nan")
 
 
+#: How far below its bar a primary signal may end and still count as not worse: rewards in [-1, 1]
+#: and accuracies by 0.05, margins (a few hundredths in a healthy run of the corpus) by a fifth.
+ABS_TOL, REL_TOL = {"rewards/margins": 0.0}, {"rewards/margins": 0.2}
+
+
 def not_worse(after: dict[str, float], before: dict[str, float], healthy: dict[str, float]) -> bool:
     for k, v in after.items():
         bar = min(before[k], healthy.get(k, before[k]))
-        tol = 0.1 * abs(healthy.get(k, bar)) + 0.02
+        tol = ABS_TOL.get(k, 0.05) + REL_TOL.get(k, 0.0) * abs(bar)
         if not v >= bar - tol:
             return False
     return True
@@ -369,7 +374,9 @@ def write(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     note = summary(rows)
     if args.report:
         args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(REPORT_HEAD + note + "\n" + text)
+        # the hand-written reading of the table (## Notes) is kept across runs
+        kept = args.report.read_text().partition(NOTES)[2] if args.report.exists() else ""
+        args.report.write_text(REPORT_HEAD + note + "\n" + text + (f"\n{NOTES}{kept}" if kept else ""))
     if args.readme:
         readme = README.read_text()
         if MARK_BEGIN in readme and MARK_END in readme:
@@ -380,6 +387,7 @@ def write(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         args.json.write_text(json.dumps(rows, default=lambda o: o.__dict__, indent=1))
 
 
+NOTES = "## Notes"
 REPORT_HEAD = """# Advice quality: the recommended patch, re-trained
 
 Written by `make advice-eval` (`scripts/advice_eval.py`, whose docstring defines the outcomes and
