@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test check bench bench-full bench-fleet bench-writer eval fixtures fixtures-trl fuzz screenshots clean
+.PHONY: demo test check bench bench-full bench-fleet bench-writer eval fixtures fixtures-trl advice-eval fuzz screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -75,6 +75,13 @@ $(TRL_STAMP):
 
 fixtures-trl: $(TRL_STAMP)
 	$(TRL_VENV)/bin/python scripts/trl_corpus.py --out fixtures/trl
+
+# Advice proven by re-training: each faulty TRL corpus run trained again with the scan's config patch
+# (same seed and data), scanned again, judged fixed / partly / not fixable by config. The runs are
+# trained under .venv-trl/cache/advice-eval (reused while their patch is unchanged); only the
+# table is written: reports/advice_quality.md and the README. Not part of `make test`.
+advice-eval: $(STAMP) $(TRL_STAMP)
+	$(PY) scripts/advice_eval.py --trl-python $(TRL_VENV)/bin/python --report reports/advice_quality.md --readme
 
 clean:
 	rm -rf $(VENV) $(TRL_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -22,9 +22,9 @@ The primary signal, the mean of the last 10 logged values: the task's own reward
 ``rewards/sentiment/mean`` where it is logged, else ``reward``; PPO ``objective/scores``), DPO's
 ``rewards/accuracies`` and ``rewards/margins``, KTO's ``rewards/margins``. "Not worse" means at
 least the lower of the faulty run's value and the healthy run's (same algorithm, seed 0, same
-number of steps), less 10% of the healthy value's size and 0.02: a reward the fault inflated (a
-learning rate so high that every completion is a string of positive words) is not a bar a sound
-run must reach.
+number of steps), less 0.05 (rewards, accuracies) or a fifth (margins): a reward the fault inflated
+(a learning rate so high that every completion is a string of positive words) is not a bar a sound
+run must reach. A run trained on another reward than the healthy runs' is held to its own start.
 
 Runs are written outside the repository (``--work``, default ``.venv-trl/cache/advice-eval``) and
 reused while their patch is unchanged; only the table is written into the repository
@@ -161,15 +161,33 @@ def trial(name: str, algorithm: str, patch: dict[str, Any], steps: int | None, a
 
 
 # -- judging ---------------------------------------------------------------------------------------
-def healthy_bar(algorithm: str, keys: list[str], steps: int) -> dict[str, float]:
+def healthy_bar(algorithm: str, keys: list[str], steps: int, manifest: dict[str, Any]) -> dict[str, float]:
+    """The healthy run's primary signal at the same step; a run trained on another reward (a
+    hackable or length-paying one, a scaled one) has none to compare with: its bar is its own
+    start (it must still improve on it)."""
+    cfg, healthy = manifest["config"], json.loads((CORPUS / f"{algorithm}_healthy_s0" / "manifest.json").read_text())
+    if (cfg.get("reward"), cfg.get("reward_scale")) != (healthy["config"].get("reward"),
+                                                       healthy["config"].get("reward_scale")):
+        history = history_of(CORPUS / manifest["name"])
+        return {k: head_mean(history, k) for k in keys}
     history = history_of(CORPUS / f"{algorithm}_healthy_s0")
     return {k: tail_mean(history, k, upto=steps) for k in keys}
+
+
+def head_mean(history: list[dict[str, Any]], key: str) -> float:
+    vals = [float(r[key]) for r in history if key in r and math.isfinite(float(r[key]))][:10]
+    return sum(vals) / len(vals) if vals else float("nan")
+
+
+#: How far below its bar a primary signal may end and still count as not worse: rewards in [-1, 1]
+#: and accuracies by 0.05, margins (a few hundredths in a healthy run of the corpus) by a fifth.
+ABS_TOL, REL_TOL = {"rewards/margins": 0.0}, {"rewards/margins": 0.2}
 
 
 def not_worse(after: dict[str, float], before: dict[str, float], healthy: dict[str, float]) -> bool:
     for k, v in after.items():
         bar = min(before[k], healthy.get(k, before[k]))
-        tol = 0.1 * abs(healthy.get(k, bar)) + 0.02
+        tol = ABS_TOL.get(k, 0.05) + REL_TOL.get(k, 0.0) * abs(bar)
         if not v >= bar - tol:
             return False
     return True
@@ -180,10 +198,13 @@ def improves(after: dict[str, float], before: dict[str, float]) -> bool:
 
 
 def outcome(expected: list[str], before: Trial, after: Trial, healthy: dict[str, float]) -> str:
+    """fixed: no expected rule at warning or above, no new one either, the primary signal not
+    worse; partly fixed: fewer expected rules, or the primary signal improves; else not fixed."""
     left = [r for r in expected if r in after.rules]
     had = [r for r in expected if r in before.rules]
+    new = [r for r in after.rules if r not in before.rules]
     ok = not_worse(after.primary, before.primary, healthy)
-    if not left and ok:
+    if not left and not new and ok:
         return "fixed"
     if len(left) < len(had) or improves(after.primary, before.primary):
         return "partly fixed"
@@ -207,8 +228,13 @@ def evaluate(manifest: dict[str, Any], args: argparse.Namespace) -> dict[str, An
                            "root_cause": rec.get("root_cause"), "steps": steps}
     if not fault:
         row["outcome"] = "healthy: patch empty" if not rec["config_patch"] else "healthy: PATCH NOT EMPTY"
+        if args.check_healthy and args.steps:  # nothing applied: the same config and seed, the same run
+            again, _ = train(name, {}, args.steps, args.work / "repeat", args.trl_python)
+            first = args.work / f"steps{args.steps}" / name / "base" / name
+            row["repeat_identical"] = _metrics(history_of(again)) == _metrics(history_of(first))
+            row["outcome"] += ", re-trained unchanged: " + ("identical" if row["repeat_identical"] else "DIFFERENT")
         return row
-    healthy = healthy_bar(algorithm, list(before.primary), steps)
+    healthy = healthy_bar(algorithm, list(before.primary), steps, manifest)
     row["healthy"] = healthy
     config = manifest["config"]
     variants = {"first": first_patch(rec), "full": rec["config_patch"]}
@@ -241,6 +267,14 @@ def evaluate(manifest: dict[str, Any], args: argparse.Namespace) -> dict[str, An
     return row
 
 
+#: Logged keys that measure the machine, not the training (they differ between two identical runs).
+_CLOCK = ("step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second", "eps")
+
+
+def _metrics(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k not in _CLOCK} for r in history]
+
+
 def _first_text(rec: dict[str, Any]) -> str:
     for pri in ("immediate", "short_term", "medium_term"):
         if rec["priorities"].get(pri):
@@ -266,7 +300,7 @@ def _short(text: str, n: int = 150) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = ("| run | fault | first recommendation | config patch | outcome (first / full patch) | "
-            "warning+ rules before -> after | primary signal before -> after (healthy at the same step) |\n"
+            "warning+ rules before -> after | primary signal before -> after (bar) |\n"
             "|---|---|---|---|---|---|---|\n")
     lines = []
     for r in rows:
@@ -312,6 +346,8 @@ def main() -> None:
     ap.add_argument("--report", type=Path, help=f"write the table here (make advice-eval: {REPORT})")
     ap.add_argument("--readme", action="store_true", help="also write the table into README.md")
     ap.add_argument("--json", type=Path, help="write the rows as JSON")
+    ap.add_argument("--check-healthy", action="store_true",
+                    help="with --steps: train each healthy run twice (nothing applied) and compare the logs")
     args = ap.parse_args()
     if not args.trl_python.exists():
         raise SystemExit(f"{args.trl_python}: no TRL environment; `make .venv-trl/.installed` builds it")
@@ -338,7 +374,9 @@ def write(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     note = summary(rows)
     if args.report:
         args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(REPORT_HEAD + note + "\n" + text)
+        # the hand-written reading of the table (## Notes) is kept across runs
+        kept = args.report.read_text().partition(NOTES)[2] if args.report.exists() else ""
+        args.report.write_text(REPORT_HEAD + note + "\n" + text + (f"\n{NOTES}{kept}" if kept else ""))
     if args.readme:
         readme = README.read_text()
         if MARK_BEGIN in readme and MARK_END in readme:
@@ -349,6 +387,7 @@ def write(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         args.json.write_text(json.dumps(rows, default=lambda o: o.__dict__, indent=1))
 
 
+NOTES = "## Notes"
 REPORT_HEAD = """# Advice quality: the recommended patch, re-trained
 
 Written by `make advice-eval` (`scripts/advice_eval.py`, whose docstring defines the outcomes and
