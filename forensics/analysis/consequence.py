@@ -6,7 +6,9 @@ set of findings says whether an excursion had consequences, so this pass runs on
 ``Scan.finish``, over all of them:
 
 * **An isolated excursion is information.** A spike-type finding (``EXCURSIONS``: one bad batch
-  in the gradient norm, the loss or the KL) whose single episode ended well before the log does
+  in the gradient norm, the loss or the KL) whose single episode spans at most ``blip_rows`` rows
+  (one or two updates: an excursion held for several updates moved the policy) and ended well
+  before the log does
   (the signal came back: ``recover_rows`` rows of calm after it), never repeated, with no
   sustained finding of another tracker starting near it (``near_rows``), is information, and its
   message says it recovered. Optimizers absorb one bad batch; a repeated or lasting one, or one
@@ -43,6 +45,7 @@ class Consequences:
     last_step: int
     rows: int
     recover_rows: int = 5
+    blip_rows: int = 2
     near_rows: int = 10
     damage_share: float = 0.2
     damage_min_rows: int = 10
@@ -75,6 +78,8 @@ def _sustained_nearby(f: Finding, others: list[Finding], c: Consequences) -> lis
 def _downgrade(f: Finding, c: Consequences, findings: list[Finding]) -> None:
     if f.rule not in EXCURSIONS or f.episodes or f.severity is Severity.INFO:
         return
+    if c.rows_between(f.first_step, f.last_step) + 1 > c.blip_rows:
+        return  # several updates in a row: the policy moved, not one bad batch
     if c.rows_between(f.last_step, c.last_step) < c.recover_rows:
         return  # still under way, or too close to the end to know
     if _sustained_nearby(f, findings, c):
