@@ -193,7 +193,7 @@ def test_example_policy_is_valid() -> None:
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("[min_health.areas]\ngradient = 0.99\n",
-     "[min_health.areas] 'gradient' is not a health area; valid: advantages, generation, gradients, kl,"),
+     "[min_health.areas] 'gradient' is not a health area; valid: advantages, config, generation, gradients, kl,"),
     ("[min_health]\noverall = nan\n", "min_health.overall = nan: expected a finite number from 0 to 1"),
     ('[min_health]\nstability = "0.5"\n', "min_health.stability = '0.5'"),
     ("[min_health.areas]\nkl = inf\n", "min_health.areas.kl = inf"),

@@ -119,9 +119,9 @@ def test_verl_catastrophic_grpo_run(tmp_path: Path) -> None:
 
 
 def dpo_columns(steps: np.ndarray, rng: np.random.Generator, *, loss: np.ndarray, margin: np.ndarray,
-                acc: np.ndarray, logp_chosen: np.ndarray) -> dict[str, np.ndarray]:
+                acc: np.ndarray, logp_chosen: np.ndarray, chosen: np.ndarray | None = None) -> dict[str, np.ndarray]:
     n = len(steps)
-    chosen = margin * 0.3
+    chosen = margin * 0.3 if chosen is None else chosen
     return {"loss": loss, "rewards/margins": margin, "rewards/accuracies": acc,
             "rewards/chosen": chosen, "rewards/rejected": chosen - margin,
             "logps/chosen": logp_chosen, "logps/rejected": logp_chosen - 40 * margin / np.fmax(margin.max(), 1),
@@ -134,10 +134,12 @@ def test_dpo_over_optimisation_margins_and_displacement(tmp_path: Path) -> None:
     def cols(steps: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
         t = np.minimum((steps - 1) / 5, 1.0)  # loss to ~0 within 6 steps
         n = len(steps)
+        margin = 11 * np.minimum((steps - 1) / 30, 1.0) + 0.2 * rng.normal(size=n)
+        # the chosen responses lose likelihood (logps/chosen falls 200 nats), so their implicit
+        # reward beta x log(pi / pi_ref) goes below 0 as the margin opens
         return dpo_columns(steps, rng, loss=0.693 * np.exp(-8 * t) + np.abs(rng.normal(0, 1e-4, n)),
-                           margin=11 * np.minimum((steps - 1) / 30, 1.0) + 0.2 * rng.normal(size=n),
-                           acc=np.where(steps > 3, 1.0, 0.5 + 0.2 * (steps - 1)),
-                           logp_chosen=-250 - 200 * np.minimum((steps - 1) / 40, 1.0))
+                           margin=margin, acc=np.where(steps > 3, 1.0, 0.5 + 0.2 * (steps - 1)),
+                           logp_chosen=-250 - 200 * np.minimum((steps - 1) / 40, 1.0), chosen=-0.2 * margin)
     a = scan_path(trl_state(tmp_path / "trainer_state.json", series(60, 7, cols)))
     assert a.meta.algorithm == "dpo" and a.meta.family == "preference"
     assert {"pref.overfit", "pref.margin_blowup", "pref.likelihood_displacement"} <= rules(a), alarms(a)

@@ -207,9 +207,9 @@ def test_yaml_is_safe_dump_and_reads_back_numbers(tmp_path: Path) -> None:
     back = yaml.safe_load(text)
     assert back == json.loads(paths["recommendations"].read_text())
     assert back["config_patch"]["config"]["lr"] == 0.001
-    # the x30 jump is fixed alone; the clipping change waits until it is
+    # the x30 jump is fixed alone; what else is advised waits until it is
     assert back["config_patch"] == {"config": {"lr": 0.001}}
-    assert isinstance(back["if_persists_patch"]["max_grad_norm"], float)
+    assert all(isinstance(v, float) for v in back["if_persists_patch"].values())
     assert yaml.safe_load(yaml.safe_dump({"lr": 8e-07})) == {"lr": 8e-07}
 
 
@@ -270,10 +270,10 @@ def test_a_catastrophic_learning_rate_is_fixed_alone(run: str) -> None:
     said = " ".join(p for ps in rec["priorities"].values() for p in ps)
     assert "temperature" not in said and "clip" not in said and "beta" not in said, said
     if run == "rloo_lr_high":  # the symptoms' remedies wait, in the trainer's keys
-        assert rec["if_persists_patch"] == {"temperature": pytest.approx(1.1), "epsilon_high": 0.28}
+        assert {"temperature": pytest.approx(1.1), "epsilon_high": 0.28}.items() <= rec["if_persists_patch"].items()
         assert any(p.startswith("sampling temperature: 1 -> 1.1") for p in rec["if_persists"])
-    if run == "dpo_lr_high":
-        assert rec["if_persists_patch"] == {"beta": 0.2}
+    if run == "dpo_lr_high":  # the chosen responses lose likelihood before the pairs are won: no beta yet
+        assert "beta" not in rec["config_patch"]
 
 
 def test_a_learning_rate_jump_is_restored_alone() -> None:
@@ -340,7 +340,8 @@ def test_every_adjustment_has_the_trainers_key_and_a_logged_value() -> None:
     beta = next(a for a in overfit["adjustments"] if a["parameter"] == "kl_coef")
     assert beta["key"] == "beta" and beta["current"] == 0.1 and beta["new"] == 0.2
     assert beta["current_from"].startswith("assumed: DPOConfig's default")
-    assert overfit["config_patch"]["beta"] == 0.2
+    # a DPO learning rate of 1e-3 is the root cause (critical for preference optimisation): beta waits
+    assert overfit["root_cause"] == "lr.out_of_range" and overfit["if_persists_patch"]["beta"] == 0.2
     assert _rec("grpo_max_len_small")["config_patch"] == {"max_completion_length": 6}
     assert _rec("rloo_max_len_small")["config_patch"] == {"max_completion_length": 8}  # 7.5 tokens: 8
     real = SHARED_LOGS / "calibration" / "trl_grpo_qwen0.5b_patch2prod_alltruncated-saturated.txt"

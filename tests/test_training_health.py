@@ -139,24 +139,33 @@ def test_rldk_fixture_still_only_kl_spike() -> None:
 
 
 # -- losses --------------------------------------------------------------------------------------
+#: a loss that measures progress (a preference loss): the loss rules judge it; a policy-gradient
+#: loss, or that of a run whose algorithm is unknown, is judged for non-finite values only
+DPO = RunMeta(algorithm="dpo")
+
+
 def test_injected_loss_spike_gives_one_finding_at_onset() -> None:
     rows = run_rows(400)
     rows[200]["loss"] = rows[199]["loss"] * 3.0
-    a = scan(rows, trackers=("losses",))
+    assert not findings(scan(rows, trackers=("losses",)), "loss.spike")  # algorithm unknown
+    a = scan(rows, meta=DPO, trackers=("losses",))
     spikes = findings(a, "loss.spike")
     assert len(spikes) == 1
     assert spikes[0].onset_step == 200 and spikes[0].first_step == 200
     assert spikes[0].evidence["series"] == "loss"
-    assert serious(a) == [f"loss.spike@200: {spikes[0].message}"]
+    # one bad batch that came back with nothing else moving is information (severity from consequence)
+    assert serious(a) == [] and spikes[0].severity.value == "info" and "recovered" in spikes[0].message
 
 
-def test_grpo_loss_near_zero_spike_and_no_false_alarm() -> None:
+def test_loss_near_zero_spike_and_no_false_alarm() -> None:
     rng = np.random.default_rng(5)
     rows = [{"step": i, "loss": float(rng.normal(0, 0.01) + 0.03 * i / 500)} for i in range(500)]
-    assert serious(scan(rows, trackers=("losses",))) == []
+    assert serious(scan(rows, meta=DPO, trackers=("losses",))) == []
     rows[300]["loss"] = 0.3
-    spikes = findings(scan(rows, trackers=("losses",)), "loss.spike")
+    spikes = findings(scan(rows, meta=DPO, trackers=("losses",)), "loss.spike")
     assert [f.onset_step for f in spikes] == [300]
+    # GRPO's loss (beta x KL plus a zero-mean surrogate) is not a progress signal: not judged
+    assert not findings(scan(rows, meta=RunMeta(algorithm="grpo"), trackers=("losses",)), "loss.spike")
 
 
 def test_loss_divergence_nonfinite_and_oscillation() -> None:
@@ -166,7 +175,7 @@ def test_loss_divergence_nonfinite_and_oscillation() -> None:
     loss[250:] += np.linspace(0, 5, n - 250)  # sustained rise away from the run's level
     rows = [{"step": i, "loss": float(v)} for i, v in enumerate(loss)]
     rows[380]["loss"] = float("nan")
-    a = scan(rows, trackers=("losses",))
+    a = scan(rows, meta=DPO, trackers=("losses",))
     div = findings(a, "loss.divergence")
     assert len(div) == 1 and 250 <= div[0].onset_step <= 300
     assert div[0].severity.value == "critical"  # 6x the lowest level

@@ -203,6 +203,35 @@ class _Trend:
                 ("up" if last > first else "down" if last < first else "flat")}
 
 
+def quarter_shift(x: np.ndarray, blocks: int = 40) -> tuple[float, float, float] | None:
+    """``(z, first, last)``: the mean of the last quarter of ``x`` minus that of the first, in
+    standard errors, and the two means; None when too short.
+
+    The standard error comes from ``blocks`` block means around their linear trend: blocks much
+    longer than the series' memory are nearly independent, so an autocorrelated series (AR(1)
+    noise that wanders over tens of steps) does not look like a shift, as it would against the
+    step-to-step noise.
+
+    >>> rng = np.random.default_rng(0)
+    >>> round(quarter_shift(np.linspace(0, 1, 400) + rng.normal(0, 0.1, 400))[0]) > 10
+    True
+    >>> abs(quarter_shift(rng.normal(0, 1, 400))[0]) < 3
+    True
+    """
+    x = x[np.isfinite(x)]
+    if len(x) < 4 * blocks:
+        return None
+    q = len(x) // 4
+    means = np.array([b.mean() for b in np.array_split(x, blocks)])
+    idx = np.arange(blocks, dtype=np.float64)
+    resid = means - np.polyval(np.polyfit(idx, means, 1), idx)
+    se = float(resid.std(ddof=2)) * math.sqrt(2.0 / (blocks / 4))
+    m1, m4 = float(x[:q].mean()), float(x[-q:].mean())
+    if not se > 0:
+        return None
+    return (m4 - m1) / se, m1, m4
+
+
 class Rewards(Tracker):
     """Reward breakdown, trends, variance, best-of-N gap, stagnation, decline, target distance."""
 
@@ -227,6 +256,8 @@ class Rewards(Tracker):
         # run-long values for the summary's medians and rank correlation (bounded memory)
         self.reward = RunValues()
         self.step_span: list[int | None] = [None, None]
+        #: series that show the optimiser at work (kept while the rewards are held in memory)
+        self.movers: dict[str, list[np.ndarray]] = {n: [] for n in ("loss", "policy_loss", "value_loss", "kl")}
         self.var = RunValues(ends=p.trend_window)
         self.gap = RunValues(ends=p.trend_window)
         self.has_gap = False
@@ -308,6 +339,9 @@ class Rewards(Tracker):
                     if key in batch.columns or key in self.comp_std:
                         self.comp_std.setdefault(key, RunValues()).extend(batch.col(key))
         self.reward.extend(r)
+        if len(self.reward) <= self.reward.memory:
+            for name, parts in self.movers.items():
+                parts.append(batch.col(name).astype(np.float64))
         if self.step_span[0] is None:
             self.step_span[0] = int(steps[0])
         self.step_span[1] = int(steps[-1])
@@ -445,31 +479,34 @@ class Rewards(Tracker):
 
     def _never_improved(self) -> None:
         """The whole run against its start: a long run whose last quarter is not clearly above its
-        first never learned (a converged run improved first, so its plateau stays information)."""
+        first, while the optimiser visibly moved something (a loss fell, the KL grew), never
+        learned from its reward. A converged run improved first, and a run where nothing moves at
+        all is stationary: both stay information."""
         p = self.p
         first, last = self.step_span
         if self.reward.spilled or len(self.reward) < p.stagnation_window or first is None or last is None:
             return
         r = self.reward.values()
-        r = r[np.isfinite(r)]
-        q = len(r) // 4
-        if q < 10:
+        shift = quarter_shift(r)
+        if shift is None or shift[0] >= p.stagnation_sigmas:
             return
-        d = np.diff(r)
-        sigma = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(2.0)
-        se = sigma * math.sqrt(2.0 / q)
-        m1, m4 = float(r[:q].mean()), float(r[-q:].mean())
-        if not se > 0 or m4 - m1 >= p.stagnation_sigmas * se:
+        moved = {name: z for name, z in ((n, quarter_shift(np.concatenate(v)) if v else None)
+                                         for n, v in self.movers.items())
+                 if z is not None and abs(z[0]) >= 2 * p.stagnation_sigmas}
+        if not moved:
             return
+        z, m1, m4 = shift
         ep = Episode(onset_step=first, first_step=first, last_step=last, last_row=len(r) - 1,
-                     n_rows=len(r), peak=(m4 - m1) / se, peak_step=last)
+                     n_rows=len(r), peak=z, peak_step=last)
+        what = ", ".join(f"{n} {v[1]:.3g} -> {v[2]:.3g}" for n, v in sorted(moved.items()))
         self.emit("reward.stagnation", ep,
-                  f"the reward never improved over the {len(r)} rows of the run: mean {m1:.4g} over "
-                  f"its first quarter, {m4:.4g} over its last ({(m4 - m1) / se:+.2g} standard errors): "
-                  "the run did not learn from this reward",
-                  {"first_quarter_mean": m1, "last_quarter_mean": m4, "standard_error": se,
-                   "rise_standard_errors": (m4 - m1) / se, "threshold_standard_errors": p.stagnation_sigmas,
-                   "rows": len(r), "metrics": ["reward_mean"]}, Severity.WARNING)
+                  f"the reward never improved over the {len(r)} rows of the run (mean {m1:.4g} over its "
+                  f"first quarter, {m4:.4g} over its last: {z:+.2g} standard errors) while training moved "
+                  f"({what}): the run did not learn from this reward",
+                  {"first_quarter_mean": m1, "last_quarter_mean": m4, "rise_standard_errors": z,
+                   "threshold_standard_errors": p.stagnation_sigmas, "rows": len(r),
+                   "moved": {n: {"first_quarter": v[1], "last_quarter": v[2]} for n, v in moved.items()},
+                   "metrics": ["reward_mean"]}, Severity.WARNING)
 
     def finish(self) -> TrackerResult:
         for steps, groups in self.grouper.flush():
