@@ -68,6 +68,8 @@ def render_summary(analysis: Analysis, top: int = 8, colour: bool = False) -> st
                  f"   convergence {_score(h['convergence'])}")
     for area, v in h["areas"].items():
         lines.append(f"        {area:<12} {_score(v)}")
+    if h.get("unchecked"):
+        lines.append(f"        unknown: {', '.join(h['unchecked'])} (not checked: nothing they read is logged)")
     timeline = timeline_section(analysis)
     advice = advice_sections(analysis, timeline)
     v = verdict([f.to_dict() for f in analysis.findings], timeline, advice.get("recommendations"),
