@@ -194,7 +194,7 @@ class Entropy(Tracker):
                     gain = ep.extras.get("reward_gain_sigmas", float("nan"))
                     ctx = ("reward still improving" if rule == "entropy.low" else
                            "reward not improving" if gain == gain else "reward trend unknown")
-                    msg = (f"entropy fell to {ep.peak:.2f}x its early level ({ent:.4g} vs "
+                    msg = (f"entropy fell to {ep.peak:.2g}x its early level ({ent:.4g} vs "
                            f"{self.h0:.4g}), {ctx}, onset step {ep.onset_step}, {span}")
                     ev.update(threshold=p.collapse_ratio, reward_gain_sigmas=gain)
                 self.emit(rule, ep, msg, ev)
