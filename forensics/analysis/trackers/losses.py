@@ -420,8 +420,10 @@ class Losses(Tracker):
             msg = f"{name} was NaN or Inf on {ep.n_rows} rows, {span}"
         elif rule == "loss.spike":
             value, med = ep.extras.get("value", float("nan")), ep.extras.get("median", float("nan"))
-            msg = append_span(f"{name} spiked to {value:.4g} at step {ep.peak_step} (robust z "
-                              f"{ep.peak:.1f} vs the trailing median {med:.4g})", ep.first_step, ep.last_step)
+            against = (f"robust z {ep.peak:.1f} vs the trailing median {med:.4g}" if abs(ep.peak) < 1000
+                       else f"from a trailing median of ~0 ({med:.3g})")
+            msg = append_span(f"{name} spiked to {value:.4g} at step {ep.peak_step} ({against})",
+                              ep.first_step, ep.last_step)
             ev.update(value=value, trailing_median=med, robust_z=ep.peak,
                       robust_scale=ep.extras.get("scale"), threshold_z=p.spike_z,
                       threshold_ratio=p.spike_min_ratio)
@@ -434,8 +436,11 @@ class Losses(Tracker):
             rel, sig = ep.peak, ep.extras.get("sigmas", float("nan"))
             level, lowest = ep.extras.get("level", float("nan")), ep.extras.get("lowest", float("nan"))
             what = f"{name} / reward_scale^2" if name == "value_loss" and self.scaled else name
-            msg = (f"{what} rose to {level:.4g} ({rel:.1f}x the run's scale and {sig:.1f} noise sigmas "
-                   f"above its lowest level {lowest:.4g}), {span}")
+            if rel == rel and rel > 1000:  # a ratio to a near-zero scale says nothing
+                msg = f"{what} rose from ~0 ({lowest:.3g}) to {level:.4g} ({sig:.1f} noise sigmas), {span}"
+            else:
+                msg = (f"{what} rose to {level:.4g} ({rel:.1f}x the run's scale and {sig:.1f} noise sigmas "
+                       f"above its lowest level {lowest:.4g}), {span}")
             ev.update(level=level, lowest_level=lowest, rise_sigmas=sig, rise_over_scale=rel,
                       threshold_sigmas=p.divergence_sigmas, threshold_ratio=p.divergence_min_ratio)
             if rel == rel and rel >= p.divergence_critical_ratio - 1.0:
