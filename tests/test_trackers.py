@@ -165,5 +165,8 @@ def test_grpo_loss_is_not_a_progress_signal(tmp_path: Path) -> None:
     rows[120]["loss"] = 0.05
     grpo = findings(tmp_path, rows, RunMeta(algorithm="grpo"))
     assert not any(f.rule.startswith("loss.") for f in grpo)
+    # PPO's policy loss (the surrogate) is not a progress signal either; a preference loss is
     ppo = findings(tmp_path, rows, RunMeta(algorithm="ppo"))
-    assert any(f.rule == "loss.spike" and f.onset_step == 120 for f in ppo)
+    assert not any(f.rule.startswith("loss.") for f in ppo)
+    dpo = findings(tmp_path, rows, RunMeta(algorithm="dpo"))
+    assert any(f.rule == "loss.spike" and f.onset_step == 120 for f in dpo)

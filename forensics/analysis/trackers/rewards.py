@@ -222,7 +222,8 @@ def quarter_shift(x: np.ndarray, blocks: int = 40) -> tuple[float, float, float]
     if len(x) < 4 * blocks:
         return None
     q = len(x) // 4
-    means = np.array([b.mean() for b in np.array_split(x, blocks)])
+    size = len(x) // blocks
+    means = x[: size * blocks].reshape(blocks, size).mean(axis=1)
     idx = np.arange(blocks, dtype=np.float64)
     resid = means - np.polyval(np.polyfit(idx, means, 1), idx)
     se = float(resid.std(ddof=2)) * math.sqrt(2.0 / (blocks / 4))
