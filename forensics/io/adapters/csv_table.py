@@ -58,6 +58,7 @@ class CsvTableSource:
         self.path = Path(path)
         self.strict = strict
         self.report = ReadReport(str(path), format=self.format_name)
+        self.reader: CsvBlocks | None = None  # how the blocks were read, once read
 
     def batches(self, batch_rows: int) -> Iterator[RawBatch]:
         dialect = sniff(read_head(self.path), need_row=False)
@@ -65,8 +66,8 @@ class CsvTableSource:
             raise FormatError("not a CSV table: no header of names (none a number) on its first line",
                               path=str(self.path))
         names, renamed = unique_names(dialect.header)
-        reader = CsvBlocks(dialect, names, frozenset(n for n in names if _is_step(n)), self._bad,
-                           self._set_aside)
+        self.reader = reader = CsvBlocks(dialect, names, frozenset(n for n in names if _is_step(n)), self._bad,
+                                         self._set_aside)
         with open_binary(self.path) as fh:
             try:
                 skip = dialect.data_start + (len(BOM) if fh.read(len(BOM)) == BOM else 0) - len(BOM)
