@@ -146,7 +146,7 @@ def _values(col: pa.ChunkedArray, dtype: type) -> np.ndarray:
     """An int64 or float64 column as numpy, exactly; a null is 0 or NaN. Read from the Arrow
     buffers: ``to_numpy`` would import pandas (a quarter of a second)."""
     arr = col.combine_chunks()
-    out = np.frombuffer(arr.buffers()[1], dtype=dtype, count=arr.offset + len(arr))[arr.offset:]
+    out: np.ndarray = np.frombuffer(arr.buffers()[1], dtype=dtype, count=arr.offset + len(arr))[arr.offset:]
     if arr.null_count:
         out = out.copy()
         out[_nulls(arr)] = 0 if dtype is np.int64 else math.nan
