@@ -36,7 +36,7 @@ from .limits import CELL_BUDGET, MAX_LINE_BYTES
 from .readers.arrow import budget_groups, rows_to_raw
 from .readers.base import RawBatch
 
-__all__ = ["BLOCK_BYTES", "Block", "CsvBlocks", "blocks"]
+__all__ = ["BLOCK_BYTES", "Block", "CsvBlocks", "Parsed", "blocks"]
 
 #: Bytes read at a time (whole records are parsed; the rest is carried to the next block).
 BLOCK_BYTES = 8 << 20
@@ -225,6 +225,16 @@ def table_batch(table: pa.Table, lines: np.ndarray, steps: frozenset[str]) -> Ra
     return raw
 
 
+@dataclass(frozen=True)
+class Parsed:
+    """A block, its bytes as UTF-8, the line of each record and pyarrow's table (or ``None``)."""
+
+    block: Block
+    data: bytes
+    records: np.ndarray
+    table: pa.Table | None
+
+
 _TYPED = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_null,
           pa.types.is_string)
 
@@ -248,15 +258,22 @@ class CsvBlocks:
         self.python_blocks = 0
         self.cut_line = 0
 
-    def batches(self, block: Block, batch_rows: int) -> Iterator[RawBatch]:
-        rows = max(1, min(batch_rows, CELL_BUDGET // max(len(self.names), 1)))
+    def parse(self, block: Block) -> Parsed:
+        """pyarrow's parse of a block (``None`` when it cannot take it whole). Safe to run in a
+        worker thread: it reports nothing."""
         data = block.data if self.dialect.encoding == "utf-8" else \
             block.data.decode("latin-1").encode("utf-8")
         records = block.record_lines()
-        table = self._arrow(data, len(records), b'"' in data)
+        return Parsed(block, data, records, self._arrow(data, len(records), b'"' in data))
+
+    def batches(self, parsed: Parsed, batch_rows: int) -> Iterator[RawBatch]:
+        """The raw batches of a parsed block, at most ``batch_rows`` rows each (fewer for a wide
+        table: ``CELL_BUDGET``); a block pyarrow could not take is read by Python's csv module."""
+        rows = max(1, min(batch_rows, CELL_BUDGET // max(len(self.names), 1)))
+        block, records, table = parsed.block, parsed.records, parsed.table
         if table is None:
             self.python_blocks += 1
-            yield from self._python(data, block, rows)
+            yield from self._python(parsed.data, block, rows)
             return
         self.arrow_blocks += 1
         table, lines = self._nonblank(table, records)
