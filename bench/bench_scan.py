@@ -8,6 +8,9 @@ a fresh subprocess (so peak memory is the child's own), imports before the clock
   100,000 and 1,000,000 rows without an epoch column and at 100,000 with one (``--full``: also
   10,000,000 in Parquet). Baselines: pyarrow's streaming JSON reader (``pyarrow.json.open_json``)
   and ``ParquetFile.iter_batches``.
+* a **CSV** step stream (20 metrics, no epoch column) at 100,000 and 1,000,000 rows: the CSV
+  reader (file to canonical batches, every row and value accounted for) against
+  ``pyarrow.csv.open_csv`` read in the same run (budget 1.5x); the full scan's time is printed beside it.
 * the **sample stream**: 10,000,000 responses (5,000 steps x 2,000, reward paying for length
   from step 4,000 on) in Parquet and JSONL, with its 5,000-step log beside; baseline: pyarrow's
   read of the sample file.
@@ -29,30 +32,46 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "bench" / "data"
 PEAK_MB = 400
 FLAT = 0.10
-BUDGET = {("step", "jsonl"): 1.5, ("step", "parquet"): 8.0, ("sample", "jsonl"): 4.0,
+BUDGET = {("step", "jsonl"): 1.5, ("step", "parquet"): 8.0, ("step", "csv"): 1.5, ("sample", "jsonl"): 4.0,
           ("sample", "parquet"): 4.0}
 
 CHILD = r"""
 import json, sys, time
-import pyarrow.json as pj, pyarrow.parquet as pq
+import pyarrow.csv as pcsv, pyarrow.json as pj, pyarrow.parquet as pq
+from pathlib import Path
 kind, path = sys.argv[1], sys.argv[2]
 skip = [t for t in sys.argv[3].split(",") if t] if len(sys.argv) > 3 else []
 if kind == "forensics":
     import polars  # the JSONL reader's parser, imported on first use: a library import, as pyarrow's
     from forensics.analysis.engine import scan_path
     from forensics.analysis.trackers import TRACKERS
+if kind == "forensics-read":
+    from forensics.io.canonical import Canonicalizer
+    from forensics.io.formats import open_source
 t0 = time.perf_counter()
 if kind == "arrow-jsonl":
     rows = 0
     for batch in pj.open_json(path):
         rows += batch.num_rows
+elif kind == "arrow-csv":
+    rows = 0
+    for batch in pcsv.open_csv(path):
+        rows += batch.num_rows
+elif kind == "forensics-read":  # the CSV reader: file to canonical batches, every value accounted for
+    rows = 0
+    src, canon = open_source(Path(path)), Canonicalizer()
+    for raw in src.batches(65536):
+        rows += int(canon(raw, src.report)[1].sum())
 elif kind == "arrow-parquet":
     rows = 0
     for batch in pq.ParquetFile(path).iter_batches(batch_size=65536):
@@ -99,6 +118,7 @@ def cases(full: bool, only: str | None, sizes: list[int] | None) -> list[Case]:
             for rows in sizes or [100_000, 1_000_000]:
                 out.append(Case("step", fmt, rows, 200, False))
             out.append(Case("step", fmt, 100_000, 200, True))
+        out += [Case("step", "csv", rows, 20, False) for rows in sizes or [100_000, 1_000_000]]
         if full and not sizes:
             out.append(Case("step", "parquet", 10_000_000, 200, False))
     if only in (None, "samples"):
@@ -110,8 +130,8 @@ def prepare(case: Case) -> tuple[Path, Path]:
     """(what pyarrow reads, what forensics scans), written once."""
     from bench.shapes import sample_chunks, step_chunks, write_jsonl, write_parquet
 
-    write = write_parquet if case.fmt == "parquet" else write_jsonl
-    suffix = "parquet" if case.fmt == "parquet" else "jsonl"
+    write = {"parquet": write_parquet, "csv": write_csv}.get(case.fmt, write_jsonl)
+    suffix = case.fmt
     if case.stream == "step":
         path = DATA / f"{case.name}.{suffix}"
         if not path.exists():
@@ -127,6 +147,19 @@ def prepare(case: Case) -> tuple[Path, Path]:
         write(samples_file, sample_chunks(case.rows // per_step, per_step,
                                           bias_from=int(case.rows // per_step * 0.8)))
     return samples_file, folder
+
+
+def write_csv(path: Path, chunks: Iterator[dict[str, np.ndarray]]) -> Path:
+    """Write the chunks as one CSV table (polars' writer: floats in full precision)."""
+    import polars as pl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        for i, chunk in enumerate(chunks):
+            pl.DataFrame(chunk).write_csv(fh, include_header=i == 0)
+    tmp.replace(path)
+    return path
 
 
 def run_child(kind: str, path: Path, skip: str = "") -> dict[str, float]:
@@ -149,7 +182,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, nargs="*", help="step-stream sizes instead of the defaults")
     ap.add_argument("--match", default="", help="only the cases whose data file name holds this "
                     "(e.g. steps_20m_epoch)")
-    ap.add_argument("--format", choices=["jsonl", "parquet"], help="only this format")
+    ap.add_argument("--format", choices=["jsonl", "parquet", "csv"], help="only this format")
     ap.add_argument("--skip-trackers", default="", help="comma-separated trackers left out of the "
                     "scan (to measure the rest without one)")
     args = ap.parse_args()
@@ -169,7 +202,7 @@ def main() -> None:
         size_mb = read.stat().st_size / 1e6
         repeat = 1 if size_mb > 1000 else args.repeat
         base = best(f"arrow-{case.fmt}", read, repeat)
-        ours = best("forensics", scan, repeat, args.skip_trackers)
+        ours = best("forensics-read" if case.fmt == "csv" else "forensics", scan, repeat, args.skip_trackers)
         ratio = ours["seconds"] / base["seconds"]
         budget = BUDGET[(case.stream, case.fmt)]
         us = ours["seconds"] / case.rows * 1e6
@@ -177,6 +210,10 @@ def main() -> None:
         if case.stream == "step" and case.fmt == "parquet":
             values = case.rows * case.metrics / 1e6
             notes.append(f"analysis {(ours['seconds'] - base['seconds']) / values:.3f} s per million values")
+        if case.fmt == "csv":  # the budget is the reader's; the whole scan for comparison
+            full = best("forensics", scan, repeat, args.skip_trackers)
+            ours["peak_mb"] = max(ours["peak_mb"], full["peak_mb"])
+            notes.append(f"reader; full scan {full['seconds']:.2f}s ({full['seconds'] / base['seconds']:.2f}x)")
         if prep > 1:
             notes.append(f"(data written in {prep:.0f} s)")
         met = ratio <= budget and ours["peak_mb"] < PEAK_MB

@@ -33,10 +33,10 @@ import pyarrow.csv as pacsv
 from .canonical import parse_number
 from .csv_dialect import Dialect, csv_records, record_ends
 from .limits import CELL_BUDGET, MAX_LINE_BYTES
-from .readers.arrow import budget_groups, rows_to_raw, table_to_raw
+from .readers.arrow import budget_groups, rows_to_raw
 from .readers.base import RawBatch
 
-__all__ = ["BLOCK_BYTES", "Block", "CsvBlocks", "blocks"]
+__all__ = ["BLOCK_BYTES", "Block", "CsvBlocks", "Parsed", "blocks"]
 
 #: Bytes read at a time (whole records are parsed; the rest is carried to the next block).
 BLOCK_BYTES = 8 << 20
@@ -122,10 +122,46 @@ def blocks(fh: IO[bytes], line: int, delimiter: str, bad: Bad) -> Iterator[Block
             line += newlines
 
 
+_NULL_TEXT = pa.nulls(1, pa.string())[0]  # (pa.scalar(None) would import pandas)
+
+
 def _trimmed(col: pa.ChunkedArray) -> pa.ChunkedArray:
     """Text cells without surrounding whitespace; an empty one is null."""
     col = pc.utf8_trim_whitespace(col)
-    return pc.if_else(pc.equal(col, ""), pa.scalar(None, pa.string()), col)
+    empty = pc.invert(pc.cast(pc.utf8_length(col), pa.bool_()))  # (a Python "" would import pandas)
+    return pc.if_else(empty, _NULL_TEXT, col)
+
+
+def _bits(buf: pa.Buffer, offset: int, n: int) -> np.ndarray:
+    """``n`` bits of an Arrow bitmap from bit ``offset``, as booleans."""
+    return np.unpackbits(np.frombuffer(buf, dtype=np.uint8), bitorder="little")[offset:offset + n].astype(bool)
+
+
+def _nulls(arr: pa.Array) -> np.ndarray:
+    validity = arr.buffers()[0]
+    return np.zeros(len(arr), dtype=bool) if validity is None else ~_bits(validity, arr.offset, len(arr))
+
+
+def _values(col: pa.ChunkedArray, dtype: type) -> np.ndarray:
+    """An int64 or float64 column as numpy, exactly; a null is 0 or NaN. Read from the Arrow
+    buffers: ``to_numpy`` would import pandas (a quarter of a second)."""
+    arr = col.combine_chunks()
+    out: np.ndarray = np.frombuffer(arr.buffers()[1], dtype=dtype, count=arr.offset + len(arr))[arr.offset:]
+    if arr.null_count:
+        out = out.copy()
+        out[_nulls(arr)] = 0 if dtype is np.int64 else math.nan
+    return out
+
+
+def _typed_column(raw: RawBatch, name: str, col: pa.ChunkedArray) -> None:
+    """Add a column pyarrow typed (int64, float64 or bool) to ``raw``: integers exact, booleans as
+    1.0/0.0, a null masked as missing."""
+    if pa.types.is_integer(col.type):
+        raw.numeric[name] = _values(col, np.int64)
+    else:
+        raw.numeric[name] = _values(pc.cast(col, pa.float64()), np.float64)
+    if col.null_count:
+        raw.missing[name] = _nulls(col.combine_chunks())
 
 
 def _parsed(values: list[Any]) -> tuple[np.ndarray, np.ndarray, list[tuple[int, Any]]]:
@@ -155,9 +191,9 @@ def _odd_column(raw: RawBatch, name: str, col: pa.ChunkedArray, is_step: bool) -
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         nums = None
     if nums is not None:
-        raw.numeric[name] = (nums.fill_null(0) if is_step else nums).to_numpy(zero_copy_only=False)
+        raw.numeric[name] = _values(nums, np.int64 if is_step else np.float64)
         if col.null_count:
-            raw.missing[name] = col.is_null().to_numpy(zero_copy_only=False)
+            raw.missing[name] = _nulls(col.combine_chunks())
         return
     values = col.to_pylist()
     parsed = None if is_step else _parsed(values)
@@ -175,16 +211,28 @@ def table_batch(table: pa.Table, lines: np.ndarray, steps: frozenset[str]) -> Ra
     """A :class:`RawBatch` of a block's rows: pyarrow's numbers as they are, text columns parsed
     by :func:`_odd_column`; a column with no value in these rows is left out (as the row-by-row
     reader never saw it)."""
-    typed: dict[str, pa.ChunkedArray] = {}
+    raw = RawBatch({}, {}, {}, lines)
     odd: dict[str, pa.ChunkedArray] = {}
     for name, col in zip(table.column_names, table.columns, strict=True):
         if col.null_count == len(col):
             continue
-        (odd if pa.types.is_string(col.type) else typed)[name] = col
-    raw = table_to_raw(pa.table(typed), lines) if typed else RawBatch({}, {}, {}, lines)
+        if pa.types.is_string(col.type):
+            odd[name] = col
+        else:
+            _typed_column(raw, name, col)
     for name, col in odd.items():
         _odd_column(raw, name, col, name in steps)
     return raw
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A block, its bytes as UTF-8, the line of each record and pyarrow's table (or ``None``)."""
+
+    block: Block
+    data: bytes
+    records: np.ndarray
+    table: pa.Table | None
 
 
 _TYPED = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_null,
@@ -210,15 +258,22 @@ class CsvBlocks:
         self.python_blocks = 0
         self.cut_line = 0
 
-    def batches(self, block: Block, batch_rows: int) -> Iterator[RawBatch]:
-        rows = max(1, min(batch_rows, CELL_BUDGET // max(len(self.names), 1)))
+    def parse(self, block: Block) -> Parsed:
+        """pyarrow's parse of a block (``None`` when it cannot take it whole). Safe to run in a
+        worker thread: it reports nothing."""
         data = block.data if self.dialect.encoding == "utf-8" else \
             block.data.decode("latin-1").encode("utf-8")
         records = block.record_lines()
-        table = self._arrow(data, len(records), b'"' in data)
+        return Parsed(block, data, records, self._arrow(data, len(records), b'"' in data))
+
+    def batches(self, parsed: Parsed, batch_rows: int) -> Iterator[RawBatch]:
+        """The raw batches of a parsed block, at most ``batch_rows`` rows each (fewer for a wide
+        table: ``CELL_BUDGET``); a block pyarrow could not take is read by Python's csv module."""
+        rows = max(1, min(batch_rows, CELL_BUDGET // max(len(self.names), 1)))
+        block, records, table = parsed.block, parsed.records, parsed.table
         if table is None:
             self.python_blocks += 1
-            yield from self._python(data, block, rows)
+            yield from self._python(parsed.data, block, rows)
             return
         self.arrow_blocks += 1
         table, lines = self._nonblank(table, records)
@@ -276,7 +331,8 @@ class CsvBlocks:
         keep = pc.invert(pc.is_null(cols[0]))
         for c in cols[1:]:
             keep = pc.or_(keep, pc.invert(pc.is_null(c)))
-        return table.filter(keep), lines[keep.to_numpy()]
+        kept = keep.combine_chunks()
+        return table.filter(kept), lines[_bits(kept.buffers()[1], kept.offset, len(kept))]
 
     def _python(self, data: bytes, block: Block, rows: int) -> Iterator[RawBatch]:
         """The block read by Python's csv module (the reference reader), row by row."""

@@ -151,16 +151,15 @@ def _is_header(cells: list[str]) -> bool:
 
 
 def _first_row(text: str, delim: str, header_end: int, ends: list[int]) -> tuple[list[str], bool] | None:
-    """The first non-blank record after the header, and whether it is whole in the head (the
-    head may end inside it); ``None`` when the head holds none."""
+    """The first record after the header with a cell that is not blank, and whether it is whole
+    in the head (the head may end inside it); ``None`` when the head holds none."""
     prev = header_end + 1
     for e in [*ends, None]:
-        piece = text[prev:e]
-        if piece.strip():
-            try:
-                cells = next(csv.reader(io.StringIO(piece, newline=""), delimiter=delim))
-            except (csv.Error, StopIteration):
-                return None
+        try:
+            cells = next(csv.reader(io.StringIO(text[prev:e], newline=""), delimiter=delim), [])
+        except csv.Error:
+            return None
+        if any(c.strip() for c in cells):
             return cells, e is not None
         if e is None:
             return None

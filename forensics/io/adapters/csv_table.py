@@ -18,12 +18,14 @@ not numbers, and the next record has as many cells with at least one number.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from ...errors import FormatError, InputError, StrictModeError
 from ...schema import canonical_name
-from ..csv_blocks import CsvBlocks, blocks
+from ..csv_blocks import Block, CsvBlocks, Parsed, blocks
 from ..csv_dialect import Dialect, sniff, unique_names
 from ..inputs import BOM, open_binary, read_head, truncation
 from ..readers.base import RawBatch, ReadReport
@@ -44,6 +46,23 @@ def detect(path: Path, head: bytes) -> bool:
     return sniff(head) is not None
 
 
+#: Blocks parsed ahead, in as many worker threads (pyarrow releases the GIL while it parses).
+AHEAD = 2
+
+
+def _ahead(parse: Callable[[Block], Parsed], items: Iterator[Block]) -> Iterator[Parsed]:
+    """``parse`` of each block, in order, the next :data:`AHEAD` parsed in worker threads while
+    this one is converted and analysed: memory stays bounded by a few blocks."""
+    with ThreadPoolExecutor(AHEAD, thread_name_prefix="forensics-csv") as pool:
+        pending: deque[Future[Parsed]] = deque()
+        for block in items:
+            pending.append(pool.submit(parse, block))
+            if len(pending) > AHEAD:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
 def _is_step(name: str) -> bool:
     hit = canonical_name(name)
     return hit is not None and hit[0] == "step"
@@ -58,6 +77,7 @@ class CsvTableSource:
         self.path = Path(path)
         self.strict = strict
         self.report = ReadReport(str(path), format=self.format_name)
+        self.reader: CsvBlocks | None = None  # how the blocks were read, once read
 
     def batches(self, batch_rows: int) -> Iterator[RawBatch]:
         dialect = sniff(read_head(self.path), need_row=False)
@@ -65,14 +85,14 @@ class CsvTableSource:
             raise FormatError("not a CSV table: no header of names (none a number) on its first line",
                               path=str(self.path))
         names, renamed = unique_names(dialect.header)
-        reader = CsvBlocks(dialect, names, frozenset(n for n in names if _is_step(n)), self._bad,
-                           self._set_aside)
+        self.reader = reader = CsvBlocks(dialect, names, frozenset(n for n in names if _is_step(n)), self._bad,
+                                         self._set_aside)
         with open_binary(self.path) as fh:
             try:
                 skip = dialect.data_start + (len(BOM) if fh.read(len(BOM)) == BOM else 0) - len(BOM)
                 if len(fh.read(skip)) == skip:
-                    for block in blocks(fh, dialect.data_line, dialect.delimiter, self._bad):
-                        for raw in reader.batches(block, batch_rows):
+                    for parsed in _ahead(reader.parse, blocks(fh, dialect.data_line, dialect.delimiter, self._bad)):
+                        for raw in reader.batches(parsed, batch_rows):
                             self.report.rows_read += len(raw)
                             self.report.rows_kept += len(raw)
                             yield raw
