@@ -52,9 +52,9 @@ from ..io.canonical import Canonicalizer
 from ..io.formats import HEAD_BYTES, detect_format, detect_head, open_source
 from ..io.inputs import BOM, GZIP_MAGIC, STDIN, is_stream
 from ..io.limits import MAX_HEAD_BYTES, MAX_LINE_BYTES
+from ..io.output import Outputs
 from ..io.readers import RawBatch, ReadReport
 from ..io.readers.arrow import budget_groups, rows_to_raw
-from ..io.output import Outputs
 from ..io.readers.jsonl import parse_json_object
 from ..schema import resolve_columns
 

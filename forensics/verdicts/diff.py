@@ -85,6 +85,7 @@ def load_analysis_json(path: Path) -> dict[str, Any]:
 def load_saved(path: Path) -> RunData:
     """Load ``analysis.json`` (a file or a report folder) and ``metrics.csv`` beside it if any."""
     file = path / "analysis.json" if path.is_dir() else path
+    file = file.resolve()  # a scan's link: analysis.json and metrics.csv of one report generation
     data = load_analysis_json(file)
     frame = read_metrics_csv(file.parent / "metrics.csv")
     if frame is not None:
