@@ -37,7 +37,7 @@ import click
 
 from . import __version__
 from .config import DIFF_TOLERANCE, Allowed, RunMeta, allowed_of, run_field, scan_option, show_value
-from .errors import ConfigError, ForensicsError, UsageError
+from .errors import ConfigError, ForensicsError, InputError, UsageError
 from .io.output import Outputs
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
@@ -439,6 +439,12 @@ def _not_an_analysis(path: Path) -> str | None:
     return f"this is a {fmt} log, not a saved analysis"
 
 
+def _not_an_analysis_error(path: Path) -> type[ForensicsError]:
+    """A folder without analysis.json is an absent input (exit 3); a log where an analysis is
+    expected is a usage error (exit 2: the message says which command reads it)."""
+    return InputError if path.is_dir() else UsageError
+
+
 @main.command()
 @click.argument("analysis_path", metavar="ANALYSIS", type=click.Path(path_type=Path))
 @click.option("-o", "--output", "--out", "out_dir", cls=_HiddenAliases, hidden_aliases=("--out",),
@@ -461,9 +467,10 @@ def report(analysis_path: Path, out_dir: Path | None, out_fmt: str, plotly_js: s
 
     why = _not_an_analysis(analysis_path)
     if why is not None:
-        raise UsageError(f"{analysis_path}: {why}. `forensics report` renders a saved analysis; to analyse a "
-                         f"log run `forensics scan {analysis_path} -o DIR` (it writes report.html and report.md), "
-                         "then `forensics report DIR` renders them again")
+        raise _not_an_analysis_error(analysis_path)(
+            f"{analysis_path}: {why}. `forensics report` renders a saved analysis; to analyse a "
+            f"log run `forensics scan {analysis_path} -o DIR` (it writes report.html and report.md), "
+            "then `forensics report DIR` renders them again")
     file = analysis_path / "analysis.json" if analysis_path.is_dir() else analysis_path
     outputs = _inputs(file, file.parent / "metrics.csv")
     data = load_analysis(file)
@@ -762,8 +769,9 @@ def export(analysis_path: Path, target: str, out_dir: Path | None, output: Path 
 
     why = _not_an_analysis(analysis_path)
     if why is not None:
-        raise UsageError(f"{analysis_path}: {why}; run `forensics scan {analysis_path} -o DIR` first, then "
-                         f"`forensics export DIR --to {target} ...`")
+        raise _not_an_analysis_error(analysis_path)(
+            f"{analysis_path}: {why}; run `forensics scan {analysis_path} -o DIR` first, then "
+            f"`forensics export DIR --to {target} ...`")
     file = analysis_path / "analysis.json" if analysis_path.is_dir() else analysis_path
     written = export_analysis(load_analysis(file), target, out_dir, Outputs([file]))
     if target == "wandb-offline":

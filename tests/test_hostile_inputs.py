@@ -172,3 +172,67 @@ def test_export_into_a_path_through_a_file_is_a_usage_error(tmp_path: Path) -> N
                                         str(tmp_path / "file" / "x")])
         assert res.exit_code == 2 and "not a folder" in res.output, res.output
         assert "internal error" not in res.output
+
+
+# --- fleet never hides a run, never loops (items 3 and 6) ---------------------------------------
+
+def _fleet(*argv: str) -> tuple[int, str]:
+    res = CliRunner().invoke(main, ["fleet", *argv, "-q", "--no-html", "--workers", "1"])
+    return res.exit_code, res.output
+
+
+def test_fleet_discovery_follows_no_link_loop_and_lists_each_file_once(tmp_path: Path) -> None:
+    from forensics.fleet import find_runs
+
+    root = tmp_path / "runs"
+    root.mkdir()
+    _log(root / "a.jsonl")
+    (root / "loop").symlink_to(".")
+    (root / "up").symlink_to("..")
+    (root / "b.jsonl").symlink_to("a.jsonl")  # the same real file
+    (tmp_path / "outside.jsonl").write_text('{"step": 1, "kl": 0.1}\n')
+    (root / "out.jsonl").symlink_to(tmp_path / "outside.jsonl")  # a link out of the root
+    assert [r.name for r in find_runs([root])] == ["a.jsonl"]
+
+
+def test_fleet_fifo_and_unreadable_logs_are_rows_and_fail_the_gate(tmp_path: Path) -> None:
+    import os
+
+    root = tmp_path / "runs"
+    (root / "good").mkdir(parents=True)
+    _log(root / "good" / "steps.jsonl")
+    (root / "piped").mkdir()
+    os.mkfifo(root / "piped" / "steps.jsonl")  # would block the fleet forever
+    (root / "garbage.jsonl").write_bytes(b"\x00\x01\x02 not a log at all\n" * 5)
+    policy = tmp_path / "p.toml"
+    policy.write_text('fail_on = "critical"\n')
+    code, out = _fleet(str(root), "-o", str(tmp_path / "f"), "--policy", str(policy))
+    rows = {r["run"]: r for r in json.loads((tmp_path / "f" / "fleet.json").read_text())["runs"]}
+    assert set(rows) == {"good", "piped", "garbage.jsonl"}, out
+    assert "FIFO" in rows["piped"]["error"] and rows["garbage.jsonl"]["error"]
+    assert rows["good"]["error"] is None
+    assert code == 1  # an unreadable run fails the gate
+
+
+def test_fleet_output_name_colliding_with_a_run_is_refused_before_any_scan(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    (root / "fleet.csv").mkdir(parents=True)
+    _log(root / "fleet.csv" / "steps.jsonl")
+    _log(root / "other.jsonl")
+    code, out = _fleet(str(root), "-o", str(tmp_path / "f"))
+    assert code == 2 and "fleet.csv" in out
+    assert not (tmp_path / "f" / "other.jsonl").exists()  # nothing scanned
+    code, out = _fleet(str(root), "-o", str(root))  # the reports among the runs
+    assert code == 2 and "refusing" in out
+
+
+# --- exit codes as the README says (item 8) -----------------------------------------------------
+
+def test_report_and_export_of_a_folder_without_analysis_exit_3(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    for argv in (["report", str(tmp_path / "empty")],
+                 ["export", str(tmp_path / "empty"), "--to", "tensorboard", "-o", str(tmp_path / "tb")]):
+        res = CliRunner().invoke(main, argv)
+        assert res.exit_code == 3 and "no analysis.json" in res.output, res.output
+    log = _log(tmp_path / "steps.jsonl")
+    assert CliRunner().invoke(main, ["report", str(log)]).exit_code == 2  # a log where an analysis goes: usage
