@@ -219,6 +219,9 @@ def scan_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--strict", is_flag=True, help="A malformed row is fatal (exit 3)."),
         click.option("--batch-rows", type=Checked(scan_option("batch_rows")),
                      help="Rows per batch (memory is bounded by the batch)."),
+        click.option("--max-bytes", type=click.IntRange(min=1), metavar="N",
+                     help="Most bytes read from stdin, a pipe, a FIFO or a device (default 1 GiB); past it "
+                     "the scan stops with exit 3."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -236,8 +239,10 @@ def build_config(config_path: Path | None, kl_target: float | None, kl_unit: str
 def run_scan(path: Path, opts: dict[str, Any], show_progress: bool = True):  # type: ignore[no-untyped-def]
     """Scan ``path`` with the scan options of a command (``scan_options``)."""
     from .analysis.engine import run_inputs, scan_path
+    from .io.inputs import set_stream_limit
     from .progress import scan_progress
 
+    set_stream_limit(opts.get("max_bytes"))
     cfg = build_config(opts.get("config_path"), opts.get("kl_target"), opts.get("kl_unit"),
                        bool(opts.get("strict")), opts.get("batch_rows"), opts.get("maps") or ())
     tick, done = scan_progress(run_inputs(path, opts.get("samples")), enabled=show_progress)

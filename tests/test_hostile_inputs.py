@@ -236,3 +236,15 @@ def test_report_and_export_of_a_folder_without_analysis_exit_3(tmp_path: Path) -
         assert res.exit_code == 3 and "no analysis.json" in res.output, res.output
     log = _log(tmp_path / "steps.jsonl")
     assert CliRunner().invoke(main, ["report", str(log)]).exit_code == 2  # a log where an analysis goes: usage
+
+
+# --- bounded reads (item 3) ---------------------------------------------------------------------
+
+def test_a_device_is_read_up_to_max_bytes_then_exit_3(tmp_path: Path) -> None:
+    code, out = _scan("/dev/zero", "--max-bytes", "3000000", "-o", str(tmp_path / "o"))
+    assert code == 3 and "more than 3,000,000 bytes" in out and "--max-bytes" in out
+    from forensics.io import inputs
+
+    assert inputs._STREAM_LIMIT[0] == 3_000_000
+    _scan("/dev/null", "-o", str(tmp_path / "o"))  # the next command gets the default again
+    assert inputs._STREAM_LIMIT[0] == inputs.MAX_STREAM_BYTES
