@@ -248,3 +248,21 @@ def test_a_device_is_read_up_to_max_bytes_then_exit_3(tmp_path: Path) -> None:
     assert inputs._STREAM_LIMIT[0] == 3_000_000
     _scan("/dev/null", "-o", str(tmp_path / "o"))  # the next command gets the default again
     assert inputs._STREAM_LIMIT[0] == inputs.MAX_STREAM_BYTES
+
+
+# --- exact steps (item 4, JSONL) ----------------------------------------------------------------
+
+@pytest.mark.parametrize("at", [2, 4000])  # the first chunk (pyarrow) and a later one (polars)
+def test_jsonl_step_below_int64_is_a_skipped_row(tmp_path: Path, at: int) -> None:
+    from forensics.analysis.engine import scan_path
+
+    rows = [f'{{"step": {i}, "kl": 0.1}}' for i in range(1, 6001)]
+    rows[at - 1] = '{"step": -9223372036854775809, "kl": 0.2}'
+    log = tmp_path / "steps.jsonl"
+    log.write_text("\n".join(rows) + "\n")
+
+    a = scan_path(log)
+    r = a.inputs[0]
+    assert (r.rows_read, r.rows_skipped) == (6000, 1)
+    assert r.issues[0].line == at and "beyond int64" in r.issues[0].reason
+    assert a.steps["replays"] == []

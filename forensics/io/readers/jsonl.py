@@ -133,6 +133,11 @@ def json_depth(raw: bytes) -> int:
     return deepest
 
 
+#: 19 digits in a row: maybe an integer beyond int64, which orjson reads as a rounded float (a
+#: step below -2**63 would become -2**63); Python's json reads it exactly.
+_LONG_INTEGER = re.compile(rb"\d{19}")
+
+
 def parse_json_value(raw: bytes | str) -> tuple[Any, str]:
     """Parse one JSON text; ``(value, "")`` or ``(None, reason)``.
 
@@ -142,16 +147,19 @@ def parse_json_value(raw: bytes | str) -> tuple[Any, str]:
 
     >>> parse_json_value('[' * 2000 + ']' * 2000)[1]
     'nested deeper than 256 levels'
+    >>> parse_json_value('-9223372036854775809')
+    (-9223372036854775809, '')
     """
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     if len(data) > MAX_LINE_BYTES:
         return None, f"line longer than {MAX_LINE_BYTES} bytes"
     if data.count(b"{") + data.count(b"[") > MAX_DEPTH and json_depth(data) > MAX_DEPTH:
         return None, f"nested deeper than {MAX_DEPTH} levels"
-    try:
-        return orjson.loads(data), ""
-    except orjson.JSONDecodeError:
-        pass
+    if _LONG_INTEGER.search(data) is None:  # orjson turns an integer beyond 64 bits into a float
+        try:
+            return orjson.loads(data), ""
+        except orjson.JSONDecodeError:
+            pass
     try:  # Python's json accepts NaN, Infinity and -Infinity, as trainers write them
         return json.loads(data), ""
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
