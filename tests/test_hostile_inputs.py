@@ -266,3 +266,14 @@ def test_jsonl_step_below_int64_is_a_skipped_row(tmp_path: Path, at: int) -> Non
     assert (r.rows_read, r.rows_skipped) == (6000, 1)
     assert r.issues[0].line == at and "beyond int64" in r.issues[0].reason
     assert a.steps["replays"] == []
+
+
+def test_jsonl_with_bare_nan_and_inf_values_is_read(tmp_path: Path) -> None:
+    rows = [f'{{"step": {i}, "kl": {"nan" if i % 3 else 0.01}, "loss": {"-inf" if i % 2 else 1.5}, '
+            f'"reward_mean": {0.01 * i}}}' for i in range(1, 301)]
+    log = tmp_path / "steps.jsonl"
+    log.write_text("\n".join(rows) + "\n")
+    code, out = _scan(str(log), "-o", str(tmp_path / "o"))
+    assert code == 0, out
+    report = json.loads((tmp_path / "o" / "analysis.json").read_text())["inputs"][0]
+    assert report["format"] == "jsonl" and (report["rows_read"], report["rows_kept"]) == (300, 300)
