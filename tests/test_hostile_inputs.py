@@ -277,3 +277,18 @@ def test_jsonl_with_bare_nan_and_inf_values_is_read(tmp_path: Path) -> None:
     assert code == 0, out
     report = json.loads((tmp_path / "o" / "analysis.json").read_text())["inputs"][0]
     assert report["format"] == "jsonl" and (report["rows_read"], report["rows_kept"]) == (300, 300)
+
+
+# --- the seeded slice of the round-two fuzz families ----------------------------------------------
+
+def test_fuzz_round_two_slice_has_no_failures() -> None:
+    import random
+
+    from .fuzz import round_two
+    from .fuzz.harness import FAILURES, run_cases
+
+    cases = list(round_two.generate(random.Random(22), len(round_two.FAMILIES)))
+    assert {c.name.split("#")[0] for c in cases} == {m(random.Random(0)).name for m, _ in round_two.FAMILIES}
+    results = list(run_cases(cases, workers=2, timeout=120))
+    bad = [(r.outcome, r.case.name, r.detail) for r in results if r.outcome in FAILURES]
+    assert bad == []
