@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import struct
-import zlib
 from pathlib import Path
 
 import pytest
@@ -12,6 +10,9 @@ from click.testing import CliRunner
 
 from forensics.cli import main
 from forensics.io.readers.base import ReadReport
+
+from .fuzz import round_two
+from .fuzz.round_two import _wandb
 
 FMT = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
 WANDB_FILE = next((FMT / "wandb_offline" / "wandb").glob("offline-run-*/*.wandb"))
@@ -22,35 +23,8 @@ def _scan(*argv: str) -> tuple[int, str]:
     return res.exit_code, res.output
 
 
-def _frame(records: list[bytes]) -> bytes:
-    """A ``.wandb`` file: LevelDB-log framing (FULL, or FIRST, MIDDLE..., LAST across blocks)."""
-    from forensics.io.adapters.wandb_offline import BLOCK, CHUNK, FIRST, FULL, HEADER, LAST, MAGIC, MIDDLE
-
-    out = bytearray(HEADER.pack(b":W&B", MAGIC, 0))
-    for data in records:
-        first = True
-        while True:
-            left = BLOCK - len(out) % BLOCK
-            if left < CHUNK.size:
-                out += b"\x00" * left
-                continue
-            part, data = data[: left - CHUNK.size], data[left - CHUNK.size :]
-            kind = (FULL if not data else FIRST) if first else (LAST if not data else MIDDLE)
-            out += CHUNK.pack(zlib.crc32(part, zlib.crc32(bytes([kind]))), len(part), kind) + part
-            first = False
-            if not data:
-                break
-    return bytes(out)
-
-
 def _history(step: int, **values: str) -> bytes:
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    rec = pb.Record()
-    for key, value_json in {"_step": str(step), **values}.items():
-        item = rec.history.item.add()
-        item.key, item.value_json = key, value_json
-    return rec.SerializeToString()
+    return round_two._history(step, values)
 
 
 def test_jsonl_row_then_many_blank_lines_is_one_row(tmp_path: Path) -> None:
@@ -82,7 +56,7 @@ def test_wandb_value_nested_deep_is_a_skipped_record(tmp_path: Path) -> None:
     run = tmp_path / "wandb" / "offline-run-20250101_000000-deep"
     run.mkdir(parents=True)
     deep = "[" * 2000 + "]" * 2000
-    (run / "run-deep.wandb").write_bytes(_frame([_history(1, kl="0.1"), _history(2, kl=deep),
+    (run / "run-deep.wandb").write_bytes(_wandb([_history(1, kl="0.1"), _history(2, kl=deep),
                                                  _history(3, kl="0.3")]))
     code, out = _scan(str(run), "-o", str(tmp_path / "out"))
     assert code == 0, out
@@ -124,9 +98,8 @@ def test_wandb_framing_helper_round_trips(tmp_path: Path) -> None:
 
     p = tmp_path / "a.wandb"
     payloads = [bytes([i]) * (300 + i) for i in range(250)]  # crosses blocks
-    p.write_bytes(_frame(payloads))
+    p.write_bytes(_wandb(payloads))
     assert [d for _, d in read_records(p, ReadReport("x"))] == payloads
-    assert struct.calcsize("<IHB") == 7
 
 
 # --- outputs never touch inputs (item 7) -------------------------------------------------------

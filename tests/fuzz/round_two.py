@@ -41,8 +41,8 @@ def step_below_int64(rng: random.Random) -> Case:
     """A step beyond int64 (below -2**63 or above 2**63-1): a skipped row, never clamped."""
     rows = _rows(rng, rng.randint(20, 300))
     for _ in range(rng.randint(1, 3)):
-        rows[rng.randrange(len(rows))]["step"] = rng.choice([-(2**63) - rng.randint(1, 10**6), 2**63 + rng.randint(0, 9),
-                                                             -(2**64) - 1])
+        beyond = [-(2**63) - rng.randint(1, 10**6), 2**63 + rng.randint(0, 9), -(2**64) - 1]
+        rows[rng.randrange(len(rows))]["step"] = rng.choice(beyond)
     return _scan("step-beyond-int64", {"steps.jsonl": _jsonl(rows)}, len(rows))
 
 
@@ -153,8 +153,9 @@ def fleet_unreadable(rng: random.Random) -> Case:
     files = {"runs/good/steps.jsonl": _jsonl(_rows(rng, 60)), "runs/piped/steps.jsonl": _jsonl(_rows(rng, 10)),
              "runs/broken.jsonl": bytes(rng.randrange(256) for _ in range(rng.randint(1, 400))) + b"\x00",
              "policy.toml": b'fail_on = "critical"\n'}
-    return Case("fleet-unreadable", files, ("fleet", "{dir}/runs", "-o", "{dir}/f", "-q", "--no-html", "--workers",
-                                            "1", "--policy", "{dir}/policy.toml"), 1, stdin=b"", fifos=("runs/piped/steps.jsonl",))
+    argv = ("fleet", "{dir}/runs", "-o", "{dir}/f", "-q", "--no-html", "--workers", "1",
+            "--policy", "{dir}/policy.toml")
+    return Case("fleet-unreadable", files, argv, 1, stdin=b"", fifos=("runs/piped/steps.jsonl",))
 
 
 def fleet_collision(rng: random.Random) -> Case:
