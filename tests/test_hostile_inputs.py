@@ -265,3 +265,15 @@ def test_fuzz_round_two_slice_has_no_failures() -> None:
     results = list(run_cases(cases, workers=2, timeout=120))
     bad = [(r.outcome, r.case.name, r.detail) for r in results if r.outcome in FAILURES]
     assert bad == []
+
+
+@pytest.mark.parametrize("name", ["trainer_state.json", "state.json"])
+def test_trainer_state_whose_log_history_starts_beyond_the_head(tmp_path: Path, name: str) -> None:
+    from forensics.analysis.engine import scan_path
+
+    history = [{"step": i, "loss": 1.0 / i, "learning_rate": 1e-5, "epoch": i / 100} for i in range(1, 201)]
+    path = tmp_path / name
+    path.write_text(json.dumps({"best_model_checkpoint": "x" * 300_000, "log_history": history,
+                                "global_step": 200}, indent=2))
+    a = scan_path(path)
+    assert a.inputs[0].format == "hf-trainer-state" and a.steps["rows"] == 200
