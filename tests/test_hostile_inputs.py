@@ -277,3 +277,17 @@ def test_trainer_state_whose_log_history_starts_beyond_the_head(tmp_path: Path, 
                                 "global_step": 200}, indent=2))
     a = scan_path(path)
     assert a.inputs[0].format == "hf-trainer-state" and a.steps["rows"] == 200
+
+
+def test_tensorboard_tag_past_max_key_bytes_is_a_skipped_record(tmp_path: Path) -> None:
+    from forensics.analysis.engine import scan_path
+    from forensics.io.adapters.tensorboard import encode_event, tfrecord
+    from forensics.io.limits import MAX_KEY_BYTES
+
+    events = [encode_event(1.0, 0, file_version="brain.Event:2")]
+    events += [encode_event(float(i), i, {"train/loss": 1.0 / i, "train/kl": 0.01}) for i in range(1, 51)]
+    events[20] = encode_event(20.0, 20, {"x" * (MAX_KEY_BYTES + 1): 1.0})
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(b"".join(tfrecord(e) for e in events))
+    r = scan_path(path).inputs[0]
+    assert r.rows_skipped == 1 and f"over the {MAX_KEY_BYTES}-byte bound" in r.issues[0].reason
