@@ -291,3 +291,15 @@ def test_tensorboard_tag_past_max_key_bytes_is_a_skipped_record(tmp_path: Path) 
     path.write_bytes(b"".join(tfrecord(e) for e in events))
     r = scan_path(path).inputs[0]
     assert r.rows_skipped == 1 and f"over the {MAX_KEY_BYTES}-byte bound" in r.issues[0].reason
+
+
+@pytest.mark.parametrize("lead, tail", [(70_000, 0), (0, 70_000), (100, 100)])
+def test_blank_line_runs_are_read_past_in_linear_time(tmp_path: Path, lead: int, tail: int) -> None:
+    from forensics.io.formats import detect_format
+    from forensics.io.inputs import read_head
+
+    log = tmp_path / "steps.jsonl"
+    log.write_text("\n" * lead + "".join(f'{{"step": {i}, "kl": 0.1}}\n' for i in range(1, 51)) + "\n" * tail)
+    head = read_head(log)
+    assert b'{"step": 1,' in head and b"\n" * 65 not in head
+    assert detect_format(log) == "jsonl"  # 64 KiB of leading blank lines was "file is empty"

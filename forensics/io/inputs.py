@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import io
 import os
+import re
 import shutil
 import stat
 import sys
@@ -213,20 +214,35 @@ def local_path(path: Path, *, consume: bool = False) -> Path:
     return dest
 
 
+#: Runs of more blank lines than this are squeezed in the detection head (a sniffer's ``^\s*``
+#: over a run of blank lines costs the square of its length).
+_BLANK_RUN = re.compile(rb"(?:[ \t\r]*\n){65,}")
+
+
 def read_head(path: Path) -> bytes:
     """The first bytes of a file for format detection (decompressed, without a UTF-8 BOM):
-    64 KiB, or more (up to ``MAX_HEAD_BYTES``) until the first line is whole."""
+    64 KiB, or more (up to ``MAX_HEAD_BYTES``) until the first line is whole. Leading blank
+    lines are read past (up to ``MAX_LINE_BYTES``), and a run of more than 64 blank lines
+    is squeezed to 64: the head a sniffer sees holds content."""
     with open_binary(path) as fh:
         try:
             head = fh.read(HEAD_BYTES)
-            while b"\n" not in head and len(head) < MAX_HEAD_BYTES:
+            blank = 0
+            while head and not head.strip() and blank < MAX_LINE_BYTES:  # only blank lines so far
+                more = fh.read(HEAD_BYTES)
+                if not more:
+                    break
+                blank += len(head)
+                head = head[-64:] + more
+            while b"\n" not in head.lstrip() and len(head) < MAX_HEAD_BYTES:
                 more = fh.read(HEAD_BYTES)
                 if not more:
                     break
                 head += more
         except OSError as exc:
             raise InputError(f"cannot read: {exc.strerror or exc}", path=str(path)) from None
-    return head[len(BOM):] if head.startswith(BOM) else head
+    head = head[len(BOM):] if head.startswith(BOM) else head
+    return _BLANK_RUN.sub(b"\n" * 64, head)
 
 
 def bounded_lines(fh: IO[bytes], limit: int = MAX_LINE_BYTES) -> Iterator[bytes | None]:
