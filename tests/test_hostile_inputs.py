@@ -303,3 +303,16 @@ def test_blank_line_runs_are_read_past_in_linear_time(tmp_path: Path, lead: int,
     head = read_head(log)
     assert b'{"step": 1,' in head and b"\n" * 65 not in head
     assert detect_format(log) == "jsonl"  # 64 KiB of leading blank lines was "file is empty"
+
+
+def test_fleet_table_never_replaces_an_input_or_a_link(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    root.mkdir()
+    log = _log(root / "a.jsonl")
+    before = log.read_bytes()
+    out = tmp_path / "f"
+    out.mkdir()
+    (out / "fleet.csv").symlink_to(log)
+    code, text = _fleet(str(root), "-o", str(out))
+    assert code == 2 and "refusing to write" in text
+    assert log.read_bytes() == before and not (out / "a.jsonl").exists()  # refused before any scan

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..config import Config
 from ..errors import InputError, UsageError
+from ..io.output import Outputs
 from ..verdicts.gate import Policy
 from .discover import Run, find_runs, is_run_folder
 from .engines import ENGINES, OnResult, run_local, run_ray
@@ -76,6 +77,9 @@ def run_fleet(paths: Iterable[Path | str], out: Path | str, *, engine: str = "lo
         raise InputError("no runs found (run folders with steps.* or trainer_state.json, or log "
                          "files of a known format)", path=", ".join(str(p) for p in paths))
     _check_output(out, paths, runs)
+    outputs = Outputs([r.path for r in runs if Path(r.path).is_file()])
+    for name in (FLEET_CSV, FLEET_JSON, FLEET_HTML):
+        outputs.check(out / name)  # before any scan
     clash = sorted({r.name.split("/")[0] for r in runs} & {FLEET_CSV, FLEET_JSON, FLEET_HTML})
     if clash:
         raise UsageError(f"a run is named {clash[0]}, as the fleet table written into {out} is: rename the run or "
@@ -90,7 +94,7 @@ def run_fleet(paths: Iterable[Path | str], out: Path | str, *, engine: str = "lo
     else:
         rows = run_local(tasks, workers, on_result)
     try:
-        written = write_fleet(rows, out, policy_name if policy is not None else None)
+        written = write_fleet(rows, out, policy_name if policy is not None else None, outputs)
     except OSError as exc:
         raise UsageError(f"cannot write the fleet table to {out}: {exc.strerror or exc}") from None
     return FleetResult(rows, written, policy_name if policy is not None else None)
