@@ -111,6 +111,9 @@ def main() -> None:
 
     Exit codes: 0 success, 1 gate failed, 2 usage error, 3 input unreadable or invalid.
     """
+    from .io.inputs import set_stream_limit
+
+    set_stream_limit(None)  # each command starts from the default (--max-bytes sets its own)
 
 
 # --- option types --------------------------------------------------------------------------
