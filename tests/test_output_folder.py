@@ -54,6 +54,21 @@ def observe(out: Path) -> int | None:
     return rows
 
 
+def observe_stable(out: Path) -> int | None:
+    """:func:`observe` while scans run: a report replaced (and its old generation removed) while it
+    was being read is read again, as a reader would; a report that stays current must be whole."""
+    while True:
+        try:
+            before = os.readlink(out / STORE_DIR / CURRENT)
+        except FileNotFoundError:
+            return None
+        try:
+            return observe(out)
+        except (AssertionError, FileNotFoundError, ValueError):
+            if os.readlink(out / STORE_DIR / CURRENT) == before:
+                raise
+
+
 def visible(out: Path) -> set[str]:
     return {p.name for p in out.iterdir() if not p.name.startswith(".") and p.exists()}
 
@@ -116,10 +131,7 @@ def test_concurrent_scans_into_one_folder_take_turns(tmp_path: Path, runs: list)
     deadline = time.monotonic() + 120
     while pids:
         assert time.monotonic() < deadline, "scans did not finish"
-        try:
-            states.add(observe(out))
-        except FileNotFoundError:  # a generation removed while it was read: read again
-            continue
+        states.add(observe_stable(out))
         for pid in list(pids):
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
