@@ -26,6 +26,7 @@ check: $(STAMP)
 # the full fuzz suite: 10,000+ hostile inputs, counts by outcome (tests/fuzz/__main__.py)
 fuzz: $(STAMP)
 	$(PY) -m tests.fuzz --cases 10000
+	FORENSICS_KILLS=200 $(PY) -m pytest tests/test_output_folder.py -q
 
 # step streams (with and without epoch, 20 and 200 metrics) at 100k and 1M rows, the 10M-row
 # sample stream; bench-full adds the 10M-row step streams (about 40 GB of data under bench/data/)

@@ -39,7 +39,7 @@ import click
 
 from . import __version__
 from .config import DIFF_TOLERANCE, Allowed, RunMeta, allowed_of, run_field, scan_option, show_value
-from .errors import ConfigError, ForensicsError, UsageError
+from .errors import ConfigError, ForensicsError, InputError, UsageError
 from .io.output import Outputs
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3, 4
@@ -116,6 +116,9 @@ def main() -> None:
     Exit codes: 0 success, 1 gate failed, 2 usage error, 3 input unreadable or invalid,
     4 internal error (a bug: please report it).
     """
+    from .io.inputs import set_stream_limit
+
+    set_stream_limit(None)  # each command starts from the default (--max-bytes sets its own)
 
 
 # --- option types --------------------------------------------------------------------------
@@ -230,6 +233,9 @@ def scan_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      "the cost of waste in money."),
         click.option("--batch-rows", type=Checked(scan_option("batch_rows")),
                      help="Rows per batch (memory is bounded by the batch)."),
+        click.option("--max-bytes", type=click.IntRange(min=1), metavar="N",
+                     help="Most bytes read from stdin, a pipe, a FIFO or a device (default 1 GiB); past it "
+                     "the scan stops with exit 3."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -247,8 +253,10 @@ def build_config(config_path: Path | None, kl_target: float | None, kl_unit: str
 def run_scan(path: Path, opts: dict[str, Any], show_progress: bool = True):  # type: ignore[no-untyped-def]
     """Scan ``path`` with the scan options of a command (``scan_options``)."""
     from .analysis.engine import run_inputs, scan_path
+    from .io.inputs import set_stream_limit
     from .progress import scan_progress
 
+    set_stream_limit(opts.get("max_bytes"))
     cfg = build_config(opts.get("config_path"), opts.get("kl_target"), opts.get("kl_unit"),
                        bool(opts.get("strict")), opts.get("batch_rows"), opts.get("maps") or (),
                        gpus=opts.get("gpus"), gpu_hours=opts.get("gpu_hours"), gpu_price=opts.get("gpu_price"))
@@ -465,6 +473,12 @@ def _not_an_analysis(path: Path) -> str | None:
     return f"this is a {fmt} log, not a saved analysis"
 
 
+def _not_an_analysis_error(path: Path) -> type[ForensicsError]:
+    """A folder without analysis.json is an absent input (exit 3); a log where an analysis is
+    expected is a usage error (exit 2: the message says which command reads it)."""
+    return InputError if path.is_dir() else UsageError
+
+
 @main.command()
 @click.argument("analysis_path", metavar="ANALYSIS", type=click.Path(path_type=Path))
 @click.option("-o", "--output", "--out", "out_dir", cls=_HiddenAliases, hidden_aliases=("--out",),
@@ -487,9 +501,10 @@ def report(analysis_path: Path, out_dir: Path | None, out_fmt: str, plotly_js: s
 
     why = _not_an_analysis(analysis_path)
     if why is not None:
-        raise UsageError(f"{analysis_path}: {why}. `forensics report` renders a saved analysis; to analyse a "
-                         f"log run `forensics scan {analysis_path} -o DIR` (it writes report.html and report.md), "
-                         "then `forensics report DIR` renders them again")
+        raise _not_an_analysis_error(analysis_path)(
+            f"{analysis_path}: {why}. `forensics report` renders a saved analysis; to analyse a "
+            f"log run `forensics scan {analysis_path} -o DIR` (it writes report.html and report.md), "
+            "then `forensics report DIR` renders them again")
     file = analysis_path / "analysis.json" if analysis_path.is_dir() else analysis_path
     outputs = _inputs(file, file.parent / "metrics.csv")
     data = load_analysis(file)
@@ -798,8 +813,9 @@ def export(analysis_path: Path, target: str, out_dir: Path | None, output: Path 
 
     why = _not_an_analysis(analysis_path)
     if why is not None:
-        raise UsageError(f"{analysis_path}: {why}; run `forensics scan {analysis_path} -o DIR` first, then "
-                         f"`forensics export DIR --to {target} ...`")
+        raise _not_an_analysis_error(analysis_path)(
+            f"{analysis_path}: {why}; run `forensics scan {analysis_path} -o DIR` first, then "
+            f"`forensics export DIR --to {target} ...`")
     file = analysis_path / "analysis.json" if analysis_path.is_dir() else analysis_path
     written = export_analysis(load_analysis(file), target, out_dir, Outputs([file]))
     if target == "wandb-offline":

@@ -425,15 +425,17 @@ def run_field(name: str) -> Allowed:
 
 
 def read_text(path: Path, what: str, error: type[ForensicsError]) -> str:
-    """A UTF-8 text file, or ``error`` naming the file and what was wrong (never a traceback)."""
+    """A UTF-8 text file, or ``error`` naming the file and what was wrong in it (never a
+    traceback); a file that is absent or cannot be read is an :class:`InputError` (exit 3, as
+    for every input)."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise error(f"{path}: {what} not found") from None
+        raise InputError(f"{path}: {what} not found") from None
     except IsADirectoryError:
-        raise error(f"{path}: {what} is a folder; give a file") from None
+        raise InputError(f"{path}: {what} is a folder; give a file") from None
     except OSError as exc:
-        raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+        raise InputError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -254,9 +254,13 @@ def test_a_missing_samples_or_meta_file_is_exit_3(log: Path, tmp_path: Path, whe
     assert "nope.jsonl" in res.output
 
 
-def test_a_missing_config_is_a_usage_error() -> None:
+def test_a_missing_config_or_policy_is_an_absent_input_exit_3(tmp_path: Path) -> None:
     res = run("scan", str(RLDK), "--config", "/nonexistent/c.toml")
-    assert res.exit_code == 2 and "config not found" in res.output
+    assert res.exit_code == 3 and "config not found" in res.output
+    res = run("gate", str(RLDK), "--policy", str(tmp_path))  # a folder: unreadable as a file
+    assert res.exit_code == 3 and "is a folder" in res.output
+    (tmp_path / "bad.toml").write_text("fail_on = [")
+    assert run("gate", str(RLDK), "--policy", str(tmp_path / "bad.toml")).exit_code == 2  # invalid: usage
 
 
 # -- nothing accepted silently: unknown names are usage errors with the closest known names -----

@@ -120,8 +120,9 @@ def test_invalid_policy_exits_2(runs: dict[str, Path], tmp_path: Path, text: str
     assert "Error:" in res.output and "Traceback" not in res.output
 
 
-def test_missing_policy_exits_2(runs: dict[str, Path], tmp_path: Path) -> None:
-    assert run("gate", str(runs["rldk"]), "--policy", str(tmp_path / "nope.toml")).exit_code == 2
+def test_missing_policy_exits_3(runs: dict[str, Path], tmp_path: Path) -> None:
+    """An absent input, as every absent input (README, exit codes)."""
+    assert run("gate", str(runs["rldk"]), "--policy", str(tmp_path / "nope.toml")).exit_code == 3
 
 
 def test_unreadable_input_exits_3(tmp_path: Path) -> None:

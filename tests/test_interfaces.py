@@ -340,7 +340,7 @@ def test_scan_owns_its_output_folder(tmp_path: Path) -> None:
     assert not [n for n in names if n.startswith(".forensics-") and n != ".forensics-files.json"]  # no temp left
     assert json.loads((out / "analysis.json").read_text())["steps"]["rows"] == 3
     manifest = json.loads((out / ".forensics-files.json").read_text())
-    assert set(manifest["files"]) == names - {"my-notes.txt", "extra.csv", ".forensics-files.json"}
+    assert set(manifest["files"]) == names - {"my-notes.txt", "extra.csv", ".forensics-files.json", ".forensics"}
 
 
 def test_a_folder_from_before_manifests_is_cleaned_of_scan_files_only(tmp_path: Path) -> None:

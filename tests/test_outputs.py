@@ -163,7 +163,7 @@ def test_report_and_gate_outputs_are_checked(tmp_path: Path, log: Path) -> None:
     # the log the saved analysis was made from is protected too
     refused(run("gate", str(analysis), "--policy", str(policy), "--output", str(log)), "steps.jsonl")
     (tmp_path / "r" / "report.html").unlink()
-    os.link(analysis, tmp_path / "r" / "report.html")
+    os.link(analysis.resolve(), tmp_path / "r" / "report.html")  # the file, not the link
     refused(run("report", str(analysis)), "it is the input")
     assert digest(analysis, log) == before
     res = run("gate", str(analysis), "--policy", str(policy), "--output", str(tmp_path / "gate.txt"))

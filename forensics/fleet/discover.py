@@ -18,6 +18,7 @@ say why.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,12 +35,41 @@ NOT_LOGS = ("samples.", "run.json", "manifest.json", "analysis.json", "summary.j
             "recommendations.", "fleet.")
 
 
+#: Names that look like a training log: such a file is a row of the fleet even when it cannot be read.
+LOG_NAMES = (".jsonl", ".jsonl.gz", ".ndjson", ".csv", ".tsv", ".parquet", ".log", ".wandb")
+#: Most entries discovery lists under the paths given (a bound on the work of one fleet).
+MAX_ENTRIES = 1_000_000
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
 @dataclass(frozen=True)
 class Run:
-    """A run to scan: its name in the fleet (``OUT/<name>/``) and the path ``scan_path`` reads."""
+    """A run to scan: its name in the fleet (``OUT/<name>/``), the path ``scan_path`` reads and,
+    when discovery already knows it cannot be scanned (a FIFO, an unreadable log), why."""
 
     name: str
     path: str
+    error: str = ""
+
+
+def _special(mode: int) -> str:
+    return next((kind for test, kind in _KINDS if test(mode)), "")
+
+
+def _steps_error(folder: Path) -> str:
+    """Why a run folder's ``steps.*`` cannot be scanned ("" when they can): only regular files
+    are read (a FIFO would block the fleet)."""
+    for name in sorted(os.listdir(folder)):
+        if name.startswith("steps.") and not name.endswith(".tmp"):
+            try:
+                kind = _special(os.stat(folder / name).st_mode)
+            except OSError as exc:
+                return f"{name}: cannot be read: {exc.strerror or exc}"
+            if kind:
+                return f"{name} is {kind}: fleet reads only regular files"
+    return ""
 
 
 def is_run_folder(path: Path) -> bool:
@@ -65,37 +95,92 @@ def _scan_target(folder: Path) -> Path:
     return folder
 
 
-def _is_log(path: Path) -> bool:
-    if path.name.startswith(NOT_LOGS) or path.name.startswith("."):
-        return False
+def _log_error(path: Path) -> str | None:
+    """None: not a log; "": a log; else why a file that looks like a log (by name) cannot be read."""
+    if path.name.startswith(NOT_LOGS):
+        return None
+    named = path.name.lower().endswith(LOG_NAMES) or path.name.startswith("events.out.tfevents")
     try:
         fmt = detect_format(path)
-        if fmt != "jsonl":
-            return True
+        if fmt != "jsonl" or named:
+            return ""
         with open(path, "rb") as fh:
             first = fh.readline(1 << 20).strip()
-        return isinstance(orjson.loads(first), dict)
-    except (ForensicsError, OSError, orjson.JSONDecodeError):
-        return False
+        return "" if isinstance(orjson.loads(first), dict) else None
+    except (ForensicsError, OSError, orjson.JSONDecodeError) as exc:
+        if not named or isinstance(exc, orjson.JSONDecodeError):
+            return None
+        return str(exc) if isinstance(exc, ForensicsError) else f"cannot be read: {exc.strerror or exc}"
 
 
-def _walk(folder: Path, skip: set[Path]) -> Iterator[Path]:
-    try:
-        entries = sorted(folder.iterdir())
-    except OSError:
-        return
-    if any(e.name == "analysis.json" for e in entries):  # a report folder
-        return
-    for entry in entries:
-        if entry.name.startswith(".") or entry.resolve() in skip:
-            continue
-        if entry.is_dir():
+class _Walker:
+    """Walks a root once: each real file and folder once (by device and inode), never through a
+    link to a folder (a loop, or a way out of the root), at most ``MAX_ENTRIES`` entries."""
+
+    def __init__(self, root: Path, skip: set[Path]) -> None:
+        self.root, self.skip = root.resolve(), skip
+        self.seen: set[tuple[int, int]] = set()
+        self.entries = 0
+
+    def _count(self, n: int) -> None:
+        self.entries += n
+        if self.entries > MAX_ENTRIES:
+            raise InputError(f"more than {MAX_ENTRIES:,} entries under this path: give the folders of the runs "
+                             "(or a narrower path)", path=str(self.root))
+
+    def walk(self, folder: Path) -> Iterator[tuple[Path, str]]:
+        """``(run path, error)`` under ``folder``."""
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:
+            return
+        self._count(len(entries))
+        if any(e.name == "analysis.json" for e in entries):  # a report folder
+            return
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            yield from self._entry(entry)
+
+    def _entry(self, entry: Path) -> Iterator[tuple[Path, str]]:
+        try:
+            st = entry.stat()
+            linked = entry.is_symlink()
+        except OSError:
+            return  # a dangling link
+        if (st.st_dev, st.st_ino) in self.seen or entry.resolve() in self.skip:
+            return
+        self.seen.add((st.st_dev, st.st_ino))
+        if stat.S_ISDIR(st.st_mode):
+            if linked:
+                return  # a link to a folder is not followed: a loop, or a way out of the root
             if is_run_folder(entry):
-                yield entry
+                yield entry, _steps_error(entry)
             else:
-                yield from _walk(entry, skip)
-        elif entry.is_file() and _is_log(entry):
-            yield entry
+                yield from self.walk(entry)
+        elif linked and not entry.resolve().is_relative_to(self.root):
+            return  # a link out of the root
+        elif stat.S_ISREG(st.st_mode):
+            error = _log_error(entry)
+            if error is not None:
+                yield entry, error
+        elif entry.name.lower().endswith(LOG_NAMES):
+            yield entry, f"{entry.name} is {_special(st.st_mode)}: fleet reads only regular files"
+
+
+def _root_runs(root: Path, skip: set[Path], prefix: list[str]) -> list[tuple[Path, str, str]]:
+    """``(path, name, error)`` of the runs under one path given to the fleet."""
+    if not root.is_dir() or is_run_folder(root):
+        try:
+            kind = _special(root.stat().st_mode)
+        except OSError as exc:
+            return [(root, root.name or str(root), f"cannot be read: {exc.strerror or exc}")]
+        error = f"is {kind}: fleet reads only regular files" if kind else (
+            _steps_error(root) if root.is_dir() else "")
+        return [(root, root.name or str(root), error)]
+    walker = _Walker(root, skip)
+    walker.seen.add((root.stat().st_dev, root.stat().st_ino))
+    return [(p, "/".join([*prefix, *p.relative_to(root).parts]), err) for p, err in walker.walk(root)]
 
 
 def find_runs(paths: Iterable[Path | str], exclude: Iterable[Path | str] = ()) -> list[Run]:
@@ -103,7 +188,8 @@ def find_runs(paths: Iterable[Path | str], exclude: Iterable[Path | str] = ()) -
 
     Names are paths relative to the path they were found under (prefixed with that path's own
     name when several paths are given); a path that is itself a run is named by its last part.
-    A path that does not exist is an :class:`~forensics.errors.InputError`.
+    A path that does not exist is an :class:`~forensics.errors.InputError`. A file that looks
+    like a log by its name but cannot be read, or is a FIFO or a device, is a run with its error.
     """
     roots = [Path(p) for p in paths]
     skip = {Path(p).resolve() for p in exclude}
@@ -112,15 +198,12 @@ def find_runs(paths: Iterable[Path | str], exclude: Iterable[Path | str] = ()) -
     for root in roots:
         if not root.exists():
             raise InputError("no such file or directory", path=str(root))
-        if root.is_file() or is_run_folder(root):
-            found = [(root, root.name or str(root))]
-        else:
-            prefix = [root.resolve().name] if len(roots) > 1 else []
-            found = [(p, "/".join([*prefix, *p.relative_to(root).parts])) for p in _walk(root, skip)]
-        for path, name in found:
+        prefix = [root.resolve().name] if len(roots) > 1 else []
+        for path, name, error in _root_runs(root, skip, prefix):
             unique, i = name, 2
             while unique in used:
                 unique, i = f"{name}~{i}", i + 1
             used.add(unique)
-            runs.append(Run(unique, str(_scan_target(path) if path.is_dir() else path)))
+            target = _scan_target(path) if path.is_dir() and not error else path
+            runs.append(Run(unique, str(target), error))
     return runs

@@ -81,6 +81,8 @@ def row_from_analysis(run: Run, d: dict[str, Any], policy: Policy | None = None,
 def scan_run(task: RunTask) -> dict[str, Any]:
     """Scan one run, write ``OUT/<run>/`` and return its fleet row (never raises)."""
     run = task.run
+    if run.error:  # found on discovery (a FIFO, a log that cannot be read)
+        return error_row(run, run.error, task.policy)
     try:
         analysis = scan_path(run.path, config=task.config)
         out = Path(task.out) / run.name

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..io.output import Outputs
 from .scan import SEVERITIES
 
 __all__ = ["FLEET_CSV", "FLEET_HTML", "FLEET_JSON", "fleet_dict", "rule_counts", "sort_rows",
@@ -108,14 +109,17 @@ def _json(data: Any) -> str:
     return json.dumps(clean(data), sort_keys=True, indent=2, allow_nan=False) + "\n"
 
 
-def write_fleet(rows: Sequence[dict[str, Any]], out: Path, policy: str | None = None
-                ) -> dict[str, Path]:
-    """Write fleet.csv, fleet.json and fleet.html into ``out``; return their paths."""
+def write_fleet(rows: Sequence[dict[str, Any]], out: Path, policy: str | None = None,
+                outputs: Outputs | None = None) -> dict[str, Path]:
+    """Write fleet.csv, fleet.json and fleet.html into ``out``; return their paths. Each is
+    written through ``outputs`` (never over an input, a link or a special file; renamed into
+    place whole)."""
     from .html import render_fleet_html
 
+    outputs = outputs or Outputs()
     data = fleet_dict(rows, policy)
     paths = {"csv": out / FLEET_CSV, "json": out / FLEET_JSON, "html": out / FLEET_HTML}
-    paths["csv"].write_text(fleet_csv(rows), encoding="utf-8")
-    paths["json"].write_text(_json(data), encoding="utf-8")
-    paths["html"].write_text(render_fleet_html(data, _areas(rows)), encoding="utf-8")
+    outputs.write_text(paths["csv"], fleet_csv(rows))
+    outputs.write_text(paths["json"], _json(data))
+    outputs.write_text(paths["html"], render_fleet_html(data, _areas(rows)))
     return paths

@@ -8,6 +8,8 @@ of bounded length.
 * :func:`local_path` makes a non-seekable input (``-`` for stdin, a pipe, a process substitution
   ``<(cat f)``, a FIFO) readable like a file: it is read once, to the end, into a private
   temporary file, so format detection and the reader see the same bytes and nothing is lost.
+  At most :data:`MAX_STREAM_BYTES` (1 GiB; ``--max-bytes``) are read from one stream: past it
+  the read stops with an :class:`~forensics.errors.InputError` (exit 3).
 * :func:`read_head` gives the first bytes for format detection: 64 KiB, extended (up to
   :data:`~forensics.io.limits.MAX_HEAD_BYTES`) until one whole line is in, without a UTF-8 BOM.
 * :func:`bounded_lines` iterates the lines of a binary stream, skipping (not holding) a line
@@ -19,6 +21,7 @@ from __future__ import annotations
 import atexit
 import io
 import os
+import re
 import shutil
 import stat
 import sys
@@ -31,8 +34,8 @@ from typing import IO
 from ..errors import InputError
 from .limits import MAX_HEAD_BYTES, MAX_LINE_BYTES
 
-__all__ = ["BOM", "HEAD_BYTES", "STDIN", "bounded_lines", "is_stream", "local_path", "open_binary", "read_head",
-           "truncation"]
+__all__ = ["BOM", "HEAD_BYTES", "MAX_STREAM_BYTES", "STDIN", "bounded_lines", "is_stream", "local_path",
+           "open_binary", "read_head", "set_stream_limit", "truncation"]
 
 HEAD_BYTES = 64 * 1024
 BOM = b"\xef\xbb\xbf"
@@ -156,6 +159,27 @@ def _spool_dir() -> Path:
     return Path(_SPOOL_DIR[0])
 
 
+#: Most bytes read from one stream (stdin, a pipe, a FIFO, a device) by default: ``--max-bytes``
+#: (:func:`set_stream_limit`) changes it. ``scan /dev/zero`` stops there with exit 3.
+MAX_STREAM_BYTES = 1 << 30
+_STREAM_LIMIT = [MAX_STREAM_BYTES]
+
+
+def set_stream_limit(limit: int | None) -> None:
+    """The most bytes read from one stream (None: :data:`MAX_STREAM_BYTES`)."""
+    _STREAM_LIMIT[0] = MAX_STREAM_BYTES if limit is None else int(limit)
+
+
+def _copy_bounded(src: IO[bytes], out: IO[bytes], key: str) -> None:
+    limit, copied = _STREAM_LIMIT[0], 0
+    while block := src.read(1 << 20):
+        copied += len(block)
+        if copied > limit:
+            raise InputError(f"the stream holds more than {limit:,} bytes (the limit for a pipe, FIFO or "
+                             "device; --max-bytes raises it): stopped", path=key)
+        out.write(block)
+
+
 def local_path(path: Path, *, consume: bool = False) -> Path:
     """``path`` itself, or for a stream (stdin, pipe, FIFO) a temporary copy of all it held.
 
@@ -173,23 +197,43 @@ def local_path(path: Path, *, consume: bool = False) -> Path:
     dest = _spool_dir() / f"{len(_SPOOLED)}-{name}"
     try:
         src: IO[bytes] = sys.stdin.buffer if key == STDIN else open(path, "rb")
-        with open(dest, "wb") as out:
-            shutil.copyfileobj(src, out, 1 << 20)
-        if key != STDIN:
-            src.close()
+        try:
+            with open(dest, "wb") as out:
+                _copy_bounded(src, out, key)
+        finally:
+            if key != STDIN:
+                src.close()
     except OSError as exc:
+        dest.unlink(missing_ok=True)
         raise InputError(f"cannot read: {exc.strerror or exc}", path=key) from None
+    except InputError:
+        dest.unlink(missing_ok=True)
+        raise
     if not consume:
         _SPOOLED[key] = dest
     return dest
 
 
+#: Runs of more blank lines than this are squeezed in the detection head (a sniffer's ``^\s*``
+#: over a run of blank lines costs the square of its length).
+_BLANK_RUN = re.compile(rb"(?:[ \t\r]*\n){65,}")
+
+
 def read_head(path: Path) -> bytes:
     """The first bytes of a file for format detection (decompressed, without a UTF-8 BOM):
-    64 KiB, or more (up to ``MAX_HEAD_BYTES``) until the first line that is not blank is whole."""
+    64 KiB, or more (up to ``MAX_HEAD_BYTES``) until the first line is whole. Leading blank
+    lines are read past (up to ``MAX_LINE_BYTES``), and a run of more than 64 blank lines
+    is squeezed to 64: the head a sniffer sees holds content."""
     with open_binary(path) as fh:
         try:
             head = fh.read(HEAD_BYTES)
+            blank = 0
+            while head and not head.strip() and blank < MAX_LINE_BYTES:  # only blank lines so far
+                more = fh.read(HEAD_BYTES)
+                if not more:
+                    break
+                blank += len(head)
+                head = head[-64:] + more
             while b"\n" not in head.lstrip() and len(head) < MAX_HEAD_BYTES:
                 more = fh.read(HEAD_BYTES)
                 if not more:
@@ -197,7 +241,8 @@ def read_head(path: Path) -> bytes:
                 head += more
         except OSError as exc:
             raise InputError(f"cannot read: {exc.strerror or exc}", path=str(path)) from None
-    return head[len(BOM):] if head.startswith(BOM) else head
+    head = head[len(BOM):] if head.startswith(BOM) else head
+    return _BLANK_RUN.sub(b"\n" * 64, head)
 
 
 def bounded_lines(fh: IO[bytes], limit: int = MAX_LINE_BYTES) -> Iterator[bytes | None]:

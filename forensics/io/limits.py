@@ -13,6 +13,8 @@ never a crash; the bounds are far above anything a trainer writes.
   or more than the rest of the file, is a corrupt or truncated record.
 * :data:`MAX_ROW_KEYS`: keys of one row (a JSONL object). A row of a million keys would cost
   gigabytes as columns; trainers log hundreds.
+* :data:`MAX_KEY_BYTES`: bytes of one key or tag name (a TensorBoard tag); names are tens of
+  bytes, and a name is held once per row it appears in.
 * :data:`MAX_HEAD_BYTES`: how far format detection reads to see one whole first line.
 * :data:`CELL_BUDGET`: rows x columns of one raw batch. A log whose rows keep adding keys would
   otherwise cost rows x keys (quadratic); batches are cut so that each holds at most about this
@@ -21,7 +23,7 @@ never a crash; the bounds are far above anything a trainer writes.
 
 from __future__ import annotations
 
-__all__ = ["CELL_BUDGET", "MAX_DEPTH", "MAX_HEAD_BYTES", "MAX_LINE_BYTES", "MAX_NUMBER_DIGITS",
+__all__ = ["CELL_BUDGET", "MAX_DEPTH", "MAX_HEAD_BYTES", "MAX_KEY_BYTES", "MAX_LINE_BYTES", "MAX_NUMBER_DIGITS",
            "MAX_RECORD_BYTES", "MAX_ROW_KEYS", "STEP_MAX", "STEP_MIN"]
 
 MAX_DEPTH = 256
@@ -30,6 +32,7 @@ MAX_LINE_BYTES = 64 << 20
 MAX_RECORD_BYTES = 256 << 20
 MAX_HEAD_BYTES = 1 << 20
 MAX_ROW_KEYS = 1 << 14
+MAX_KEY_BYTES = 1 << 16
 CELL_BUDGET = 1 << 22
 
 #: Steps are int64: the exact range a step may take.

@@ -25,7 +25,14 @@ from typing import IO, Any, TypeVar
 
 from ..errors import UsageError
 
-__all__ = ["Outputs", "writing"]
+__all__ = ["CURRENT", "GENERATION_PREFIX", "LOCK_FILE", "STORE_DIR", "Outputs", "is_report_link", "writing"]
+
+#: A scan's report store inside its output folder (see :func:`forensics.report.files.write_reports`):
+#: generation folders, the ``current`` link to the published one, and the lock.
+STORE_DIR = ".forensics"
+CURRENT = "current"
+GENERATION_PREFIX = "r-"
+LOCK_FILE = "lock"
 
 T = TypeVar("T")
 
@@ -51,6 +58,15 @@ def writing(path: Path, fn: Callable[..., T], *args: Any) -> T:
         return fn(*args)
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {_reason(exc)}") from None
+
+
+def is_report_link(path: Path) -> bool:
+    """Whether ``path`` is a link a scan made to its report store (``.forensics/current/NAME``):
+    an output forensics may replace."""
+    try:
+        return os.readlink(path) == f"{STORE_DIR}/{CURRENT}/{path.name}"
+    except (OSError, ValueError):
+        return False
 
 
 class Outputs:
@@ -94,6 +110,11 @@ class Outputs:
             raise UsageError(f"cannot write {path}: {blocker} is a file, not a folder") from None
         except OSError as exc:
             raise UsageError(f"cannot write {path}: {_reason(exc)}") from None
+        if stat.S_ISLNK(lst.st_mode) and is_report_link(path):
+            try:  # a scan's own link: what it points to is what would be replaced
+                lst = path.stat()
+            except OSError:
+                return  # dangling (a name the current report does not hold)
         for test, kind in _KINDS:
             if test(lst.st_mode):
                 raise UsageError(f"refusing to write {path}: it is {kind}; forensics replaces only "

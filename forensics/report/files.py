@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
 import os
 import shutil
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,7 @@ import numpy as np
 
 from ..analysis.result import Analysis
 from ..errors import UsageError
-from ..io.output import Outputs
+from ..io.output import CURRENT, GENERATION_PREFIX, LOCK_FILE, STORE_DIR, Outputs
 
 __all__ = ["ANALYSIS_FILE", "MANIFEST_FILE", "METRICS_FORMATS", "METRICS_PARQUET_ROWS", "summary_dict", "to_json",
            "write_reports"]
@@ -149,6 +152,11 @@ MANIFEST_FILE = ".forensics-files.json"
 #: to hold from a scan, when its analysis.json is a forensics analysis.
 SCAN_FILES = ("analysis.json", "summary.json", "metrics.csv", "metrics.parquet", "findings.csv", "windows.csv",
               "recommendations.json", "recommendations.yaml", "report.html", "report.md", "plotly.min.js")
+#: Temporary folders of scans from before the report store (killed mid-write): removed.
+_OLD_TEMP_PREFIX = ".forensics-"
+_LINK_SUFFIX = ".forensics-link"
+#: How long a scan waits for another scan writing the same folder before it gives up (seconds).
+LOCK_WAIT = 600.0
 
 
 def _owned(out_dir: Path) -> set[str]:
@@ -172,6 +180,79 @@ def _owned(out_dir: Path) -> set[str]:
     return set()
 
 
+@contextlib.contextmanager
+def _locked(store: Path) -> Iterator[None]:
+    """Hold the report store's lock (``flock``: released by the kernel when a holder is killed);
+    wait up to :data:`LOCK_WAIT` for another scan writing the same folder, then fail naming it."""
+    import fcntl
+
+    lock = store / LOCK_FILE
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        raise UsageError(f"cannot lock the output folder ({lock}): {exc.strerror or exc}") from None
+    try:
+        deadline = time.monotonic() + LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "another process"
+                    raise UsageError(f"{store.parent} is being written by another scan ({holder}, lock file "
+                                     f"{lock}); waited {LOCK_WAIT:.0f} s") from None
+                time.sleep(0.02)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"process {os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _clean_stale(out_dir: Path, store: Path) -> None:
+    """Remove what killed scans left (under the lock, every generation but the current one is
+    stale): generations in the store and temporary folders of older versions in ``out_dir``."""
+    current = os.readlink(store / CURRENT) if (store / CURRENT).is_symlink() else None
+    for folder, prefix in ((store, GENERATION_PREFIX), (out_dir, _OLD_TEMP_PREFIX)):
+        for p in folder.iterdir():
+            if p.is_symlink():
+                if p.name.startswith(".") and p.name.endswith(_LINK_SUFFIX):  # a link not renamed into place
+                    p.unlink(missing_ok=True)
+            elif p.name.startswith(prefix) and p.name != current and p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def _store(out_dir: Path) -> Path:
+    store = out_dir / STORE_DIR
+    try:
+        store.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot write into {out_dir}: {exc.strerror or exc}") from None
+    if store.is_symlink() or not store.is_dir():
+        raise UsageError(f"cannot write into {out_dir}: {store} is not a folder forensics made")
+    return store
+
+
+def _generation(store: Path) -> Path:
+    """A new, empty generation folder in the store (an ordinary folder's permissions)."""
+    gen = Path(tempfile.mkdtemp(prefix=GENERATION_PREFIX, dir=store))
+    mask = os.umask(0o22)
+    os.umask(mask)
+    gen.chmod(0o777 & ~mask)
+    return gen
+
+
+def _link(path: Path, target: str) -> None:
+    """Make ``path`` the link ``target`` (atomically, over what is there)."""
+    if os.path.islink(path) and os.readlink(path) == target:
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}{_LINK_SUFFIX}")
+    tmp.unlink(missing_ok=True)
+    os.symlink(target, tmp)
+    os.replace(tmp, path)
+
+
 def write_reports(analysis: Analysis, out_dir: Path | str, *, script: str = "inline", metrics: str = "auto",
                   rendered: bool = True, outputs: Outputs | None = None) -> dict[str, Path]:
     """Write the reports into ``out_dir`` (a str or a Path); return their paths by kind.
@@ -186,12 +267,14 @@ def write_reports(analysis: Analysis, out_dir: Path | str, *, script: str = "inl
     them before any is written (an output that would replace an input, a link or a special file
     is a :class:`~forensics.errors.UsageError`). The files the scan read are added to it here.
 
-    The scan owns its folder's files: they are written into a temporary folder inside
-    ``out_dir`` and moved into place when all are written (a scan that fails leaves the folder as
-    it was), the files an earlier scan wrote there and this one did not (``windows.csv``,
-    ``recommendations.*`` of a longer run) are removed, and a hidden manifest
-    (:data:`MANIFEST_FILE`) lists what this scan wrote. No other file, and never an input, is
-    touched.
+    The report is all-or-nothing, under a kill and under concurrent scans: it is written whole
+    into a new generation folder of the hidden store ``out_dir/.forensics/``, and published by
+    one atomic step, the rename of the store's ``current`` link to it. The names in ``out_dir``
+    (``analysis.json``...) are links through ``current``, so every state of the folder a reader
+    can see is a complete old or a complete new report. Scans into one folder take turns (a lock
+    in the store); each removes what killed scans left (stale generations, older versions'
+    temporary folders), the files an earlier scan wrote there and this one did not, and writes the
+    manifest :data:`MANIFEST_FILE` (a link too). No other file, and never an input, is touched.
     """
     out_dir = Path(out_dir)
     tables = metrics_formats(analysis.steps.get("rows") or 0, metrics)
@@ -200,34 +283,67 @@ def write_reports(analysis: Analysis, out_dir: Path | str, *, script: str = "inl
     outputs.folder(out_dir)
     for name in REPORT_FILES:
         outputs.check(out_dir / name)
+    store = _store(out_dir)
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=".forensics-", dir=out_dir))
-    except OSError as exc:
-        raise UsageError(f"cannot create output folder {out_dir}: {exc.strerror or exc}") from None
-    try:
-        written = _write_files(analysis, tmp, script, tables, rendered, outputs)
-        previous = _owned(out_dir)
-        names = sorted(p.name for p in tmp.iterdir() if p.is_file())
-        for name in names:
-            outputs.check(out_dir / name)
-            os.replace(tmp / name, out_dir / name)
-        for name in sorted(previous - set(names) - {MANIFEST_FILE}):
-            target = out_dir / name
-            try:
-                outputs.check(target)
-            except UsageError:
-                continue  # never remove an input (or anything but a regular file)
-            if target.is_file() and not target.is_symlink():
-                target.unlink()
-        manifest = tmp / MANIFEST_FILE
-        manifest.write_text(json.dumps({"written_by": "forensics scan", "files": names}, indent=1) + "\n",
-                            encoding="utf-8")
-        os.replace(manifest, out_dir / MANIFEST_FILE)
+        with _locked(store):
+            _clean_stale(out_dir, store)
+            written = _publish(analysis, out_dir, store, (script, tables, rendered), outputs)
     except OSError as exc:
         raise UsageError(f"cannot write reports to {out_dir}: {exc.strerror or exc}") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return {kind: out_dir / p.name for kind, p in written.items()}
+
+
+def _publish(analysis: Analysis, out_dir: Path, store: Path, how: tuple[str, tuple[str, ...], bool],
+             outputs: Outputs) -> dict[str, Path]:
+    """Write a generation, link its names, switch ``current`` to it (the commit), then tidy."""
+    previous = _owned(out_dir)
+    old = os.readlink(store / CURRENT) if (store / CURRENT).is_symlink() else None
+    if old is None and previous:
+        old = _adopt(out_dir, store, previous, outputs)
+    gen = _generation(store)
+    try:
+        written = _write_files(analysis, gen, *how, outputs)
+        names = sorted(p.name for p in gen.iterdir() if p.is_file())
+        (gen / MANIFEST_FILE).write_text(json.dumps({"written_by": "forensics scan", "files": names}, indent=1)
+                                         + "\n", encoding="utf-8")
+        for name in [*names, MANIFEST_FILE]:  # a new name's link dangles (is absent) until the commit
+            outputs.check(out_dir / name)
+            _link(out_dir / name, f"{STORE_DIR}/{CURRENT}/{name}")
+        _link(store / CURRENT, gen.name)  # the commit: one rename
+    except BaseException:
+        shutil.rmtree(gen, ignore_errors=True)
+        raise
+    for name in sorted(previous - set(names) - {MANIFEST_FILE}):
+        _remove_owned(out_dir / name, outputs)
+    if old and old != gen.name and "/" not in old:
+        shutil.rmtree(store / old, ignore_errors=True)
+    return written
+
+
+def _adopt(out_dir: Path, store: Path, owned: set[str], outputs: Outputs) -> str:
+    """Make a folder written before the report store (regular files) its first generation (hard
+    links of those files), so that the first publish into it is atomic too; the generation's name."""
+    gen = _generation(store)
+    for name in sorted(owned | {MANIFEST_FILE}):
+        src = out_dir / name
+        if src.is_file() and not src.is_symlink():
+            try:
+                outputs.check(src)
+            except UsageError:
+                continue
+            os.link(src, gen / name)
+    _link(store / CURRENT, gen.name)
+    return gen.name
+
+
+def _remove_owned(target: Path, outputs: Outputs) -> None:
+    """Remove a file (or link) an earlier scan wrote and this one did not; never an input."""
+    try:
+        outputs.check(target)
+    except UsageError:
+        return  # never remove an input (or anything but a regular file)
+    if target.is_symlink() or target.is_file():
+        target.unlink(missing_ok=True)
 
 
 def _write_files(analysis: Analysis, out_dir: Path, script: str, tables: tuple[str, ...],

@@ -31,6 +31,7 @@ import numpy as np
 from scipy import stats
 
 from ..config import DIFF_TOLERANCE
+from ..io.output import is_report_link
 from .saved import load_analysis
 
 __all__ = ["BASELINE_FRACTION", "CONSECUTIVE", "FINAL_FRACTION", "KEY_METRICS", "RunData",
@@ -85,8 +86,12 @@ def load_analysis_json(path: Path) -> dict[str, Any]:
 def load_saved(path: Path) -> RunData:
     """Load ``analysis.json`` (a file or a report folder) and ``metrics.csv`` beside it if any."""
     file = path / "analysis.json" if path.is_dir() else path
+    metrics = file.parent / "metrics.csv"
+    if is_report_link(file) and is_report_link(metrics):  # both of one report generation
+        file = file.resolve()
+        metrics = file.parent / metrics.name
     data = load_analysis_json(file)
-    frame = read_metrics_csv(file.parent / "metrics.csv")
+    frame = read_metrics_csv(metrics)
     if frame is not None:
         return RunData(str(path), data, frame, "metrics.csv")
     frame = _frame_from_plots(data)

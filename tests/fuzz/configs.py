@@ -144,10 +144,10 @@ def config_cases() -> Iterator[Case]:
     yield _config_case("file:not-utf8", b'[run]\nname = "\xff\xfe"\n', 2)
     yield _config_case("file:utf8-bom", b"\xef\xbb\xbf[kl_schedule]\nspike_z = 8.0\n", 0)
     yield _config_case("file:binary", bytes(range(256)), 2)
-    yield Case("config/missing-file", {"steps.jsonl": step_log()},
-               ("scan", LOG, "--config", "{dir}/nope.toml", "-o", "{dir}/out", "-q"), 2)
+    yield Case("config/missing-file", {"steps.jsonl": step_log()},  # an absent input: 3, as every input
+               ("scan", LOG, "--config", "{dir}/nope.toml", "-o", "{dir}/out", "-q"), 3)
     yield Case("config/a-folder", {"steps.jsonl": step_log(), "c.toml/x": b""},
-               ("scan", LOG, "--config", "{dir}/c.toml", "-o", "{dir}/out", "-q"), 2)
+               ("scan", LOG, "--config", "{dir}/c.toml", "-o", "{dir}/out", "-q"), 3)
 
 
 #: (run field, value, expected exit): the same for ``[run]`` in a config and for run.json.

@@ -32,8 +32,36 @@ _SEP = re.compile(r"[\s,]*")
 _SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second")
 
 
+#: How far detection looks for ``"log_history"`` in a JSON object whose head does not hold it
+#: (other keys first: a long ``best_model_checkpoint``, many ``stateful_callbacks``).
+_SEARCH_BYTES = 64 << 20
+
+
 def detect(path: Path, head: bytes) -> bool:
-    return head.lstrip().startswith(b"{") and b'"log_history"' in head
+    """A JSON object with a ``"log_history"`` key: in the head, or (an object that is not one
+    JSON line, or a file named trainer_state.json) further on, up to ``_SEARCH_BYTES``."""
+    text = head.lstrip()
+    if not text.startswith(b"{"):
+        return False
+    if b'"log_history"' in head:
+        return True
+    first = text.split(b"\n", 1)[0].strip()
+    if path.name != "trainer_state.json" and first.endswith(b"}"):
+        return False  # one whole object per line: JSON lines
+    return _holds_log_history(path)
+
+
+def _holds_log_history(path: Path) -> bool:
+    key, seen, tail = b'"log_history"', 0, b""
+    try:
+        with open_binary(path) as fh:
+            while seen < _SEARCH_BYTES and (block := fh.read(1 << 20)):
+                if key in tail + block:
+                    return True
+                seen, tail = seen + len(block), block[-len(key):]
+    except (OSError, InputError):
+        return False
+    return False
 
 
 def classify(row: dict[str, Any]) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import FormatError, InputError, StrictModeError
-from ..limits import MAX_RECORD_BYTES
+from ..limits import MAX_KEY_BYTES, MAX_RECORD_BYTES
 from ._common import Row, RowSource
 
 __all__ = ["TensorBoardSource", "detect", "encode_event", "event_files", "masked_crc32c", "read_events",
@@ -277,6 +277,8 @@ def parse_event(data: bytes) -> tuple[float, int, list[tuple[str, float]], int]:
                 tag, num = "", None
                 for sf, swt, sv in _fields(value):
                     if sf == 1 and swt == 2:
+                        if len(sv) > MAX_KEY_BYTES:
+                            raise ValueError(f"a tag of {len(sv)} bytes, over the {MAX_KEY_BYTES}-byte bound")
                         tag = sv.decode("utf-8", errors="replace")
                     elif sf == 2 and swt == 5:
                         num = struct.unpack("<f", sv)[0]

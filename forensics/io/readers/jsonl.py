@@ -133,6 +133,21 @@ def json_depth(raw: bytes) -> int:
     return deepest
 
 
+#: 19 digits in a row: maybe an integer beyond int64, which orjson reads as a rounded float (a
+#: step below -2**63 would become -2**63); Python's json reads it exactly.
+_LONG_INTEGER = re.compile(rb"\d{19}")
+
+
+#: A bare ``nan``, ``inf`` or ``infinity`` (any case, signed) where a JSON value goes.
+_BARE = re.compile(rb"(?<=[:\[,])(\s*)([-+]?)(nan|inf|infinity)(?=\s*[,}\]])", re.IGNORECASE)
+
+
+def _spelled(m: re.Match[bytes]) -> bytes:
+    """The JSON literal Python's json reads for a bare nan or inf."""
+    return m.group(1) + (b"NaN" if m.group(3).lower() == b"nan" else
+                         (b"-Infinity" if m.group(2) == b"-" else b"Infinity"))
+
+
 def parse_json_value(raw: bytes | str) -> tuple[Any, str]:
     """Parse one JSON text; ``(value, "")`` or ``(None, reason)``.
 
@@ -142,22 +157,31 @@ def parse_json_value(raw: bytes | str) -> tuple[Any, str]:
 
     >>> parse_json_value('[' * 2000 + ']' * 2000)[1]
     'nested deeper than 256 levels'
+    >>> parse_json_value('-9223372036854775809')
+    (-9223372036854775809, '')
+    >>> parse_json_value('{"a": nan, "b": -inf, "c": [inf,NAN], "d": "nan"}')
+    ({'a': nan, 'b': -inf, 'c': [inf, nan], 'd': 'nan'}, '')
     """
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     if len(data) > MAX_LINE_BYTES:
         return None, f"line longer than {MAX_LINE_BYTES} bytes"
     if data.count(b"{") + data.count(b"[") > MAX_DEPTH and json_depth(data) > MAX_DEPTH:
         return None, f"nested deeper than {MAX_DEPTH} levels"
-    try:
-        return orjson.loads(data), ""
-    except orjson.JSONDecodeError:
-        pass
+    if _LONG_INTEGER.search(data) is None:  # orjson turns an integer beyond 64 bits into a float
+        try:
+            return orjson.loads(data), ""
+        except orjson.JSONDecodeError:
+            pass
     try:  # Python's json accepts NaN, Infinity and -Infinity, as trainers write them
         return json.loads(data), ""
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "not valid UTF-8"
-        col = f" (column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
-        return None, f"invalid JSON: {msg}{col}"
+    except json.JSONDecodeError as exc:
+        if _BARE.search(data) is not None:  # nan, inf as Python prints them (f-strings, str(dict))
+            value, why = parse_json_value(_BARE.sub(_spelled, data))
+            if not why:
+                return value, ""
+        return None, f"invalid JSON: {exc.msg} (column {exc.colno})"
+    except UnicodeDecodeError:
+        return None, "invalid JSON: not valid UTF-8"
     except ValueError:  # Python refuses to convert more digits than its int limit
         return None, f"a number longer than {MAX_NUMBER_DIGITS} digits"
     except RecursionError:

@@ -1,0 +1,141 @@
+"""The output folder is all-or-nothing under SIGKILL and concurrent scans (issue 22, item 2).
+
+A child process writes reports into one folder again and again (two runs of different lengths in
+turn) and is killed with SIGKILL at random moments; after each kill the folder must hold a
+complete old or a complete new report, and the next scan removes what the killed one left. Eight
+scans into one folder at once take turns; every state an observer sees meanwhile is complete.
+``FORENSICS_KILLS`` sets the number of kills (``make test``: a reduced count; ``make fuzz``: 200).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from forensics.analysis.engine import scan_path
+from forensics.io.output import CURRENT, STORE_DIR
+from forensics.report.files import MANIFEST_FILE, write_reports
+
+KILLS = int(os.environ.get("FORENSICS_KILLS", "25"))
+
+
+def _log(path: Path, n: int) -> Path:
+    path.write_text("".join(json.dumps({"step": i, "kl": 0.01 + (i % 7) * 1e-3, "reward_mean": 0.001 * i,
+                                        "loss": 1.0 / i}) + "\n" for i in range(1, n + 1)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> list:
+    d = tmp_path_factory.mktemp("logs")
+    return [scan_path(_log(d / "short.jsonl", 300)), scan_path(_log(d / "long.jsonl", 2000))]
+
+
+def observe(out: Path) -> int | None:
+    """The rows of the report a reader sees in ``out`` (None: no report yet); fails unless the
+    report is complete and every visible name is a file of it."""
+    store = out / STORE_DIR
+    try:
+        gen = store / os.readlink(store / CURRENT)
+    except FileNotFoundError:
+        return None
+    files = set(json.loads((gen / MANIFEST_FILE).read_text())["files"])
+    assert {p.name for p in gen.iterdir() if not p.name.startswith(".")} == files
+    rows = json.loads((gen / "analysis.json").read_text())["steps"]["rows"]
+    assert json.loads((gen / "summary.json").read_text())["rows"] == rows
+    assert pq.ParquetFile(gen / "metrics.parquet").metadata.num_rows == rows
+    return rows
+
+
+def observe_stable(out: Path) -> int | None:
+    """:func:`observe` while scans run: a report replaced (and its old generation removed) while it
+    was being read is read again, as a reader would; a report that stays current must be whole."""
+    while True:
+        try:
+            before = os.readlink(out / STORE_DIR / CURRENT)
+        except FileNotFoundError:
+            return None
+        try:
+            return observe(out)
+        except (AssertionError, FileNotFoundError, ValueError):
+            if os.readlink(out / STORE_DIR / CURRENT) == before:
+                raise
+
+
+def visible(out: Path) -> set[str]:
+    return {p.name for p in out.iterdir() if not p.name.startswith(".") and p.exists()}
+
+
+def write(analysis: object, out: Path) -> None:
+    """A scan's writes (Parquet: polars' thread pool does not survive a fork, pyarrow's does)."""
+    write_reports(analysis, out, rendered=False, metrics="parquet")  # type: ignore[arg-type]
+
+
+def _child(fn) -> int:  # type: ignore[no-untyped-def]
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 0
+        try:
+            fn()
+        except BaseException:
+            code = 1
+        os._exit(code)
+    return pid
+
+
+def test_a_killed_scan_leaves_a_complete_report(tmp_path: Path, runs: list) -> None:
+    out = tmp_path / "out"
+    write(runs[0], out)
+    rng = random.Random(22)
+    seen = set()
+    killed_mid_write = 0  # kills that left a generation half written (the next scan removes it)
+    for k in range(KILLS):
+        first = k % 2
+
+        def loop(first: int = first) -> None:
+            i = first
+            while True:
+                write(runs[i % 2], out)
+                i += 1
+
+        pid = _child(loop)
+        time.sleep(rng.uniform(0.0, 0.15))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        killed_mid_write += len([p for p in (out / STORE_DIR).iterdir() if p.name.startswith("r-")]) > 1
+        rows = observe(out)
+        assert rows in (300, 2000)
+        assert visible(out) == set(json.loads((out / MANIFEST_FILE).read_text())["files"])
+        seen.add(rows)
+    print(f"{KILLS} kills, {killed_mid_write} in the middle of a write, reports seen: {sorted(seen)}")
+    # the next scan publishes and removes every leftover of the killed ones
+    write(runs[1], out)
+    assert observe(out) == 2000
+    assert [p.name for p in (out / STORE_DIR).iterdir() if p.name.startswith("r-")] == \
+        [os.readlink(out / STORE_DIR / CURRENT)]
+    assert not [p for p in out.iterdir() if p.name.startswith(".") and p.name.endswith("link")]
+
+
+def test_concurrent_scans_into_one_folder_take_turns(tmp_path: Path, runs: list) -> None:
+    out = tmp_path / "out"
+    pids = [_child(lambda i=i: [write(runs[(i + j) % 2], out) for j in range(2)])
+            for i in range(8)]
+    states = set()
+    deadline = time.monotonic() + 120
+    while pids:
+        assert time.monotonic() < deadline, "scans did not finish"
+        states.add(observe_stable(out))
+        for pid in list(pids):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                assert os.waitstatus_to_exitcode(status) == 0
+                pids.remove(pid)
+    assert observe(out) in (300, 2000) and states <= {None, 300, 2000}
+    assert len([p for p in (out / STORE_DIR).iterdir() if p.name.startswith("r-")]) == 1
