@@ -45,7 +45,7 @@ _LAUNCH = re.compile(rb"deepspeed\.launcher\.launch\b[^\n]*--actor_model_name_or
 
 
 def detect(path: Path, head: bytes) -> bool:
-    return (re.search(rb"(?m)^\s*(?:epoch|Epoch): *\d+ *\| *(?:step|Step): *\d+ *\|", head) is not None
+    return (re.search(rb"(?m)^[ \t]*(?:epoch|Epoch): *\d+ *\| *(?:step|Step): *\d+ *\|", head) is not None
             or _LAUNCH.search(head) is not None)
 
 
