@@ -35,7 +35,7 @@ from ..errors import InputError
 from .limits import MAX_HEAD_BYTES, MAX_LINE_BYTES
 
 __all__ = ["BOM", "HEAD_BYTES", "MAX_STREAM_BYTES", "STDIN", "bounded_lines", "is_stream", "local_path",
-           "open_binary", "read_head", "set_stream_limit", "truncation"]
+           "open_binary", "read_head", "read_raw_head", "set_stream_limit", "truncation"]
 
 HEAD_BYTES = 64 * 1024
 BOM = b"\xef\xbb\xbf"
@@ -217,6 +217,23 @@ def local_path(path: Path, *, consume: bool = False) -> Path:
 #: Runs of more blank lines than this are squeezed in the detection head (a sniffer's ``^\s*``
 #: over a run of blank lines costs the square of its length).
 _BLANK_RUN = re.compile(rb"(?:[ \t\r]*\n){65,}")
+
+
+def read_raw_head(path: Path) -> bytes:
+    """The file's first bytes as they are (decompressed, without a UTF-8 BOM; blank lines kept, so
+    offsets after the BOM hold): 64 KiB, or more (up to ``MAX_HEAD_BYTES``) until the first line that is not blank is
+    whole. A reader that goes on from an offset in the head (the CSV reader) needs this one."""
+    with open_binary(path) as fh:
+        try:
+            head = fh.read(HEAD_BYTES)
+            while b"\n" not in head.lstrip() and len(head) < MAX_HEAD_BYTES:
+                more = fh.read(HEAD_BYTES)
+                if not more:
+                    break
+                head += more
+        except OSError as exc:
+            raise InputError(f"cannot read: {exc.strerror or exc}", path=str(path)) from None
+    return head[len(BOM):] if head.startswith(BOM) else head
 
 
 def read_head(path: Path) -> bytes:

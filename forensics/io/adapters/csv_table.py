@@ -27,7 +27,7 @@ from ...errors import FormatError, InputError, StrictModeError
 from ...schema import canonical_name
 from ..csv_blocks import Block, CsvBlocks, Parsed, blocks
 from ..csv_dialect import Dialect, sniff, unique_names
-from ..inputs import BOM, open_binary, read_head, truncation
+from ..inputs import BOM, open_binary, read_raw_head, truncation
 from ..readers.base import RawBatch, ReadReport
 
 __all__ = ["CsvTableSource", "detect"]
@@ -80,7 +80,7 @@ class CsvTableSource:
         self.reader: CsvBlocks | None = None  # how the blocks were read, once read
 
     def batches(self, batch_rows: int) -> Iterator[RawBatch]:
-        dialect = sniff(read_head(self.path), need_row=False)
+        dialect = sniff(read_raw_head(self.path), need_row=False)
         if dialect is None:
             raise FormatError("not a CSV table: no header of names (none a number) on its first line",
                               path=str(self.path))
