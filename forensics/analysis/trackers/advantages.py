@@ -196,10 +196,12 @@ class Advantages(Tracker):
         kind = str(self.meta.config.get("advantage_normalization_kind", "")).lower()
         return algo in GROUP_RELATIVE or kind == "group"
 
-    def finish(self) -> TrackerResult:
+    def close(self) -> None:
         if self.used_samples:
             for steps, groups in self.grouper.flush():
                 self._samples_done(steps, groups)
+
+    def conclude(self) -> TrackerResult:
         p = self.p
         for ep in self.ep["adv.bias"].finish():
             self.emit("adv.bias", ep,

@@ -66,12 +66,18 @@ class TrackerResult:
 
 
 class Tracker:
-    """Base class. Subclasses set the class attributes and implement ``update`` and ``finish``.
+    """Base class. Subclasses set the class attributes and implement ``update`` and ``conclude``
+    (and ``close`` when they hold rows back until a later one arrives).
 
     ``requires`` lists canonical columns of which at least one must be logged for the tracker to
     run; ``streams`` says which streams it reads (``"step"``, ``"sample"``); a batch's
     ``stream`` attribute tells which one it comes from. ``update`` may return derived per-row series
     for the batch (written to the per-step CSV); it only mutates the tracker's state.
+
+    The contract: ``update`` and ``close`` change the streaming state; ``finish`` only reads it.
+    The base class owns the findings (``emit``) and starts them afresh on every ``finish``, so
+    ``finish`` may be called at any point of the stream (``Scan.peek``), and twice gives the same
+    result.
     """
 
     name: ClassVar[str]
@@ -99,7 +105,19 @@ class Tracker:
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
         raise NotImplementedError
 
+    def close(self) -> None:
+        """The stream has ended: judge what waited for a later row (the responses of the last
+        step, the open segment). Changes the streaming state as ``update`` does; a second call
+        finds nothing left to judge."""
+
     def finish(self) -> TrackerResult:
+        """The result of the rows seen so far: fresh findings, the streaming state only read."""
+        self._findings, self._coverage, self._magnitude = [], {}, {}
+        return self.conclude()
+
+    def conclude(self) -> TrackerResult:
+        """Findings, score and summary from the streaming state (``emit``, then ``result``); it
+        must not change the state."""
         raise NotImplementedError
 
     # -- helpers for subclasses --------------------------------------------------------

@@ -169,7 +169,7 @@ class Entropy(Tracker):
             self.last_ratio = float(ratio[fin][-1])
         return {"entropy_over_initial": ratio}
 
-    def finish(self) -> TrackerResult:
+    def conclude(self) -> TrackerResult:
         p = self.p
         notes: list[str] = []
         summary: dict[str, Any] = {

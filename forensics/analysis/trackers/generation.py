@@ -279,10 +279,12 @@ class Generation(Tracker):
         })
         self.win = {}
 
-    def finish(self) -> TrackerResult:
+    def close(self) -> None:
         for steps, groups in self.grouper.flush():
             self._steps_done(steps, groups)
         self._close()
+
+    def conclude(self) -> TrackerResult:
         p = self.p
         t = self.totals
         n = max(t["responses"], 1)

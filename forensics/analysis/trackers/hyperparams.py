@@ -213,7 +213,7 @@ class Hyperparams(Tracker):
                 st.first = float(vals[0])
             st.last = float(vals[-1])
             st.logged += len(vals)
-            self._decide(s, st, batch.steps[ok].astype(np.int64), vals, batch.rows[ok], final=False)
+            st.changes += self._decide(s, st, batch.steps[ok].astype(np.int64), vals, batch.rows[ok], final=False)
             if s.parameter == "learning_rate":
                 rising = self._moves(vals, batch.steps[ok])
                 if self.meta.lm_priors:
@@ -254,14 +254,19 @@ class Hyperparams(Tracker):
         self.lr_ep.update(rows, steps, high | low, how, {"lr": lr})
 
     def _decide(self, s: Setting, st: _Follow, steps: np.ndarray, vals: np.ndarray, rows: np.ndarray,
-                final: bool) -> None:
-        """Judge every move whose next move is known (all of them when ``final``)."""
+                final: bool) -> list[dict[str, Any]]:
+        """The changes among the moves whose next move is known (all of them when ``final``).
+
+        Not ``final`` (a batch): the last values are kept for the next batch's decisions. ``final``
+        (the end, from ``finish``): the state is only read, so a later batch decides those moves
+        again as it would have."""
         v = np.concatenate([np.asarray(st.values, dtype=np.float64), vals])
         stp = np.concatenate([np.asarray(st.steps, dtype=np.int64), steps])
         rw = np.concatenate([np.asarray(st.rows, dtype=np.int64), rows])
         # moves: d[i] = v[i + 1] - v[i]; the move into v[i] is decided once d[i] (the next) is known
         start = max(len(st.values) - 1, 1)  # the first undecided position in v
         stop = len(v) if final else len(v) - 1
+        changes: list[dict[str, Any]] = []
         if stop > start:
             with np.errstate(divide="ignore", invalid="ignore"):
                 before, after = v[start - 1 : stop - 1], v[start:stop]
@@ -270,14 +275,15 @@ class Hyperparams(Tracker):
             for i in np.flatnonzero(jump) + start:
                 if self._ramp(v, int(i)):
                     continue
-                if len(st.changes) < self.p.max_changes:
-                    st.changes.append({"step": int(stp[i]), "previous_step": int(stp[i - 1]),
-                                       "row": int(rw[i]), "before": float(v[i - 1]),
-                                       "after": float(v[i])})
+                if len(st.changes) + len(changes) < self.p.max_changes:
+                    changes.append({"step": int(stp[i]), "previous_step": int(stp[i - 1]),
+                                    "row": int(rw[i]), "before": float(v[i - 1]), "after": float(v[i])})
                 else:
-                    st.changes.append({"step": int(stp[i]), "dropped": True})
-        keep = max(len(v) - 3, 0)
-        st.values, st.steps, st.rows = v[keep:].tolist(), stp[keep:].tolist(), rw[keep:].tolist()
+                    changes.append({"step": int(stp[i]), "dropped": True})
+        if not final:
+            keep = max(len(v) - 3, 0)
+            st.values, st.steps, st.rows = v[keep:].tolist(), stp[keep:].tolist(), rw[keep:].tolist()
+        return changes
 
     def _ramp(self, v: np.ndarray, i: int) -> bool:
         """Whether the move into ``v[i]`` is as large as a neighbouring move in its direction."""
@@ -304,7 +310,7 @@ class Hyperparams(Tracker):
             return Severity.INFO
         return Severity.WARNING if size >= self.p.safe_warning_factor else Severity.INFO
 
-    def finish(self) -> TrackerResult:
+    def conclude(self) -> TrackerResult:
         summary: dict[str, Any] = {}
         for s in SETTINGS:
             st = self.follow[s.parameter]
@@ -312,10 +318,10 @@ class Hyperparams(Tracker):
                 continue
             # the last logged move has no next move: decide it now
             none = np.zeros(0, dtype=np.int64)
-            self._decide(s, st, none, none.astype(np.float64), none, final=True)
-            kept = [c for c in st.changes if not c.get("dropped")]
+            changes = st.changes + self._decide(s, st, none, none.astype(np.float64), none, final=True)
+            kept = [c for c in changes if not c.get("dropped")]
             summary[s.parameter] = {"key": st.key, "first": st.first, "last": st.last,
-                                    "logged": st.logged, "changes": len(st.changes)}
+                                    "logged": st.logged, "changes": len(changes)}
             for c in kept:
                 self._emit_change(s, st.key, c)
         p = self.p

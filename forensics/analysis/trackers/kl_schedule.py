@@ -485,7 +485,7 @@ class KLSchedule(Tracker):
                                                   {"observed": dlog, "predicted": predicted})
 
     # -- finish -------------------------------------------------------------------------
-    def finish(self) -> TrackerResult:
+    def conclude(self) -> TrackerResult:
         p = self.p
         notes: list[str] = []
         summary: dict[str, object] = {"series": self.series_name, "rows": self.rows}

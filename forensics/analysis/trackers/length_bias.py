@@ -334,10 +334,12 @@ class LengthBias(Tracker):
                 {"length": mean_len})
 
     # -- finish -------------------------------------------------------------------------
-    def finish(self) -> TrackerResult:
+    def close(self) -> None:
         block = self.runs.flush()
         if block is not None:
             self._steps_done(block)
+
+    def conclude(self) -> TrackerResult:
         p = self.p
         summary: dict[str, object] = {"step_rows": self.step_rows,
                                       "sample_rows": self.sample_rows,

@@ -314,7 +314,7 @@ class Preference(Tracker):
                   {**evidence, "margin": margin, "saturated_margin": p.saturated_margin,
                    "threshold": p.displacement_share}, sev)
 
-    def finish(self) -> TrackerResult:
+    def conclude(self) -> TrackerResult:
         p = self.p
         for ep in self.ep["pref.overfit"].finish():
             acc, margin = ep.extras.get("accuracy", float("nan")), ep.extras.get("margin", float("nan"))

@@ -508,9 +508,11 @@ class Rewards(Tracker):
                    "moved": {n: {"first_quarter": v[1], "last_quarter": v[2]} for n, v in moved.items()},
                    "metrics": ["reward_mean"]}, Severity.WARNING)
 
-    def finish(self) -> TrackerResult:
+    def close(self) -> None:
         for steps, groups in self.grouper.flush():
             self._sample_steps(steps, groups)
+
+    def conclude(self) -> TrackerResult:
         p = self.p
         notes: list[str] = []
         summary: dict[str, Any] = {"rows": self.rows, "source": self.source}

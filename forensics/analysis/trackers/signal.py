@@ -148,7 +148,7 @@ class Signal(Tracker):
                               {"before": best[:-1]})
         return None
 
-    def finish(self) -> TrackerResult:
+    def conclude(self) -> TrackerResult:
         p = self.p
         none_eps = sorted([*self.none.finish(), *self.none_batch.finish()], key=lambda e: e.first_step)
         covered: list[tuple[int, int]] = []

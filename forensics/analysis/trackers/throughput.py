@@ -271,7 +271,7 @@ class Throughput(Tracker):
         return out[0], out[1]
 
     # -- finish ---------------------------------------------------------------------------
-    def finish(self) -> TrackerResult:
+    def conclude(self) -> TrackerResult:
         notes: list[str] = []
         v = self.values
         summary: dict[str, Any] = {"rows": self.rows}

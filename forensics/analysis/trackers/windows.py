@@ -225,10 +225,12 @@ class Windows(Tracker):
             cut.open.key //= 2
 
     # -- the table --------------------------------------------------------------------------
-    def finish(self) -> TrackerResult:
+    def close(self) -> None:
         if self.buf and len(self.buf["row"]):  # the last segment ends with the stream
             cols, self.buf = self.buf, {}
             self._segments(cols, final=True)
+
+    def conclude(self) -> TrackerResult:
         mode = "epoch" if self.epochs and len(self.epoch_windows.all()) >= self.p.min_epochs else "rows"
         windows = self.epoch_windows.all() if mode == "epoch" else self.blocks.all()
         check = HealthCheck(self.meta.config, self.hp, self.meta.algorithm)
