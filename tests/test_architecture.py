@@ -8,6 +8,7 @@ imports under ``if TYPE_CHECKING:`` are left out (they never run).
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -159,3 +160,37 @@ def test_trainer_side_loads_without_the_analyzer() -> None:
             "'forensics.io', 'forensics.report', 'forensics.verdicts', 'forensics.live'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# -- one declaration per fact: what a tracker reads is its ``requires`` ---------------------------
+def _tracker_modules() -> list[tuple[str, str]]:
+    import inspect
+
+    from forensics.analysis.trackers import TRACKERS
+
+    return [(name, inspect.getsource(inspect.getmodule(cls))) for name, cls in TRACKERS.items()]  # type: ignore[arg-type]
+
+
+def test_every_tracker_reads_canonical_names_it_declares() -> None:
+    """``requires`` names canonical metrics only (a trainer's own spellings are the schema's
+    aliases), the columns a tracker starts on are among them, and every column its module reads
+    by name (``batch.col("x")``, ``batch.has("x")``, ``batch.logged("x")``) is declared."""
+    from forensics.analysis.trackers import TRACKERS
+    from forensics.schema import METRICS
+
+    for name, source in _tracker_modules():
+        cls = TRACKERS[name]
+        assert set(cls.requires) <= set(METRICS), (name, set(cls.requires) - set(METRICS))
+        assert set(cls.starts_on) <= set(cls.requires), name
+        read = set(re.findall(r"\.(?:col|has|logged)\(\"([a-z_]+)\"\)", source)) - {"step"}
+        assert read <= set(cls.requires), (name, read - set(cls.requires))
+
+
+def test_what_the_schema_says_a_tracker_reads_is_its_requires() -> None:
+    from forensics.analysis.catalogue import metrics_read_by, readers
+    from forensics.analysis.trackers import TRACKERS
+    from forensics.schema import METRICS
+
+    for name, cls in TRACKERS.items():
+        assert metrics_read_by(name) == cls.requires
+        assert {m for m in METRICS if name in readers(m)} == set(cls.requires), name

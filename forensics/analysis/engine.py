@@ -335,11 +335,11 @@ class Scan:
         for tracker, r in zip(self.trackers, results):
             entry: dict[str, Any] = {"active": r.active}
             if not r.active:
-                present = [c for c in tracker.requires if c in mapped]
+                present = [c for c in tracker.starts() if c in mapped]
                 entry["reason"] = (tracker.skip_reason or (
                     f"{', '.join(present)} logged but without a usable value (missing, non-finite "
                     "or rounded to zero in the log)" if present else
-                    "none of its metrics is logged (needs one of: " + ", ".join(tracker.requires) + ")"))
+                    "none of its metrics is logged (needs one of: " + ", ".join(tracker.starts()) + ")"))
             trackers[tracker.name] = entry
         # throughput judges the machine and the windows only summarise: neither checks training
         judged = [n for n, e in trackers.items() if e["active"] and n not in ("throughput", "windows")]

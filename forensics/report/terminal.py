@@ -108,7 +108,7 @@ def render_plan(analysis: Analysis) -> str:
     """What ``-v`` adds: each input's column mapping (source key -> canonical name, with unit
     notes and the user's own maps marked) and the tracker plan (what each tracker reads, or why it
     did not run)."""
-    from ..schema import metrics_for_tracker
+    from ..analysis.catalogue import metrics_read_by
 
     lines = ["column mapping:"]
     for path, m in sorted(analysis.mappings.items()):
@@ -126,7 +126,7 @@ def render_plan(analysis: Analysis) -> str:
     lines.append("tracker plan:")
     for name, entry in analysis.coverage.get("trackers", {}).items():
         if entry.get("active"):
-            reads = [c for c in metrics_for_tracker(name) if c in mapped]
+            reads = [c for c in metrics_read_by(name) if c in mapped]
             lines.append(f"  {name:<12} runs on {', '.join(reads) if reads else 'derived series'}")
         else:
             lines.append(f"  {name:<12} not run: {entry.get('reason', '')}")

@@ -7,7 +7,7 @@ import numpy as np
 
 from forensics.config import RunMeta
 
-from .common import Stream, TrackerSuite
+from .common import Stream, TrackerSuite, analyse, golden
 
 
 def settings() -> Stream:
@@ -40,3 +40,18 @@ class TestHyperparams(TrackerSuite):
     FIRES = (("lr.change", settings), ("lr.out_of_range", "trl/dpo_lr_high"),
              ("lr.warmup_unfinished", endless_warmup), ("kl_coef.change", settings),
              ("clip.change", settings), ("batch_size.change", settings))
+
+
+def test_a_trainers_clip_and_batch_keys_are_canonical() -> None:
+    """``cliprange`` and ``train_batch_size`` map to ``clip_range`` and ``batch_size``: mapped (not
+    "unmapped"), read by hyperparams (``-v`` says so), and their changes found."""
+    from forensics.report.terminal import render_plan
+
+    spelled = {"clip_range": "cliprange", "batch_size": "train_batch_size"}
+    rows = [{spelled.get(k, k): v for k, v in r.items()} for r in settings().rows]
+    a = analyse("hyperparams", Stream(rows))
+    (mapping,) = a.mappings.values()
+    assert mapping.mapping["cliprange"] == "clip_range" and mapping.mapping["train_batch_size"] == "batch_size"
+    assert not {"cliprange", "train_batch_size"} & set(mapping.unmapped)
+    assert golden(a) == list(TestHyperparams.GOLDEN)
+    assert "hyperparams  runs on learning_rate, kl_coef, clip_range, batch_size" in render_plan(a)

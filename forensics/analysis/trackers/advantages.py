@@ -86,7 +86,9 @@ class Advantages(Tracker):
     name = "advantages"
     area = "advantages"
     streams = ("step", "sample")
-    requires = ("advantage_mean", "advantage_std", "advantage")
+    requires = ("advantage_mean", "advantage_std", "advantage", "advantage_min", "advantage_max",
+                "advantage_skew", "advantage_kurtosis")
+    starts_on = ("advantage_mean", "advantage_std", "advantage")
     rules = RULES
     Params = AdvantagesParams
 

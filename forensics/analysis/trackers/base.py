@@ -69,8 +69,10 @@ class Tracker:
     """Base class. Subclasses set the class attributes and implement ``update`` and ``conclude``
     (and ``close`` when they hold rows back until a later one arrives).
 
-    ``requires`` lists canonical columns of which at least one must be logged for the tracker to
-    run; ``streams`` says which streams it reads (``"step"``, ``"sample"``); a batch's
+    ``requires`` lists every canonical column the tracker reads: the one statement of it (the
+    schema's "read by", the coverage report, ``-v`` and ``forensics rules --metrics`` derive from
+    it); ``starts_on`` the ones of which at least one must be logged for it to run (empty: any of
+    ``requires``); ``streams`` says which streams it reads (``"step"``, ``"sample"``); a batch's
     ``stream`` attribute tells which one it comes from. ``update`` may return derived per-row series
     for the batch (written to the per-step CSV); it only mutates the tracker's state.
 
@@ -84,6 +86,7 @@ class Tracker:
     area: ClassVar[str]
     streams: ClassVar[tuple[str, ...]] = ("step",)
     requires: ClassVar[tuple[str, ...]] = ()
+    starts_on: ClassVar[tuple[str, ...]] = ()
     rules: ClassVar[tuple[RuleSpec, ...]] = ()
     #: whether the tracker scores its area (False: its findings count in other areas)
     scored: ClassVar[bool] = True
@@ -121,10 +124,14 @@ class Tracker:
         raise NotImplementedError
 
     # -- helpers for subclasses --------------------------------------------------------
+    def starts(self) -> tuple[str, ...]:
+        """The columns of which one must be logged for the tracker to run."""
+        return self.starts_on or self.requires
+
     def begin(self, batch: Batch) -> bool:
         """Whether ``batch`` is this tracker's business: once one of its required columns has
         been logged, every later batch is (the tracker becomes active and counts the rows)."""
-        if not self.active and not any(batch.has(c) for c in self.requires):
+        if not self.active and not any(batch.has(c) for c in self.starts()):
             return False
         self.active = True
         self.rows += len(batch)

@@ -93,7 +93,8 @@ class Entropy(Tracker):
 
     name = "entropy"
     area = "policy"
-    requires = ("entropy",)
+    requires = ("entropy", "reward_mean")
+    starts_on = ("entropy",)
     rules = RULES
     Params = EntropyParams
 

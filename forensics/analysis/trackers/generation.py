@@ -122,7 +122,8 @@ class Generation(Tracker):
     name = "generation"
     area = "generation"
     streams = ("sample",)
-    requires = ("completion",)
+    requires = ("completion", "reward", "length")
+    starts_on = ("completion",)
     rules = RULES
     Params = GenerationParams
 

@@ -16,9 +16,9 @@ from ``warning_factor``, ``critical`` from ``critical_factor`` (a learning rate 
 critical). A move the other way is ``info`` unless it spans ``safe_warning_factor`` (a learning
 rate cut 100x stalls the policy: ``warning``).
 
-Columns: ``learning_rate`` and ``kl_coef`` (canonical), the clip range and the batch size under
-the first key of :data:`CLIP_KEYS` and :data:`BATCH_KEYS` the log carries (trainers rarely log
-them per step; the canonical writer does).
+Columns: ``learning_rate``, ``kl_coef``, ``clip_range`` and ``batch_size`` (canonical names: the
+schema maps a trainer's ``cliprange``, ``clip_eps``, ``train_batch_size`` ... to them; trainers
+rarely log the last two per step, the canonical writer does), and ``epoch``.
 """
 
 from __future__ import annotations
@@ -36,30 +36,25 @@ from ..findings import RuleSpec, Severity
 from ..spans import step_span
 from .base import Tracker, TrackerResult
 
-__all__ = ["BATCH_KEYS", "CLIP_KEYS", "SETTINGS", "Hyperparams", "Setting"]
-
-#: Keys a per-step clip range is logged under (PPO's epsilon), first found wins.
-CLIP_KEYS = ("clip_range", "cliprange", "clip_eps", "eps_clip", "clip_epsilon")
-#: Keys a per-step batch size is logged under, first found wins.
-BATCH_KEYS = ("batch_size", "train_batch_size", "global_batch_size", "rollout_batch_size")
+__all__ = ["SETTINGS", "Hyperparams", "Setting"]
 
 
 @dataclass(frozen=True)
 class Setting:
-    """A followed setting: its parameter name, the keys it is read from, its rule and wording."""
+    """A followed setting: its parameter (the canonical column it is read from), its rule and
+    wording."""
 
     parameter: str
-    keys: tuple[str, ...]
     rule: str
     label: str
     risky_up: bool  # True where an increase makes updates larger or noisier
 
 
 SETTINGS = (
-    Setting("learning_rate", ("learning_rate",), "lr.change", "learning rate", True),
-    Setting("kl_coef", ("kl_coef",), "kl_coef.change", "KL coefficient", False),
-    Setting("clip_range", CLIP_KEYS, "clip.change", "clip range", True),
-    Setting("batch_size", BATCH_KEYS, "batch_size.change", "batch size", False),
+    Setting("learning_rate", "lr.change", "learning rate", True),
+    Setting("kl_coef", "kl_coef.change", "KL coefficient", False),
+    Setting("clip_range", "clip.change", "clip range", True),
+    Setting("batch_size", "batch_size.change", "batch size", False),
 )
 
 
@@ -175,7 +170,8 @@ class Hyperparams(Tracker):
 
     name = "hyperparams"
     area = "config"
-    requires = ("learning_rate", "kl_coef", *CLIP_KEYS, *BATCH_KEYS)
+    requires = (*(s.parameter for s in SETTINGS), "epoch")
+    starts_on = tuple(s.parameter for s in SETTINGS)
     rules = RULES
     # scored: a learning rate far out of range damages the run whatever follows (its area is "config")
     Params = HyperparamsParams
@@ -199,9 +195,9 @@ class Hyperparams(Tracker):
         for s in SETTINGS:
             st = self.follow[s.parameter]
             if st.key is None:
-                st.key = next((k for k in s.keys if batch.has(k)), None)
-                if st.key is None:
+                if not batch.has(s.parameter):
                     continue
+                st.key = s.parameter
             v = batch.col(st.key)
             ok = np.isfinite(v)
             if not ok.any():

@@ -186,7 +186,8 @@ class KLSchedule(Tracker):
 
     name = "kl_schedule"
     area = "kl"
-    requires = ("kl", "kl_seq", "kl_coef")
+    requires = ("kl", "kl_seq", "kl_coef", "approx_kl", "response_length_mean")
+    starts_on = ("kl", "kl_seq", "kl_coef")
     rules = RULES
     Params = KLScheduleParams
 

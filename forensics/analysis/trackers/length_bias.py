@@ -123,7 +123,9 @@ class LengthBias(Tracker):
     name = "length_bias"
     area = "length"
     streams = ("step", "sample")
-    requires = ("response_length_mean", "truncation_rate", "length")
+    requires = ("response_length_mean", "truncation_rate", "length", "response_length_max", "reward_mean",
+                "reward", "truncated")
+    starts_on = ("response_length_mean", "truncation_rate", "length")
     rules = RULES
     Params = LengthBiasParams
 

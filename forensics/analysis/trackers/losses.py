@@ -337,7 +337,8 @@ class Losses(Tracker):
 
     name = "losses"
     area = "loss"
-    requires = LOSS_SERIES
+    requires = (*LOSS_SERIES, "reward_mean")
+    starts_on = LOSS_SERIES
     rules = RULES
     Params = LossesParams
 

@@ -150,7 +150,9 @@ class Preference(Tracker):
     name = "preference"
     area = "preference"
     requires = ("pref_margin", "pref_accuracy", "pref_reward_chosen", "logp_chosen",
-                "log_odds_ratio")
+                "log_odds_ratio", "loss")
+    starts_on = ("pref_margin", "pref_accuracy", "pref_reward_chosen", "logp_chosen",
+                 "log_odds_ratio")
     rules = RULES
     Params = PreferenceParams
 

@@ -238,7 +238,8 @@ class Rewards(Tracker):
     name = "rewards"
     area = "reward"
     streams = ("step", "sample")
-    requires = ("reward_mean", "reward")
+    requires = ("reward_mean", "reward", "reward_std", "reward_max", "loss", "policy_loss", "value_loss", "kl")
+    starts_on = ("reward_mean", "reward")
     rules = RULES
     Params = RewardsParams
 

@@ -82,7 +82,8 @@ class Signal(Tracker):
 
     name = "signal"
     area = "reward"
-    requires = ("frac_reward_zero_std", "reward_std", "reward_min", "grad_norm")
+    requires = ("frac_reward_zero_std", "reward_std", "reward_min", "grad_norm", "reward_mean", "reward_max")
+    starts_on = ("frac_reward_zero_std", "reward_std", "reward_min", "grad_norm")
     rules = RULES
     Params = SignalParams
 

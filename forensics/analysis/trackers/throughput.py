@@ -122,7 +122,8 @@ class Throughput(Tracker):
 
     name = "throughput"
     area = "throughput"
-    requires = (*RATES, *RESOURCES, *API, "mfu", "timestamp", "num_tokens")
+    requires = (*RATES, *RESOURCES, *API, "mfu", "timestamp", "num_tokens", "epoch")
+    starts_on = (*RATES, *RESOURCES, *API, "mfu", "timestamp", "num_tokens")
     rules = RULES
     Params = ThroughputParams
 
@@ -152,7 +153,7 @@ class Throughput(Tracker):
         self.logged: set[str] = set()
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
-        seen = {c for c in self.requires if batch.has(c)}
+        seen = {c for c in self.starts() if batch.has(c)}
         if not seen and not self.active:
             return None
         self.active = True

@@ -113,7 +113,8 @@ class Windows(Tracker):
 
     name = "windows"
     area = "training"
-    requires = ("reward_mean", "loss", "policy_loss")
+    requires = ("reward_mean", "loss", "policy_loss", "epoch", "kl", "kl_seq")
+    starts_on = ("reward_mean", "loss", "policy_loss")
     rules = ()
     Params = WindowsParams
 
@@ -141,7 +142,7 @@ class Windows(Tracker):
             return None
         if self.epochs is None:
             self.epochs = bool(batch.logged("epoch")[0]) and bool(np.isfinite(batch.col("epoch")[0]))
-        if any(batch.has(c) for c in self.requires):
+        if any(batch.has(c) for c in self.starts()):
             self.active = True
         if self.loss_metric is None:
             self.loss_metric = "loss" if batch.has("loss") else ("policy_loss" if batch.has("policy_loss")
