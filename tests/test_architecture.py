@@ -29,14 +29,15 @@ def _is_type_checking(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(tree: ast.AST, module: str, is_pkg: bool, modules: set[str]) -> set[str]:
+def _imports(tree: ast.AST, module: str, is_pkg: bool, modules: set[str], type_only: bool = False) -> set[str]:
     """The package modules that ``module`` imports (a name imported from a package counts as
-    the submodule when one of that name exists, else as the package)."""
+    the submodule when one of that name exists, else as the package); ``type_only``: with the
+    imports under ``if TYPE_CHECKING:``."""
     found: set[str] = set()
     package = module if is_pkg else module.rpartition(".")[0]
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
+        if isinstance(node, ast.If) and _is_type_checking(node) and not type_only:
             for child in node.orelse:
                 visit(child)
             return
@@ -60,11 +61,11 @@ def _imports(tree: ast.AST, module: str, is_pkg: bool, modules: set[str]) -> set
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(type_only: bool = False) -> dict[str, set[str]]:
     files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph = {}
     for name, path in files.items():
-        edges = _imports(ast.parse(path.read_text()), name, path.name == "__init__.py", set(files))
+        edges = _imports(ast.parse(path.read_text()), name, path.name == "__init__.py", set(files), type_only)
         # a module importing its own parent package is how relative imports resolve, not a cycle
         graph[name] = {m for m in edges if m in files and m != name and not name.startswith(m + ".")}
     return graph
@@ -194,3 +195,32 @@ def test_what_the_schema_says_a_tracker_reads_is_its_requires() -> None:
     for name, cls in TRACKERS.items():
         assert metrics_read_by(name) == cls.requires
         assert {m for m in METRICS if name in readers(m)} == set(cls.requires), name
+
+
+# -- the diagnosis computed once ------------------------------------------------------------------
+DIAGNOSIS = {"forensics.analysis.timeline", "forensics.analysis.recommendations", "forensics.analysis.series",
+             "forensics.analysis.cost", "forensics.analysis.diagnosis"}
+
+
+def test_the_analysis_only_serialises_its_diagnosis() -> None:
+    """``Analysis`` (``to_dict``) imports none of the modules that compute the diagnosis: it is
+    computed once, in ``Scan.finish``, and stored; so no circle through the result either, not
+    even a type-only one."""
+    assert not import_graph(type_only=True)["forensics.analysis.result"] & DIAGNOSIS
+    assert not [c for c in cycles(import_graph(type_only=True)) if "forensics.analysis.result" in c]
+
+
+def test_reports_import_nothing_from_the_trackers() -> None:
+    """A renderer reads the analysis (or its saved dict), never a tracker's code or registry."""
+    graph = import_graph(type_only=True)
+    wrong = [f"{m} -> {d}" for m, deps in graph.items() if m.startswith("forensics.report")
+             for d in deps if d.startswith("forensics.analysis.trackers")]
+    assert wrong == []
+
+
+def test_renderers_do_not_compute_the_diagnosis() -> None:
+    graph = import_graph(type_only=True)
+    computing = DIAGNOSIS - {"forensics.analysis.cost", "forensics.analysis.timeline"}  # their formatters are shared
+    wrong = [f"{m} -> {d}" for m, deps in graph.items() if m.startswith("forensics.report")
+             for d in deps if d in computing]
+    assert wrong == []

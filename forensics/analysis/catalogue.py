@@ -6,7 +6,7 @@ import dataclasses
 
 from ..config import RunMeta, allowed_of
 
-__all__ = ["metrics_read_by", "readers", "rules_markdown"]
+__all__ = ["metrics_read_by", "readers", "rule_titles", "rules_markdown"]
 
 
 def _cell(text: str) -> str:
@@ -74,6 +74,13 @@ def rules_markdown() -> str:
     out += [f"| `{f.name}` | {_cell(allowed_of(f).describe())} | {_cell(f.metadata.get('doc', ''))} |"
             for f in dataclasses.fields(RunMeta)]
     return "\n".join(out) + "\n"
+
+
+def rule_titles() -> dict[str, str]:
+    """Every rule's id and title (the trackers' and the stream's)."""
+    from .trackers import all_rules
+
+    return {r.id: r.title for _, r in all_rules()}
 
 
 def readers(metric: str) -> list[str]:

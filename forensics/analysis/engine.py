@@ -36,6 +36,7 @@ from ..io.readers import RawBatch, ReadReport
 from ..schema import ColumnMapping, UserColumn
 from .consequence import Consequences, apply_consequences
 from .context import infer_context
+from .diagnosis import diagnose
 from .findings import STREAM_RULES, Finding
 from .health import health_scores
 from .result import Analysis
@@ -311,9 +312,11 @@ class Scan:
             "replays": [vars(r) for r in self.order.replays],
             "policy": "keep-first",
         }
-        return Analysis(self.reports, self.mappings, self.meta, results, findings, health,
-                        steps, self.store, sample_series, self.params, self.context,
-                        self._coverage(results))
+        analysis = Analysis(self.reports, self.mappings, self.meta, results, findings, health,
+                            steps, self.store, sample_series, self.params, self.context,
+                            self._coverage(results))
+        analysis.diagnosis = diagnose(analysis)
+        return analysis
 
     def _judge_consequences(self, findings: list[Finding], results: list[TrackerResult]) -> None:
         """Severity from consequence (analysis.consequence), then the changed trackers re-scored."""
