@@ -10,7 +10,8 @@ A tracker's module defines a subclass of :class:`TrackerSuite` with
   scanned with every tracker) or a function returning a :class:`Stream` (scanned with this one).
 
 and gets the golden steps, batch invariance (the same findings, summary and sections whatever the
-batch sizes) and the rules' documentation (every rule in ``docs/rules.md`` and fired here).
+batch sizes), a pure ``finish`` (twice gives the same result) and the rules' documentation (every
+rule in ``docs/rules.md`` and fired here).
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from forensics.analysis.engine import scan_path
+from forensics.analysis.engine import Scan, scan_path
 from forensics.analysis.result import Analysis
 from forensics.analysis.trackers import TRACKERS
 from forensics.config import RunMeta
+from forensics.io.readers import ReadReport
+from forensics.io.readers.arrow import rows_to_raw
 
 from ..test_training_health import scan
 
@@ -63,6 +66,15 @@ def fired(name: str, source: Source) -> set[str]:
     return {f.rule for f in analyse(name, source()).findings}
 
 
+def fed(name: str, s: Stream) -> Scan:
+    """A scan by tracker ``name`` alone, fed ``s`` in one batch a stream, not finished."""
+    sc = Scan(None, s.meta, (name,))
+    sc.feed(rows_to_raw(s.rows, np.arange(1, len(s.rows) + 1)), ReadReport("steps.jsonl"))
+    if s.samples:
+        sc.feed_samples(rows_to_raw(s.samples, np.arange(1, len(s.samples) + 1)), ReadReport("samples.jsonl"))
+    return sc
+
+
 def _dump(a: Analysis) -> str:
     result = {"findings": [f.to_dict() for f in a.findings],
               "results": [(r.summary, r.sections, r.score) for r in a.results]}
@@ -86,6 +98,16 @@ class TrackerSuite:
         rng = np.random.default_rng(len(self.NAME))
         sizes, sample_sizes = rng.integers(1, 40, 400).tolist(), rng.integers(1, 17, 400).tolist()
         assert _dump(analyse(self.NAME, s, sizes, sample_sizes)) == _dump(analyse(self.NAME, s))
+
+    def test_finish_twice_gives_identical_results(self) -> None:
+        sc = fed(self.NAME, self.stream())
+        first = _dump(sc.finish())
+        (tracker,) = sc.trackers
+        once, twice = (json.dumps({"findings": [f.to_dict() for f in r.findings], "score": r.score,
+                                   "summary": r.summary, "sections": r.sections}, sort_keys=True, default=str)
+                       for r in (tracker.finish(), tracker.finish()))
+        assert once == twice
+        assert _dump(sc.finish()) == first
 
     def test_rules_documented(self) -> None:
         cls = TRACKERS[self.NAME]
