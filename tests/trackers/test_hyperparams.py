@@ -55,3 +55,18 @@ def test_a_trainers_clip_and_batch_keys_are_canonical() -> None:
     assert not {"cliprange", "train_batch_size"} & set(mapping.unmapped)
     assert golden(a) == list(TestHyperparams.GOLDEN)
     assert "hyperparams  runs on learning_rate, kl_coef, clip_range, batch_size" in render_plan(a)
+
+
+def test_a_change_on_the_last_row_is_decided_once() -> None:
+    """The last logged move has no next move: finish decides it without storing the decision, so
+    a second finish (or a peek, then more rows) does not count it twice."""
+    from .common import fed
+
+    rows = settings().rows[:120]
+    rows[-1]["learning_rate"] *= 30
+    sc = fed("hyperparams", Stream(rows))
+    (tracker,) = sc.trackers
+    first, second = tracker.finish(), tracker.finish()
+    assert first.summary["learning_rate"]["changes"] == second.summary["learning_rate"]["changes"] == 2
+    (change,) = [f for f in second.findings if f.rule == "lr.change"]  # two episodes, one finding
+    assert [e[2] for e in change.episode_ranges()] == [100, 119]
