@@ -391,18 +391,20 @@ def _rules_text(custom: Sequence[Any] = ()) -> str:
 
 
 def _metrics(out_fmt: str) -> str:
+    from .analysis.catalogue import readers
     from .schema import METRICS
 
+    read_by = {name: readers(name) for name in METRICS}  # each tracker's requires, turned around
     if out_fmt == "json":
         return json.dumps([{"name": m.name, "stream": m.stream, "unit": m.unit, "meaning": m.meaning,
-                            "trackers": list(m.trackers)} for m in METRICS.values()], indent=2)
+                            "trackers": read_by[m.name]} for m in METRICS.values()], indent=2)
     if out_fmt == "markdown":
         rows = ["| name | stream | unit | meaning | read by |", "| --- | --- | --- | --- | --- |"]
-        rows += [f"| `{m.name}` | {m.stream} | {m.unit} | {m.meaning} | {', '.join(m.trackers) or '-'} |"
+        rows += [f"| `{m.name}` | {m.stream} | {m.unit} | {m.meaning} | {', '.join(read_by[m.name]) or '-'} |"
                  for m in METRICS.values()]
         return "\n".join(rows)
-    return "\n".join(f"{m.name:<24} [{m.stream}] {m.unit:<14} {m.meaning}  (read by: {', '.join(m.trackers) or '-'})"
-                     for m in METRICS.values())
+    return "\n".join(f"{m.name:<24} [{m.stream}] {m.unit:<14} {m.meaning}  "
+                     f"(read by: {', '.join(read_by[m.name]) or '-'})" for m in METRICS.values())
 
 
 @main.command()

@@ -37,7 +37,6 @@ __all__ = [
     "UserColumn",
     "alias_rank",
     "canonical_name",
-    "metrics_for_tracker",
     "resolve_columns",
     "user_columns",
 ]
@@ -56,18 +55,19 @@ class Metric:
     meaning : one sentence a user can read in ``forensics rules --metrics``.
     unit : unit of the values (``nats/token``, ``tokens``, ``1`` for dimensionless, ...).
     stream : ``"step"`` or ``"sample"``.
-    trackers : names of the trackers that read it.
+
+    Which trackers read a metric is each tracker's ``requires`` (the one statement of it;
+    ``forensics.analysis.catalogue.readers`` turns it around).
     """
 
     name: str
     meaning: str
     unit: str
     stream: str = STEP
-    trackers: tuple[str, ...] = ()
 
 
-def _m(name: str, meaning: str, unit: str, *trackers: str, stream: str = STEP) -> Metric:
-    return Metric(name, meaning, unit, stream, tuple(trackers))
+def _m(name: str, meaning: str, unit: str, stream: str = STEP) -> Metric:
+    return Metric(name, meaning, unit, stream)
 
 
 METRICS: dict[str, Metric] = {
@@ -75,116 +75,101 @@ METRICS: dict[str, Metric] = {
     for m in [
         # --- axes -----------------------------------------------------------------------
         _m("step", "Optimizer step (global_step); the row key of the step stream.", "steps"),
-        _m("epoch", "Epoch, fractional where the trainer logs it so.", "epochs", "windows"),
-        _m("timestamp", "Wall-clock time the row was written.", "s since epoch", "throughput"),
+        _m("epoch", "Epoch, fractional where the trainer logs it so.", "epochs"),
+        _m("timestamp", "Wall-clock time the row was written.", "s since epoch"),
         # --- KL to the reference policy ------------------------------------------------
-        _m("kl", "Mean per-token KL(policy || reference) of the sampled responses.", "nats/token",
-           "kl_schedule", "timeline"),
+        _m("kl", "Mean per-token KL(policy || reference) of the sampled responses.", "nats/token"),
         _m("kl_seq", "KL(policy || reference) summed over response tokens, averaged over responses.",
-           "nats/sequence", "kl_schedule"),
-        _m("kl_coef", "KL penalty coefficient beta in force at this step.", "1", "kl_schedule"),
+           "nats/sequence"),
+        _m("kl_coef", "KL penalty coefficient beta in force at this step.", "1"),
         # --- policy ----------------------------------------------------------------------
-        _m("entropy", "Mean per-token entropy of the policy on sampled responses.", "nats/token",
-           "entropy"),
+        _m("entropy", "Mean per-token entropy of the policy on sampled responses.", "nats/token"),
         _m("entropy_seq", "Negative log-likelihood of the sampled responses summed over tokens, averaged "
            "over responses (TRL PPO/OnlineDPO objective/entropy): a sequence-level sample estimate, not "
            "the per-token entropy.", "nats/sequence"),
         _m("approx_kl", "Approximate KL between the old and the updated policy (trust region).",
-           "nats/token", "kl_schedule", "trust_region"),
-        _m("clip_frac", "Fraction of tokens whose probability ratio was clipped.", "1", "trust_region"),
-        _m("learning_rate", "Learning rate of the policy optimizer.", "1", "grad_norms", "timeline"),
+           "nats/token"),
+        _m("clip_frac", "Fraction of tokens whose probability ratio was clipped.", "1"),
+        _m("learning_rate", "Learning rate of the policy optimizer.", "1"),
+        _m("clip_range", "PPO clip range: the probability ratio is clipped to 1 +- this.", "1"),
+        _m("batch_size", "Batch size in force at this step (sequences per optimizer update).", "sequences"),
         # --- losses ----------------------------------------------------------------------
-        _m("loss", "Total training loss.", "1", "losses"),
-        _m("policy_loss", "Policy-gradient (surrogate) loss.", "1", "losses"),
-        _m("value_loss", "Value-function loss.", "1", "losses"),
-        _m("entropy_loss", "Entropy bonus term of the loss.", "1", "losses"),
-        _m("explained_variance", "Explained variance of returns by the value head.", "1", "losses"),
+        _m("loss", "Total training loss.", "1"),
+        _m("policy_loss", "Policy-gradient (surrogate) loss.", "1"),
+        _m("value_loss", "Value-function loss.", "1"),
+        _m("entropy_loss", "Entropy bonus term of the loss.", "1"),
+        _m("explained_variance", "Explained variance of returns by the value head.", "1"),
         # --- gradients -------------------------------------------------------------------
-        _m("grad_norm", "Global L2 norm of the policy gradient before clipping.", "1", "grad_norms"),
-        _m("grad_norm_value", "Global L2 norm of the value-head gradient before clipping.", "1",
-           "grad_norms"),
-        _m("grad_norm_clipped", "Global L2 norm of the policy gradient after clipping.", "1",
-           "grad_norms"),
+        _m("grad_norm", "Global L2 norm of the policy gradient before clipping.", "1"),
+        _m("grad_norm_value", "Global L2 norm of the value-head gradient before clipping.", "1"),
+        _m("grad_norm_clipped", "Global L2 norm of the policy gradient after clipping.", "1"),
         # --- advantages ------------------------------------------------------------------
-        _m("advantage_mean", "Mean advantage over the batch (tokens or responses).", "1",
-           "advantages"),
-        _m("advantage_std", "Standard deviation of the advantages over the batch.", "1",
-           "advantages"),
-        _m("advantage_min", "Smallest advantage in the batch.", "1", "advantages"),
-        _m("advantage_max", "Largest advantage in the batch.", "1", "advantages"),
-        _m("advantage_skew", "Sample skewness of the advantages.", "1", "advantages"),
-        _m("advantage_kurtosis", "Excess kurtosis (Fisher) of the advantages.", "1", "advantages"),
-        _m("advantage_p01", "1st percentile of the advantages.", "1", "advantages"),
-        _m("advantage_p99", "99th percentile of the advantages.", "1", "advantages"),
+        _m("advantage_mean", "Mean advantage over the batch (tokens or responses).", "1"),
+        _m("advantage_std", "Standard deviation of the advantages over the batch.", "1"),
+        _m("advantage_min", "Smallest advantage in the batch.", "1"),
+        _m("advantage_max", "Largest advantage in the batch.", "1"),
+        _m("advantage_skew", "Sample skewness of the advantages.", "1"),
+        _m("advantage_kurtosis", "Excess kurtosis (Fisher) of the advantages.", "1"),
+        _m("advantage_p01", "1st percentile of the advantages.", "1"),
+        _m("advantage_p99", "99th percentile of the advantages.", "1"),
         # --- reward ----------------------------------------------------------------------
-        _m("reward_mean", "Mean task reward (score before any KL penalty) of the batch.", "1",
-           "rewards", "length_bias"),
-        _m("reward_std", "Standard deviation of the task reward over the batch.", "1", "rewards"),
-        _m("reward_min", "Smallest reward in the batch.", "1", "rewards"),
-        _m("reward_max", "Largest reward in the batch (best-of-N where groups are sampled).", "1",
-           "rewards"),
-        _m("reward_penalized", "Mean reward after the KL penalty (score - beta * KL).", "1",
-           "rewards"),
-        _m("frac_reward_zero_std", "Fraction of prompt groups whose rewards all tie.", "1",
-           "rewards", "signal"),
+        _m("reward_mean", "Mean task reward (score before any KL penalty) of the batch.", "1"),
+        _m("reward_std", "Standard deviation of the task reward over the batch.", "1"),
+        _m("reward_min", "Smallest reward in the batch.", "1"),
+        _m("reward_max", "Largest reward in the batch (best-of-N where groups are sampled).", "1"),
+        _m("reward_penalized", "Mean reward after the KL penalty (score - beta * KL).", "1"),
+        _m("frac_reward_zero_std", "Fraction of prompt groups whose rewards all tie.", "1"),
         _m("group_size", "Responses sampled per prompt (GRPO/RLOO group size).", "responses"),
         # --- lengths ---------------------------------------------------------------------
-        _m("response_length_mean", "Mean response length.", "tokens", "length_bias"),
-        _m("response_length_max", "Longest response.", "tokens", "length_bias"),
-        _m("truncation_rate", "Fraction of responses cut at the maximum length.", "1",
-           "length_bias"),
+        _m("response_length_mean", "Mean response length.", "tokens"),
+        _m("response_length_max", "Longest response.", "tokens"),
+        _m("truncation_rate", "Fraction of responses cut at the maximum length.", "1"),
         # --- throughput and resources ------------------------------------------------------
-        _m("step_time", "Wall-clock seconds of the whole step.", "s", "throughput"),
-        _m("gen_tokens_per_s", "Generation throughput.", "tokens/s", "throughput"),
-        _m("train_tokens_per_s", "Forward+backward (training) throughput.", "tokens/s",
-           "throughput"),
-        _m("samples_per_s", "Responses processed per second.", "samples/s", "throughput"),
-        _m("num_tokens", "Tokens processed so far (cumulative).", "tokens", "throughput"),
-        _m("mfu", "Model FLOP utilisation.", "1", "throughput"),
-        _m("gpu_mem_allocated_gb", "Peak GPU memory allocated.", "GB", "throughput"),
-        _m("gpu_mem_reserved_gb", "GPU memory reserved by the allocator.", "GB", "throughput"),
-        _m("ram_gb", "Host memory used by the trainer.", "GB", "throughput"),
-        _m("cpu_percent", "Host CPU utilisation.", "%", "throughput"),
-        _m("api_tokens_sent", "Tokens sent to a teacher or judge API during the step.", "tokens",
-           "throughput"),
-        _m("api_tokens_received", "Tokens received from a teacher or judge API.", "tokens",
-           "throughput"),
+        _m("step_time", "Wall-clock seconds of the whole step.", "s"),
+        _m("gen_tokens_per_s", "Generation throughput.", "tokens/s"),
+        _m("train_tokens_per_s", "Forward+backward (training) throughput.", "tokens/s"),
+        _m("samples_per_s", "Responses processed per second.", "samples/s"),
+        _m("num_tokens", "Tokens processed so far (cumulative).", "tokens"),
+        _m("mfu", "Model FLOP utilisation.", "1"),
+        _m("gpu_mem_allocated_gb", "Peak GPU memory allocated.", "GB"),
+        _m("gpu_mem_reserved_gb", "GPU memory reserved by the allocator.", "GB"),
+        _m("ram_gb", "Host memory used by the trainer.", "GB"),
+        _m("cpu_percent", "Host CPU utilisation.", "%"),
+        _m("api_tokens_sent", "Tokens sent to a teacher or judge API during the step.", "tokens"),
+        _m("api_tokens_received", "Tokens received from a teacher or judge API.", "tokens"),
         _m("api_input_tokens_per_s", "Tokens sent to a teacher or judge API per second of step time "
-           "(derived from api_tokens_sent / step_time when not logged).", "tokens/s", "throughput"),
+           "(derived from api_tokens_sent / step_time when not logged).", "tokens/s"),
         _m("api_output_tokens_per_s", "Tokens received from a teacher or judge API per second of "
-           "step time (derived when not logged).", "tokens/s", "throughput"),
+           "step time (derived when not logged).", "tokens/s"),
         _m("mfu_estimated", "MFU estimated as 6 * param_count * train_tokens_per_s / peak_flops "
-           "(derived).", "1", "throughput"),
+           "(derived).", "1"),
         _m("reward_best_of_n_gap", "reward_max - reward_mean: what best-of-N sampling would gain "
-           "over the average response (derived).", "1", "rewards"),
+           "over the average response (derived).", "1"),
         # --- preference optimisation (DPO, IPO, ORPO, KTO, SimPO, CPO) ---------------------
         _m("pref_reward_chosen", "Implicit reward of the chosen responses, beta * log(pi/pi_ref) "
-           "(DPO family), batch mean.", "1", "preference"),
-        _m("pref_reward_rejected", "Implicit reward of the rejected responses, batch mean.", "1",
-           "preference"),
-        _m("pref_margin", "Implicit reward of chosen minus rejected, batch mean.", "1", "preference"),
+           "(DPO family), batch mean.", "1"),
+        _m("pref_reward_rejected", "Implicit reward of the rejected responses, batch mean.", "1"),
+        _m("pref_margin", "Implicit reward of chosen minus rejected, batch mean.", "1"),
         _m("pref_accuracy", "Share of pairs whose chosen response has the higher implicit reward.",
-           "1", "preference"),
+           "1"),
         _m("logp_chosen", "Log-probability of the chosen responses under the policy, summed over "
-           "tokens, batch mean.", "nats/sequence", "preference"),
+           "tokens, batch mean.", "nats/sequence"),
         _m("logp_rejected", "Log-probability of the rejected responses, summed over tokens, batch "
-           "mean.", "nats/sequence", "preference"),
+           "mean.", "nats/sequence"),
         _m("logits_chosen", "Mean logit of the chosen responses.", "1"),
         _m("logits_rejected", "Mean logit of the rejected responses.", "1"),
-        _m("log_odds_ratio", "ORPO: log-sigmoid of the log odds ratio of chosen over rejected.", "1",
-           "preference"),
-        _m("log_odds_chosen", "ORPO: log odds of chosen over rejected.", "1", "preference"),
-        _m("nll_loss", "Negative log-likelihood (SFT) term on the chosen responses.", "nats/token",
-           "preference"),
+        _m("log_odds_ratio", "ORPO: log-sigmoid of the log odds ratio of chosen over rejected.", "1"),
+        _m("log_odds_chosen", "ORPO: log odds of chosen over rejected.", "1"),
+        _m("nll_loss", "Negative log-likelihood (SFT) term on the chosen responses.", "nats/token"),
         # --- sample stream -----------------------------------------------------------------
-        _m("length", "Response length.", "tokens", "length_bias", stream=SAMPLE),
-        _m("reward", "Total reward of the response.", "1", "length_bias", stream=SAMPLE),
-        _m("truncated", "1 when the response hit the maximum length.", "1", "length_bias",
+        _m("length", "Response length.", "tokens", stream=SAMPLE),
+        _m("reward", "Total reward of the response.", "1", stream=SAMPLE),
+        _m("truncated", "1 when the response hit the maximum length.", "1",
            stream=SAMPLE),
-        _m("advantage", "Advantage assigned to the response.", "1", "advantages", stream=SAMPLE),
+        _m("advantage", "Advantage assigned to the response.", "1", stream=SAMPLE),
         _m("group", "Prompt (group) identifier within the step.", "id", stream=SAMPLE),
-        _m("prompt", "Prompt text.", "text", "generation", stream=SAMPLE),
-        _m("completion", "Response text.", "text", "generation", stream=SAMPLE),
+        _m("prompt", "Prompt text.", "text", stream=SAMPLE),
+        _m("completion", "Response text.", "text", stream=SAMPLE),
     ]
 }
 
@@ -264,6 +249,14 @@ ALIASES: tuple[Alias, ...] = tuple(
         ("length_mean", "response_length_mean"),
         ("time", "timestamp"),
         ("global_step", "step"),
+        # hyperparameters logged per step under their config names (forensics.analysis.trackers.hyperparams)
+        ("cliprange", "clip_range"),
+        ("clip_eps", "clip_range"),
+        ("eps_clip", "clip_range"),
+        ("clip_epsilon", "clip_range"),
+        ("train_batch_size", "batch_size"),
+        ("global_batch_size", "batch_size"),
+        ("rollout_batch_size", "batch_size"),
     ])
     # preference optimisation: TRL DPO/CPO/ORPO/OnlineDPO, LLaMA-Factory, OpenRLHF, NeMo-Aligner
     + _aliases("trl", [
@@ -844,7 +837,3 @@ def resolve_columns(keys: Iterable[str], previous: ColumnMapping | None = None,
         result.map_alias(key, canonical, alias)
     return result
 
-
-def metrics_for_tracker(tracker: str) -> list[str]:
-    """Canonical metrics a tracker reads."""
-    return [m.name for m in METRICS.values() if tracker in m.trackers]

@@ -85,7 +85,6 @@ def test_verl_v04_console_real_log() -> None:
     assert "val-core/openai/gsm8k/reward/mean@1" in a.mappings[str(VERL)].unmapped
 
 
-@pytest.mark.xfail("entropy" not in TRACKERS, reason="entropy tracker not registered yet", strict=False)
 def test_verl_real_log_reports_entropy_decline() -> None:
     a = scan_path(VERL)
     found = [f for f in a.findings if f.rule.startswith("entropy.")]

@@ -8,6 +8,7 @@ imports under ``if TYPE_CHECKING:`` are left out (they never run).
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,14 +29,15 @@ def _is_type_checking(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(tree: ast.AST, module: str, is_pkg: bool, modules: set[str]) -> set[str]:
+def _imports(tree: ast.AST, module: str, is_pkg: bool, modules: set[str], type_only: bool = False) -> set[str]:
     """The package modules that ``module`` imports (a name imported from a package counts as
-    the submodule when one of that name exists, else as the package)."""
+    the submodule when one of that name exists, else as the package); ``type_only``: with the
+    imports under ``if TYPE_CHECKING:``."""
     found: set[str] = set()
     package = module if is_pkg else module.rpartition(".")[0]
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
+        if isinstance(node, ast.If) and _is_type_checking(node) and not type_only:
             for child in node.orelse:
                 visit(child)
             return
@@ -59,11 +61,11 @@ def _imports(tree: ast.AST, module: str, is_pkg: bool, modules: set[str]) -> set
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(type_only: bool = False) -> dict[str, set[str]]:
     files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph = {}
     for name, path in files.items():
-        edges = _imports(ast.parse(path.read_text()), name, path.name == "__init__.py", set(files))
+        edges = _imports(ast.parse(path.read_text()), name, path.name == "__init__.py", set(files), type_only)
         # a module importing its own parent package is how relative imports resolve, not a cycle
         graph[name] = {m for m in edges if m in files and m != name and not name.startswith(m + ".")}
     return graph
@@ -159,3 +161,66 @@ def test_trainer_side_loads_without_the_analyzer() -> None:
             "'forensics.io', 'forensics.report', 'forensics.verdicts', 'forensics.live'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# -- one declaration per fact: what a tracker reads is its ``requires`` ---------------------------
+def _tracker_modules() -> list[tuple[str, str]]:
+    import inspect
+
+    from forensics.analysis.trackers import TRACKERS
+
+    return [(name, inspect.getsource(inspect.getmodule(cls))) for name, cls in TRACKERS.items()]  # type: ignore[arg-type]
+
+
+def test_every_tracker_reads_canonical_names_it_declares() -> None:
+    """``requires`` names canonical metrics only (a trainer's own spellings are the schema's
+    aliases), the columns a tracker starts on are among them, and every column its module reads
+    by name (``batch.col("x")``, ``batch.has("x")``, ``batch.logged("x")``) is declared."""
+    from forensics.analysis.trackers import TRACKERS
+    from forensics.schema import METRICS
+
+    for name, source in _tracker_modules():
+        cls = TRACKERS[name]
+        assert set(cls.requires) <= set(METRICS), (name, set(cls.requires) - set(METRICS))
+        assert set(cls.starts_on) <= set(cls.requires), name
+        read = set(re.findall(r"\.(?:col|has|logged)\(\"([a-z_]+)\"\)", source)) - {"step"}
+        assert read <= set(cls.requires), (name, read - set(cls.requires))
+
+
+def test_what_the_schema_says_a_tracker_reads_is_its_requires() -> None:
+    from forensics.analysis.catalogue import metrics_read_by, readers
+    from forensics.analysis.trackers import TRACKERS
+    from forensics.schema import METRICS
+
+    for name, cls in TRACKERS.items():
+        assert metrics_read_by(name) == cls.requires
+        assert {m for m in METRICS if name in readers(m)} == set(cls.requires), name
+
+
+# -- the diagnosis computed once ------------------------------------------------------------------
+DIAGNOSIS = {"forensics.analysis.timeline", "forensics.analysis.recommendations", "forensics.analysis.series",
+             "forensics.analysis.cost", "forensics.analysis.diagnosis"}
+
+
+def test_the_analysis_only_serialises_its_diagnosis() -> None:
+    """``Analysis`` (``to_dict``) imports none of the modules that compute the diagnosis: it is
+    computed once, in ``Scan.finish``, and stored; so no circle through the result either, not
+    even a type-only one."""
+    assert not import_graph(type_only=True)["forensics.analysis.result"] & DIAGNOSIS
+    assert not [c for c in cycles(import_graph(type_only=True)) if "forensics.analysis.result" in c]
+
+
+def test_reports_import_nothing_from_the_trackers() -> None:
+    """A renderer reads the analysis (or its saved dict), never a tracker's code or registry."""
+    graph = import_graph(type_only=True)
+    wrong = [f"{m} -> {d}" for m, deps in graph.items() if m.startswith("forensics.report")
+             for d in deps if d.startswith("forensics.analysis.trackers")]
+    assert wrong == []
+
+
+def test_renderers_do_not_compute_the_diagnosis() -> None:
+    graph = import_graph(type_only=True)
+    computing = DIAGNOSIS - {"forensics.analysis.cost", "forensics.analysis.timeline"}  # their formatters are shared
+    wrong = [f"{m} -> {d}" for m, deps in graph.items() if m.startswith("forensics.report")
+             for d in deps if d in computing]
+    assert wrong == []

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from bench.shapes import sample_chunks, step_chunks, write_parquet
-from forensics.analysis import engine, result, store
+from forensics.analysis import diagnosis, engine, store
 from forensics.analysis.trackers import TRACKERS
 from forensics.config import Config
 from forensics.report import files
@@ -113,11 +113,11 @@ def meter(monkeypatch: pytest.MonkeyPatch) -> OpMeter:
     for cls in TRACKERS.values():
         monkeypatch.setattr(cls, "update", m.wrap(cls.name, cls.update))
         monkeypatch.setattr(cls, "finish", m.wrap(cls.name, cls.finish))
-    monkeypatch.setattr(result, "timeline_section", m.wrap("timeline", result.timeline_section))
-    plots = result.plots_section
+    monkeypatch.setattr(diagnosis, "timeline_section", m.wrap("timeline", diagnosis.timeline_section))
+    plots = diagnosis.plots_section
     # 100 plotted points instead of 2,000: the plots' JSON and HTML are bounded by the points,
     # and below the bound they would grow with these small logs
-    monkeypatch.setattr(result, "plots_section", m.wrap("plots", lambda a: plots(a, 100)))
+    monkeypatch.setattr(diagnosis, "plots_section", m.wrap("plots", lambda a: plots(a, 100)))
     for name in WRITERS:
         if hasattr(files, name):
             monkeypatch.setattr(files, name, m.wrap(name, getattr(files, name)))

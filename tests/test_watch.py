@@ -12,7 +12,6 @@ import pytest
 from click.testing import CliRunner
 
 from forensics.analysis.findings import Severity
-from forensics.analysis.trackers import TRACKERS
 from forensics.cli import main
 from forensics.live.transformers import ForensicsCallback
 from forensics.live.watch import Watcher
@@ -136,7 +135,6 @@ def test_watch_cli_once_on_file_that_grows_between_polls(tmp_path: Path) -> None
     assert "kl.spike" in res.output and "watching" in res.output
 
 
-@pytest.mark.xfail("entropy" not in TRACKERS, reason="entropy tracker not registered yet", strict=False)
 def test_watch_verl_log_reports_entropy_decline(tmp_path: Path) -> None:
     src = VERL.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
     p = tmp_path / "verl.log"

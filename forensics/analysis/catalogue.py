@@ -6,7 +6,7 @@ import dataclasses
 
 from ..config import RunMeta, allowed_of
 
-__all__ = ["rules_markdown"]
+__all__ = ["metrics_read_by", "readers", "rule_titles", "rules_markdown"]
 
 
 def _cell(text: str) -> str:
@@ -74,3 +74,30 @@ def rules_markdown() -> str:
     out += [f"| `{f.name}` | {_cell(allowed_of(f).describe())} | {_cell(f.metadata.get('doc', ''))} |"
             for f in dataclasses.fields(RunMeta)]
     return "\n".join(out) + "\n"
+
+
+def rule_titles() -> dict[str, str]:
+    """Every rule's id and title (the trackers' and the stream's)."""
+    from .trackers import all_rules
+
+    return {r.id: r.title for _, r in all_rules()}
+
+
+def readers(metric: str) -> list[str]:
+    """The trackers that read canonical ``metric``, in registry order (from their ``requires``).
+
+    >>> readers("grad_norm")
+    ['grad_norms', 'signal']
+    """
+    from .trackers import TRACKERS
+
+    return [name for name, cls in TRACKERS.items() if metric in cls.requires]
+
+
+def metrics_read_by(tracker: str) -> tuple[str, ...]:
+    """The canonical metrics ``tracker`` reads: its ``requires`` (none for a name outside the
+    registry: the config's own rules)."""
+    from .trackers import TRACKERS
+
+    cls = TRACKERS.get(tracker)
+    return cls.requires if cls is not None else ()

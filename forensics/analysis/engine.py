@@ -15,6 +15,7 @@ how many rows it replayed.
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
@@ -35,6 +36,7 @@ from ..io.readers import RawBatch, ReadReport
 from ..schema import ColumnMapping, UserColumn
 from .consequence import Consequences, apply_consequences
 from .context import infer_context
+from .diagnosis import diagnose
 from .findings import STREAM_RULES, Finding
 from .health import health_scores
 from .result import Analysis
@@ -138,7 +140,8 @@ def _timed(tracker: Tracker, batch: Batch) -> tuple[dict[str, np.ndarray] | None
     return out, time.perf_counter() - t0
 
 
-def _finish(tracker: Tracker) -> TrackerResult:
+def _close_finish(tracker: Tracker) -> TrackerResult:
+    tracker.close()
     return tracker.finish()
 
 
@@ -270,26 +273,26 @@ class Scan:
     def peek(self) -> Analysis:
         """The analysis so far, without disturbing the scan (live use: ``forensics watch``).
 
-        Trackers and the step order are copied and finished; the per-step store is shared
-        read-only.
+        A tracker's ``finish`` only reads its state (the tracker contract), so nothing is copied
+        but the scan's own attributes; what waits for a later row (the responses of the step
+        still being logged, the open segment) waits on.
         """
-        import copy
-
-        clone = copy.copy(self)
-        clone.trackers = copy.deepcopy(self.trackers)
-        clone.order = copy.deepcopy(self.order)
-        clone.reports = copy.deepcopy(self.reports)
-        return clone.finish()
+        return copy.copy(self)._analyse(close=False)
 
     def finish(self) -> Analysis:
-        """Close every tracker and assemble the analysis."""
+        """End the streams (each tracker's ``close``), close every tracker and assemble the
+        analysis. A second call gives the same analysis."""
+        return self._analyse(close=True)
+
+    def _analyse(self, close: bool) -> Analysis:
         if not self.started:
             self._start(None, None)
         pool = _tracker_pool() if self.rows >= PARALLEL_ROWS else None
+        work = _close_finish if close else Tracker.finish
         if pool is None:
-            results = [t.finish() for t in self.trackers]
+            results = [work(t) for t in self.trackers]
         else:  # independent, as their updates are; results in tracker order
-            results = list(pool.map(_finish, self.trackers))
+            results = list(pool.map(work, self.trackers))
         trim()
         findings: list[Finding] = [f for r in results for f in r.findings]
         self._judge_consequences(findings, results)
@@ -309,9 +312,11 @@ class Scan:
             "replays": [vars(r) for r in self.order.replays],
             "policy": "keep-first",
         }
-        return Analysis(self.reports, self.mappings, self.meta, results, findings, health,
-                        steps, self.store, sample_series, self.params, self.context,
-                        self._coverage(results))
+        analysis = Analysis(self.reports, self.mappings, self.meta, results, findings, health,
+                            steps, self.store, sample_series, self.params, self.context,
+                            self._coverage(results))
+        analysis.diagnosis = diagnose(analysis)
+        return analysis
 
     def _judge_consequences(self, findings: list[Finding], results: list[TrackerResult]) -> None:
         """Severity from consequence (analysis.consequence), then the changed trackers re-scored."""
@@ -333,11 +338,11 @@ class Scan:
         for tracker, r in zip(self.trackers, results):
             entry: dict[str, Any] = {"active": r.active}
             if not r.active:
-                present = [c for c in tracker.requires if c in mapped]
+                present = [c for c in tracker.starts() if c in mapped]
                 entry["reason"] = (tracker.skip_reason or (
                     f"{', '.join(present)} logged but without a usable value (missing, non-finite "
                     "or rounded to zero in the log)" if present else
-                    "none of its metrics is logged (needs one of: " + ", ".join(tracker.requires) + ")"))
+                    "none of its metrics is logged (needs one of: " + ", ".join(tracker.starts()) + ")"))
             trackers[tracker.name] = entry
         # throughput judges the machine and the windows only summarise: neither checks training
         judged = [n for n, e in trackers.items() if e["active"] and n not in ("throughput", "windows")]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -127,8 +127,8 @@ class Episodes:
                 ep.extras = {name: float(arr[run[0]]) for name, arr in extras.items()}
 
     def finish(self) -> list[Episode]:
-        """Close the open episode and return all episodes in order."""
-        if self._open is not None:
-            self._done.append(self._open)
-            self._open = None
-        return self._done
+        """All episodes in order, the open one ending at its last row. Copies: the detector goes
+        on as before (a later row may still extend the open episode), and a caller may annotate
+        what it gets."""
+        eps = [*self._done, self._open] if self._open is not None else self._done
+        return [replace(e, extras=dict(e.extras)) for e in eps]

@@ -1,7 +1,9 @@
 """The result of a scan: :class:`Analysis`, and its JSON form (the analysis JSON).
 
-An analysis holds what the trackers found and the per-step table; ``to_dict`` adds the timeline
-and the downsampled plot series, so a saved ``analysis.json`` renders every report on its own.
+An analysis holds what the trackers found, the per-step table and the diagnosis computed from
+them once, in ``Scan.finish`` (the timeline, the recommendations, the downsampled plot series:
+:mod:`forensics.analysis.diagnosis`); ``to_dict`` only serialises, so a saved ``analysis.json``
+renders every report on its own.
 """
 
 from __future__ import annotations
@@ -16,12 +18,8 @@ from .. import __version__
 from ..config import RunMeta
 from ..io.readers import ReadReport
 from ..schema import ColumnMapping
-from .cost import cost_section
 from .findings import Finding, Severity
-from .recommendations import advice_sections
-from .series import plots_section
 from .store import MetricsStore
-from .timeline import timeline_section
 from .trackers.base import TrackerResult
 
 if TYPE_CHECKING:  # pandas is imported when a DataFrame is asked for, not by every scan
@@ -52,18 +50,12 @@ class Analysis:
     context: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: how much of the log was checked (see Scan._coverage); ``checked`` False: nothing was
     coverage: dict[str, Any] = field(default_factory=dict)
+    #: the derived sections (the trackers' sections, timeline, recommendations, plots, cost),
+    #: computed once by ``Scan.finish`` (:func:`forensics.analysis.diagnosis.diagnose`)
+    diagnosis: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        d = self._core_dict()
-        for r in self.results:
-            d.update(r.sections)
-        d["timeline"] = timeline_section(self)
-        d.update(advice_sections(self, d["timeline"]))  # windows annotated, recommendations
-        d["plots"] = plots_section(self)
-        cost = cost_section(self)
-        if cost is not None:
-            d["cost"] = cost
-        return d
+        return {**self._core_dict(), **self.diagnosis}
 
     def _core_dict(self) -> dict[str, Any]:
         return {

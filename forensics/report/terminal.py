@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.cost import cost_lines, cost_section
+from ..analysis.cost import cost_lines
 from ..analysis.findings import Severity
-from ..analysis.recommendations import advice_sections
 from ..analysis.result import Analysis
 from ..analysis.spans import with_span
-from ..analysis.timeline import timeline_section
 from .verdict import verdict
 
 __all__ = ["paint", "render_plan", "render_summary"]
@@ -70,8 +68,9 @@ def render_summary(analysis: Analysis, top: int = 8, colour: bool = False) -> st
         lines.append(f"        {area:<12} {_score(v)}")
     if h.get("unchecked"):
         lines.append(f"        unknown: {', '.join(h['unchecked'])} (not checked: nothing they read is logged)")
-    timeline = timeline_section(analysis)
-    advice = advice_sections(analysis, timeline)
+    timeline = analysis.diagnosis["timeline"]
+    advice: dict[str, Any] = {k: analysis.diagnosis[k] for k in ("windows", "recommendations")
+                              if k in analysis.diagnosis}
     v = verdict([f.to_dict() for f in analysis.findings], timeline, advice.get("recommendations"),
                 analysis.coverage)
     healthy = not any(f.severity is not Severity.INFO for f in analysis.findings) and analysis.coverage.get(
@@ -94,7 +93,7 @@ def render_summary(analysis: Analysis, top: int = 8, colour: bool = False) -> st
     if len(analysis.findings) > top:
         lines.append(f"  ... {len(analysis.findings) - top} more in findings.csv")
     lines.extend(_training_health(analysis, advice))
-    cost = cost_lines(cost_section(analysis))
+    cost = cost_lines(analysis.diagnosis.get("cost"))
     if cost:
         lines += ["", *cost]
     notes = [n for r in analysis.results if r.active for n in r.notes]
@@ -108,7 +107,7 @@ def render_plan(analysis: Analysis) -> str:
     """What ``-v`` adds: each input's column mapping (source key -> canonical name, with unit
     notes and the user's own maps marked) and the tracker plan (what each tracker reads, or why it
     did not run)."""
-    from ..schema import metrics_for_tracker
+    from ..analysis.catalogue import metrics_read_by
 
     lines = ["column mapping:"]
     for path, m in sorted(analysis.mappings.items()):
@@ -126,7 +125,7 @@ def render_plan(analysis: Analysis) -> str:
     lines.append("tracker plan:")
     for name, entry in analysis.coverage.get("trackers", {}).items():
         if entry.get("active"):
-            reads = [c for c in metrics_for_tracker(name) if c in mapped]
+            reads = [c for c in metrics_read_by(name) if c in mapped]
             lines.append(f"  {name:<12} runs on {', '.join(reads) if reads else 'derived series'}")
         else:
             lines.append(f"  {name:<12} not run: {entry.get('reason', '')}")
@@ -163,9 +162,7 @@ def _training_health(analysis: Analysis, advice: dict[str, Any], max_windows: in
     """Reward components, windows that are not ok, recommended changes, throughput, generation."""
     lines: list[str] = []
     results = {r.name: r for r in analysis.results}
-    sections: dict[str, Any] = {}
-    for r in analysis.results:
-        sections.update(r.sections)
+    sections = analysis.diagnosis
     rw = results.get("rewards")
     if rw is not None and rw.active and rw.summary.get("components"):
         lines += ["", "reward components (mean, first -> last level):"]

@@ -15,9 +15,9 @@ __all__ = ["evidence_rows", "verdict"]
 
 
 def _titles() -> dict[str, str]:
-    from ..analysis.trackers import all_rules
+    from ..analysis.catalogue import rule_titles
 
-    return {r.id: r.title for _, r in all_rules()}
+    return rule_titles()
 
 
 def not_checked(cov: Mapping[str, Any], keys: int = 12) -> list[str]:

@@ -86,7 +86,9 @@ class Advantages(Tracker):
     name = "advantages"
     area = "advantages"
     streams = ("step", "sample")
-    requires = ("advantage_mean", "advantage_std", "advantage")
+    requires = ("advantage_mean", "advantage_std", "advantage", "advantage_min", "advantage_max",
+                "advantage_skew", "advantage_kurtosis")
+    starts_on = ("advantage_mean", "advantage_std", "advantage")
     rules = RULES
     Params = AdvantagesParams
 
@@ -196,10 +198,12 @@ class Advantages(Tracker):
         kind = str(self.meta.config.get("advantage_normalization_kind", "")).lower()
         return algo in GROUP_RELATIVE or kind == "group"
 
-    def finish(self) -> TrackerResult:
+    def close(self) -> None:
         if self.used_samples:
             for steps, groups in self.grouper.flush():
                 self._samples_done(steps, groups)
+
+    def conclude(self) -> TrackerResult:
         p = self.p
         for ep in self.ep["adv.bias"].finish():
             self.emit("adv.bias", ep,

@@ -66,18 +66,27 @@ class TrackerResult:
 
 
 class Tracker:
-    """Base class. Subclasses set the class attributes and implement ``update`` and ``finish``.
+    """Base class. Subclasses set the class attributes and implement ``update`` and ``conclude``
+    (and ``close`` when they hold rows back until a later one arrives).
 
-    ``requires`` lists canonical columns of which at least one must be logged for the tracker to
-    run; ``streams`` says which streams it reads (``"step"``, ``"sample"``); a batch's
+    ``requires`` lists every canonical column the tracker reads: the one statement of it (the
+    schema's "read by", the coverage report, ``-v`` and ``forensics rules --metrics`` derive from
+    it); ``starts_on`` the ones of which at least one must be logged for it to run (empty: any of
+    ``requires``); ``streams`` says which streams it reads (``"step"``, ``"sample"``); a batch's
     ``stream`` attribute tells which one it comes from. ``update`` may return derived per-row series
     for the batch (written to the per-step CSV); it only mutates the tracker's state.
+
+    The contract: ``update`` and ``close`` change the streaming state; ``finish`` only reads it.
+    The base class owns the findings (``emit``) and starts them afresh on every ``finish``, so
+    ``finish`` may be called at any point of the stream (``Scan.peek``), and twice gives the same
+    result.
     """
 
     name: ClassVar[str]
     area: ClassVar[str]
     streams: ClassVar[tuple[str, ...]] = ("step",)
     requires: ClassVar[tuple[str, ...]] = ()
+    starts_on: ClassVar[tuple[str, ...]] = ()
     rules: ClassVar[tuple[RuleSpec, ...]] = ()
     #: whether the tracker scores its area (False: its findings count in other areas)
     scored: ClassVar[bool] = True
@@ -99,14 +108,30 @@ class Tracker:
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
         raise NotImplementedError
 
+    def close(self) -> None:
+        """The stream has ended: judge what waited for a later row (the responses of the last
+        step, the open segment). Changes the streaming state as ``update`` does; a second call
+        finds nothing left to judge."""
+
     def finish(self) -> TrackerResult:
+        """The result of the rows seen so far: fresh findings, the streaming state only read."""
+        self._findings, self._coverage, self._magnitude = [], {}, {}
+        return self.conclude()
+
+    def conclude(self) -> TrackerResult:
+        """Findings, score and summary from the streaming state (``emit``, then ``result``); it
+        must not change the state."""
         raise NotImplementedError
 
     # -- helpers for subclasses --------------------------------------------------------
+    def starts(self) -> tuple[str, ...]:
+        """The columns of which one must be logged for the tracker to run."""
+        return self.starts_on or self.requires
+
     def begin(self, batch: Batch) -> bool:
         """Whether ``batch`` is this tracker's business: once one of its required columns has
         been logged, every later batch is (the tracker becomes active and counts the rows)."""
-        if not self.active and not any(batch.has(c) for c in self.requires):
+        if not self.active and not any(batch.has(c) for c in self.starts()):
             return False
         self.active = True
         self.rows += len(batch)

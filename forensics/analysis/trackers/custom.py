@@ -258,7 +258,7 @@ class CustomRules(Tracker):
             self._eps[r.id].update(batch.rows, batch.steps, cond, value)
         return None
 
-    def finish(self) -> TrackerResult:
+    def conclude(self) -> TrackerResult:
         fired: dict[str, int] = {}
         for r in self.custom:
             for ep in self._eps[r.id].finish():

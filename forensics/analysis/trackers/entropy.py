@@ -93,7 +93,8 @@ class Entropy(Tracker):
 
     name = "entropy"
     area = "policy"
-    requires = ("entropy",)
+    requires = ("entropy", "reward_mean")
+    starts_on = ("entropy",)
     rules = RULES
     Params = EntropyParams
 
@@ -169,7 +170,7 @@ class Entropy(Tracker):
             self.last_ratio = float(ratio[fin][-1])
         return {"entropy_over_initial": ratio}
 
-    def finish(self) -> TrackerResult:
+    def conclude(self) -> TrackerResult:
         p = self.p
         notes: list[str] = []
         summary: dict[str, Any] = {

@@ -122,7 +122,8 @@ class Generation(Tracker):
     name = "generation"
     area = "generation"
     streams = ("sample",)
-    requires = ("completion",)
+    requires = ("completion", "reward", "length")
+    starts_on = ("completion",)
     rules = RULES
     Params = GenerationParams
 
@@ -279,10 +280,12 @@ class Generation(Tracker):
         })
         self.win = {}
 
-    def finish(self) -> TrackerResult:
+    def close(self) -> None:
         for steps, groups in self.grouper.flush():
             self._steps_done(steps, groups)
         self._close()
+
+    def conclude(self) -> TrackerResult:
         p = self.p
         t = self.totals
         n = max(t["responses"], 1)

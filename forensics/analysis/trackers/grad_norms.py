@@ -271,7 +271,7 @@ class GradNorms(Tracker):
             return Severity.INFO
         return Severity.WARNING if ep.peak >= p.spike_warning_ratio or far else Severity.INFO
 
-    def finish(self) -> TrackerResult:
+    def conclude(self) -> TrackerResult:
         p = self.p
         notes = []
         if not self.meta.max_grad_norm:

@@ -16,9 +16,9 @@ from ``warning_factor``, ``critical`` from ``critical_factor`` (a learning rate 
 critical). A move the other way is ``info`` unless it spans ``safe_warning_factor`` (a learning
 rate cut 100x stalls the policy: ``warning``).
 
-Columns: ``learning_rate`` and ``kl_coef`` (canonical), the clip range and the batch size under
-the first key of :data:`CLIP_KEYS` and :data:`BATCH_KEYS` the log carries (trainers rarely log
-them per step; the canonical writer does).
+Columns: ``learning_rate``, ``kl_coef``, ``clip_range`` and ``batch_size`` (canonical names: the
+schema maps a trainer's ``cliprange``, ``clip_eps``, ``train_batch_size`` ... to them; trainers
+rarely log the last two per step, the canonical writer does), and ``epoch``.
 """
 
 from __future__ import annotations
@@ -36,30 +36,25 @@ from ..findings import RuleSpec, Severity
 from ..spans import step_span
 from .base import Tracker, TrackerResult
 
-__all__ = ["BATCH_KEYS", "CLIP_KEYS", "SETTINGS", "Hyperparams", "Setting"]
-
-#: Keys a per-step clip range is logged under (PPO's epsilon), first found wins.
-CLIP_KEYS = ("clip_range", "cliprange", "clip_eps", "eps_clip", "clip_epsilon")
-#: Keys a per-step batch size is logged under, first found wins.
-BATCH_KEYS = ("batch_size", "train_batch_size", "global_batch_size", "rollout_batch_size")
+__all__ = ["SETTINGS", "Hyperparams", "Setting"]
 
 
 @dataclass(frozen=True)
 class Setting:
-    """A followed setting: its parameter name, the keys it is read from, its rule and wording."""
+    """A followed setting: its parameter (the canonical column it is read from), its rule and
+    wording."""
 
     parameter: str
-    keys: tuple[str, ...]
     rule: str
     label: str
     risky_up: bool  # True where an increase makes updates larger or noisier
 
 
 SETTINGS = (
-    Setting("learning_rate", ("learning_rate",), "lr.change", "learning rate", True),
-    Setting("kl_coef", ("kl_coef",), "kl_coef.change", "KL coefficient", False),
-    Setting("clip_range", CLIP_KEYS, "clip.change", "clip range", True),
-    Setting("batch_size", BATCH_KEYS, "batch_size.change", "batch size", False),
+    Setting("learning_rate", "lr.change", "learning rate", True),
+    Setting("kl_coef", "kl_coef.change", "KL coefficient", False),
+    Setting("clip_range", "clip.change", "clip range", True),
+    Setting("batch_size", "batch_size.change", "batch size", False),
 )
 
 
@@ -175,7 +170,8 @@ class Hyperparams(Tracker):
 
     name = "hyperparams"
     area = "config"
-    requires = ("learning_rate", "kl_coef", *CLIP_KEYS, *BATCH_KEYS)
+    requires = (*(s.parameter for s in SETTINGS), "epoch")
+    starts_on = tuple(s.parameter for s in SETTINGS)
     rules = RULES
     # scored: a learning rate far out of range damages the run whatever follows (its area is "config")
     Params = HyperparamsParams
@@ -199,9 +195,9 @@ class Hyperparams(Tracker):
         for s in SETTINGS:
             st = self.follow[s.parameter]
             if st.key is None:
-                st.key = next((k for k in s.keys if batch.has(k)), None)
-                if st.key is None:
+                if not batch.has(s.parameter):
                     continue
+                st.key = s.parameter
             v = batch.col(st.key)
             ok = np.isfinite(v)
             if not ok.any():
@@ -213,7 +209,7 @@ class Hyperparams(Tracker):
                 st.first = float(vals[0])
             st.last = float(vals[-1])
             st.logged += len(vals)
-            self._decide(s, st, batch.steps[ok].astype(np.int64), vals, batch.rows[ok], final=False)
+            st.changes += self._decide(s, st, batch.steps[ok].astype(np.int64), vals, batch.rows[ok], final=False)
             if s.parameter == "learning_rate":
                 rising = self._moves(vals, batch.steps[ok])
                 if self.meta.lm_priors:
@@ -254,14 +250,19 @@ class Hyperparams(Tracker):
         self.lr_ep.update(rows, steps, high | low, how, {"lr": lr})
 
     def _decide(self, s: Setting, st: _Follow, steps: np.ndarray, vals: np.ndarray, rows: np.ndarray,
-                final: bool) -> None:
-        """Judge every move whose next move is known (all of them when ``final``)."""
+                final: bool) -> list[dict[str, Any]]:
+        """The changes among the moves whose next move is known (all of them when ``final``).
+
+        Not ``final`` (a batch): the last values are kept for the next batch's decisions. ``final``
+        (the end, from ``finish``): the state is only read, so a later batch decides those moves
+        again as it would have."""
         v = np.concatenate([np.asarray(st.values, dtype=np.float64), vals])
         stp = np.concatenate([np.asarray(st.steps, dtype=np.int64), steps])
         rw = np.concatenate([np.asarray(st.rows, dtype=np.int64), rows])
         # moves: d[i] = v[i + 1] - v[i]; the move into v[i] is decided once d[i] (the next) is known
         start = max(len(st.values) - 1, 1)  # the first undecided position in v
         stop = len(v) if final else len(v) - 1
+        changes: list[dict[str, Any]] = []
         if stop > start:
             with np.errstate(divide="ignore", invalid="ignore"):
                 before, after = v[start - 1 : stop - 1], v[start:stop]
@@ -270,14 +271,15 @@ class Hyperparams(Tracker):
             for i in np.flatnonzero(jump) + start:
                 if self._ramp(v, int(i)):
                     continue
-                if len(st.changes) < self.p.max_changes:
-                    st.changes.append({"step": int(stp[i]), "previous_step": int(stp[i - 1]),
-                                       "row": int(rw[i]), "before": float(v[i - 1]),
-                                       "after": float(v[i])})
+                if len(st.changes) + len(changes) < self.p.max_changes:
+                    changes.append({"step": int(stp[i]), "previous_step": int(stp[i - 1]),
+                                    "row": int(rw[i]), "before": float(v[i - 1]), "after": float(v[i])})
                 else:
-                    st.changes.append({"step": int(stp[i]), "dropped": True})
-        keep = max(len(v) - 3, 0)
-        st.values, st.steps, st.rows = v[keep:].tolist(), stp[keep:].tolist(), rw[keep:].tolist()
+                    changes.append({"step": int(stp[i]), "dropped": True})
+        if not final:
+            keep = max(len(v) - 3, 0)
+            st.values, st.steps, st.rows = v[keep:].tolist(), stp[keep:].tolist(), rw[keep:].tolist()
+        return changes
 
     def _ramp(self, v: np.ndarray, i: int) -> bool:
         """Whether the move into ``v[i]`` is as large as a neighbouring move in its direction."""
@@ -304,7 +306,7 @@ class Hyperparams(Tracker):
             return Severity.INFO
         return Severity.WARNING if size >= self.p.safe_warning_factor else Severity.INFO
 
-    def finish(self) -> TrackerResult:
+    def conclude(self) -> TrackerResult:
         summary: dict[str, Any] = {}
         for s in SETTINGS:
             st = self.follow[s.parameter]
@@ -312,10 +314,10 @@ class Hyperparams(Tracker):
                 continue
             # the last logged move has no next move: decide it now
             none = np.zeros(0, dtype=np.int64)
-            self._decide(s, st, none, none.astype(np.float64), none, final=True)
-            kept = [c for c in st.changes if not c.get("dropped")]
+            changes = st.changes + self._decide(s, st, none, none.astype(np.float64), none, final=True)
+            kept = [c for c in changes if not c.get("dropped")]
             summary[s.parameter] = {"key": st.key, "first": st.first, "last": st.last,
-                                    "logged": st.logged, "changes": len(st.changes)}
+                                    "logged": st.logged, "changes": len(changes)}
             for c in kept:
                 self._emit_change(s, st.key, c)
         p = self.p

@@ -186,7 +186,8 @@ class KLSchedule(Tracker):
 
     name = "kl_schedule"
     area = "kl"
-    requires = ("kl", "kl_seq", "kl_coef")
+    requires = ("kl", "kl_seq", "kl_coef", "approx_kl", "response_length_mean")
+    starts_on = ("kl", "kl_seq", "kl_coef")
     rules = RULES
     Params = KLScheduleParams
 
@@ -485,7 +486,7 @@ class KLSchedule(Tracker):
                                                   {"observed": dlog, "predicted": predicted})
 
     # -- finish -------------------------------------------------------------------------
-    def finish(self) -> TrackerResult:
+    def conclude(self) -> TrackerResult:
         p = self.p
         notes: list[str] = []
         summary: dict[str, object] = {"series": self.series_name, "rows": self.rows}

@@ -123,7 +123,9 @@ class LengthBias(Tracker):
     name = "length_bias"
     area = "length"
     streams = ("step", "sample")
-    requires = ("response_length_mean", "truncation_rate", "length")
+    requires = ("response_length_mean", "truncation_rate", "length", "response_length_max", "reward_mean",
+                "reward", "truncated")
+    starts_on = ("response_length_mean", "truncation_rate", "length")
     rules = RULES
     Params = LengthBiasParams
 
@@ -334,10 +336,12 @@ class LengthBias(Tracker):
                 {"length": mean_len})
 
     # -- finish -------------------------------------------------------------------------
-    def finish(self) -> TrackerResult:
+    def close(self) -> None:
         block = self.runs.flush()
         if block is not None:
             self._steps_done(block)
+
+    def conclude(self) -> TrackerResult:
         p = self.p
         summary: dict[str, object] = {"step_rows": self.step_rows,
                                       "sample_rows": self.sample_rows,

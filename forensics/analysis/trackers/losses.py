@@ -337,7 +337,8 @@ class Losses(Tracker):
 
     name = "losses"
     area = "loss"
-    requires = LOSS_SERIES
+    requires = (*LOSS_SERIES, "reward_mean")
+    starts_on = LOSS_SERIES
     rules = RULES
     Params = LossesParams
 
@@ -395,7 +396,7 @@ class Losses(Tracker):
         self.reward_peak = float(peak[-1])
         return np.fmax(peak[1:], 1e-6)
 
-    def finish(self) -> TrackerResult:
+    def conclude(self) -> TrackerResult:
         summary: dict[str, Any] = {"rows": self.rows, "series": {}}
         for name, s in self.series.items():
             summary["series"][name] = {"rows": s.rows, "nonfinite": s.nonfinite,

@@ -150,7 +150,9 @@ class Preference(Tracker):
     name = "preference"
     area = "preference"
     requires = ("pref_margin", "pref_accuracy", "pref_reward_chosen", "logp_chosen",
-                "log_odds_ratio")
+                "log_odds_ratio", "loss")
+    starts_on = ("pref_margin", "pref_accuracy", "pref_reward_chosen", "logp_chosen",
+                 "log_odds_ratio")
     rules = RULES
     Params = PreferenceParams
 
@@ -314,7 +316,7 @@ class Preference(Tracker):
                   {**evidence, "margin": margin, "saturated_margin": p.saturated_margin,
                    "threshold": p.displacement_share}, sev)
 
-    def finish(self) -> TrackerResult:
+    def conclude(self) -> TrackerResult:
         p = self.p
         for ep in self.ep["pref.overfit"].finish():
             acc, margin = ep.extras.get("accuracy", float("nan")), ep.extras.get("margin", float("nan"))

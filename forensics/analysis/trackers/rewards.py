@@ -239,7 +239,8 @@ class Rewards(Tracker):
     name = "rewards"
     area = "reward"
     streams = ("step", "sample")
-    requires = ("reward_mean", "reward")
+    requires = ("reward_mean", "reward", "reward_std", "reward_max", "loss", "policy_loss", "value_loss", "kl")
+    starts_on = ("reward_mean", "reward")
     rules = RULES
     Params = RewardsParams
 
@@ -509,9 +510,11 @@ class Rewards(Tracker):
                    "moved": {n: {"first_quarter": v[1], "last_quarter": v[2]} for n, v in moved.items()},
                    "metrics": ["reward_mean"]}, Severity.WARNING)
 
-    def finish(self) -> TrackerResult:
+    def close(self) -> None:
         for steps, groups in self.grouper.flush():
             self._sample_steps(steps, groups)
+
+    def conclude(self) -> TrackerResult:
         p = self.p
         notes: list[str] = []
         summary: dict[str, Any] = {"rows": self.rows, "source": self.source}

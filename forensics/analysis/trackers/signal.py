@@ -82,7 +82,8 @@ class Signal(Tracker):
 
     name = "signal"
     area = "reward"
-    requires = ("frac_reward_zero_std", "reward_std", "reward_min", "grad_norm")
+    requires = ("frac_reward_zero_std", "reward_std", "reward_min", "grad_norm", "reward_mean", "reward_max")
+    starts_on = ("frac_reward_zero_std", "reward_std", "reward_min", "grad_norm")
     rules = RULES
     Params = SignalParams
 
@@ -148,7 +149,7 @@ class Signal(Tracker):
                               {"before": best[:-1]})
         return None
 
-    def finish(self) -> TrackerResult:
+    def conclude(self) -> TrackerResult:
         p = self.p
         none_eps = sorted([*self.none.finish(), *self.none_batch.finish()], key=lambda e: e.first_step)
         covered: list[tuple[int, int]] = []

@@ -122,7 +122,8 @@ class Throughput(Tracker):
 
     name = "throughput"
     area = "throughput"
-    requires = (*RATES, *RESOURCES, *API, "mfu", "timestamp", "num_tokens")
+    requires = (*RATES, *RESOURCES, *API, "mfu", "timestamp", "num_tokens", "epoch")
+    starts_on = (*RATES, *RESOURCES, *API, "mfu", "timestamp", "num_tokens")
     rules = RULES
     Params = ThroughputParams
 
@@ -152,7 +153,7 @@ class Throughput(Tracker):
         self.logged: set[str] = set()
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
-        seen = {c for c in self.requires if batch.has(c)}
+        seen = {c for c in self.starts() if batch.has(c)}
         if not seen and not self.active:
             return None
         self.active = True
@@ -271,7 +272,7 @@ class Throughput(Tracker):
         return out[0], out[1]
 
     # -- finish ---------------------------------------------------------------------------
-    def finish(self) -> TrackerResult:
+    def conclude(self) -> TrackerResult:
         notes: list[str] = []
         v = self.values
         summary: dict[str, Any] = {"rows": self.rows}

@@ -87,7 +87,7 @@ class TrustRegion(Tracker):
                        {"approx_kl": ak, "clip_frac": cf})
         return None
 
-    def finish(self) -> TrackerResult:
+    def conclude(self) -> TrackerResult:
         p = self.p
         for ep in self.ep.finish():
             ak, cf = ep.extras.get("approx_kl", float("nan")), ep.extras.get("clip_frac", float("nan"))

@@ -113,7 +113,8 @@ class Windows(Tracker):
 
     name = "windows"
     area = "training"
-    requires = ("reward_mean", "loss", "policy_loss")
+    requires = ("reward_mean", "loss", "policy_loss", "epoch", "kl", "kl_seq")
+    starts_on = ("reward_mean", "loss", "policy_loss")
     rules = ()
     Params = WindowsParams
 
@@ -141,7 +142,7 @@ class Windows(Tracker):
             return None
         if self.epochs is None:
             self.epochs = bool(batch.logged("epoch")[0]) and bool(np.isfinite(batch.col("epoch")[0]))
-        if any(batch.has(c) for c in self.requires):
+        if any(batch.has(c) for c in self.starts()):
             self.active = True
         if self.loss_metric is None:
             self.loss_metric = "loss" if batch.has("loss") else ("policy_loss" if batch.has("policy_loss")
@@ -225,10 +226,12 @@ class Windows(Tracker):
             cut.open.key //= 2
 
     # -- the table --------------------------------------------------------------------------
-    def finish(self) -> TrackerResult:
+    def close(self) -> None:
         if self.buf and len(self.buf["row"]):  # the last segment ends with the stream
             cols, self.buf = self.buf, {}
             self._segments(cols, final=True)
+
+    def conclude(self) -> TrackerResult:
         mode = "epoch" if self.epochs and len(self.epoch_windows.all()) >= self.p.min_epochs else "rows"
         windows = self.epoch_windows.all() if mode == "epoch" else self.blocks.all()
         check = HealthCheck(self.meta.config, self.hp, self.meta.algorithm)

@@ -1,0 +1,72 @@
+"""hyperparams: jumps of the learning rate, KL coefficient, clip range and batch size; a
+learning rate out of the usual range; a warm-up that never ended."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from forensics.config import RunMeta
+
+from .common import Stream, TrackerSuite, analyse, golden
+
+
+def settings() -> Stream:
+    """The learning rate x30 at 100, the KL penalty off at 150, the clip range x4 at 200, the
+    batch size /8 at 250."""
+    i = np.arange(300)
+    cols = {"learning_rate": np.where(i < 100, 1e-6, 3e-5), "kl_coef": np.where(i < 150, 0.05, 0.0),
+            "clip_range": np.where(i < 200, 0.2, 0.8), "batch_size": np.where(i < 250, 512, 64)}
+    return Stream([{"step": int(s), "loss": 1.0, **{k: float(v[s]) for k, v in cols.items()}} for s in i])
+
+
+def endless_warmup() -> Stream:
+    """A learning rate that rises over three whole epochs and never falls."""
+    n = 200
+    lr, epoch = np.linspace(1e-9, 3e-7, n), np.linspace(0.01, 3.0, n)
+    rows = [{"step": s, "learning_rate": float(lr[s]), "epoch": float(epoch[s]),
+             "rewards/margins": s / n} for s in range(n)]
+    return Stream(rows, meta=RunMeta(algorithm="dpo"))
+
+
+class TestHyperparams(TrackerSuite):
+    NAME = "hyperparams"
+    stream = staticmethod(settings)
+    GOLDEN = (
+        ("lr.change", "critical", 100, 100, 100),
+        ("kl_coef.change", "critical", 150, 150, 150),
+        ("clip.change", "warning", 200, 200, 200),
+        ("batch_size.change", "warning", 250, 250, 250),
+    )
+    FIRES = (("lr.change", settings), ("lr.out_of_range", "trl/dpo_lr_high"),
+             ("lr.warmup_unfinished", endless_warmup), ("kl_coef.change", settings),
+             ("clip.change", settings), ("batch_size.change", settings))
+
+
+def test_a_trainers_clip_and_batch_keys_are_canonical() -> None:
+    """``cliprange`` and ``train_batch_size`` map to ``clip_range`` and ``batch_size``: mapped (not
+    "unmapped"), read by hyperparams (``-v`` says so), and their changes found."""
+    from forensics.report.terminal import render_plan
+
+    spelled = {"clip_range": "cliprange", "batch_size": "train_batch_size"}
+    rows = [{spelled.get(k, k): v for k, v in r.items()} for r in settings().rows]
+    a = analyse("hyperparams", Stream(rows))
+    (mapping,) = a.mappings.values()
+    assert mapping.mapping["cliprange"] == "clip_range" and mapping.mapping["train_batch_size"] == "batch_size"
+    assert not {"cliprange", "train_batch_size"} & set(mapping.unmapped)
+    assert golden(a) == list(TestHyperparams.GOLDEN)
+    assert "hyperparams  runs on learning_rate, kl_coef, clip_range, batch_size" in render_plan(a)
+
+
+def test_a_change_on_the_last_row_is_decided_once() -> None:
+    """The last logged move has no next move: finish decides it without storing the decision, so
+    a second finish (or a peek, then more rows) does not count it twice."""
+    from .common import fed
+
+    rows = settings().rows[:120]
+    rows[-1]["learning_rate"] *= 30
+    sc = fed("hyperparams", Stream(rows))
+    (tracker,) = sc.trackers
+    first, second = tracker.finish(), tracker.finish()
+    assert first.summary["learning_rate"]["changes"] == second.summary["learning_rate"]["changes"] == 2
+    (change,) = [f for f in second.findings if f.rule == "lr.change"]  # two episodes, one finding
+    assert [e[2] for e in change.episode_ranges()] == [100, 119]
