@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from ..analysis.result import Analysis
 from ..errors import UsageError
@@ -54,9 +55,34 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+#: orjson's options for :func:`to_json`: the layout of ``json.dumps(indent=2, sort_keys=True)``.
+_ORJSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+
 def to_json(data: dict[str, Any]) -> str:
-    """Stable JSON: sorted keys, NaN and infinities as null, newline-terminated."""
-    return json.dumps(_jsonable(data), sort_keys=True, indent=2, allow_nan=False) + "\n"
+    """Stable JSON: sorted keys, NaN and infinities as null, newline-terminated.
+
+    orjson writes it (an analysis with its plots is most of a megabyte: the standard library's
+    indenting encoder, pure Python, took longer than the scan of a small log); what orjson
+    refuses (a key that is not a string, a lone surrogate, an integer beyond 64 bits) goes
+    through the standard library as before.
+
+    >>> to_json({"b": float("nan"), "a": [1, 2.5]})
+    '{\n  "a": [\n    1,\n    2.5\n  ],\n  "b": null\n}\n'
+    """
+    try:
+        return orjson.dumps(data, option=_ORJSON_OPTIONS, default=_orjson_default).decode() + "\n"
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(_jsonable(data), sort_keys=True, indent=2, allow_nan=False) + "\n"
+
+
+def _orjson_default(obj: Any) -> Any:
+    """What orjson does not serialise itself (a numpy scalar it does not know, a set...): its
+    value as :func:`_jsonable` gives it, or a TypeError (the standard library then decides)."""
+    value = _jsonable(obj)
+    if value is obj:
+        raise TypeError(f"not serialisable: {type(obj).__name__}")
+    return value
 
 
 def summary_dict(analysis: Analysis | dict[str, Any], top: int = 10) -> dict[str, Any]:
@@ -79,19 +105,56 @@ def summary_dict(analysis: Analysis | dict[str, Any], top: int = 10) -> dict[str
     }
 
 
+#: Runs of at most this many steps get metrics.csv from pyarrow (already loaded by the scan)
+#: instead of polars, whose import costs more than writing a small table.
+SMALL_CSV_ROWS = 20_000
+
+
 def write_metrics_csv(analysis: Analysis, path: Path, outputs: Outputs | None = None) -> None:
     """One row per step, part by part of the per-step store (memory bounded by a part); NaN is
     an empty cell (a missing value, not a number). polars writes it: about 4x pyarrow's CSV
-    writer on float columns (a million steps of 30 columns: 1.5 s instead of 6 s)."""
-    import polars as pl
-
+    writer on float columns (a million steps of 30 columns: 1.5 s instead of 6 s); a small run's
+    table is written by :func:`_arrow_csv` in the same text."""
+    small = (analysis.steps.get("rows") or 0) <= SMALL_CSV_ROWS
     with (outputs or Outputs()).open(path, "wb") as fh:
         names: list[str] | None = None
         for part in analysis.metrics_parts():
             if names is None:
                 names = ["step"] + sorted(k for k in part if k != "step")
-            pl.DataFrame({k: part[k] for k in names}).fill_nan(None).write_csv(
-                fh, include_header=fh.tell() == 0)
+            columns = {k: part[k] for k in names}
+            if small:
+                _arrow_csv(columns, fh, header=fh.tell() == 0)
+            else:
+                import polars as pl
+
+                pl.DataFrame(columns).fill_nan(None).write_csv(fh, include_header=fh.tell() == 0)
+
+
+def _arrow_csv(columns: dict[str, np.ndarray], fh: Any, header: bool) -> None:
+    """``columns`` as CSV rows in polars' text (see :func:`write_metrics_csv`): pyarrow writes
+    floats in their shortest form as polars does, but a whole number without its ``.0``, added
+    here; NaN is an empty cell."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pacsv
+
+    if header:
+        fh.write((",".join(_csv_name(k) for k in columns) + "\n").encode())
+    cells = {}
+    for name, values in columns.items():
+        arr = pa.array(values, from_pandas=True)  # NaN -> null
+        if pa.types.is_floating(arr.type):
+            text = pc.cast(arr, pa.string())
+            whole = pc.match_substring_regex(text, r"^-?[0-9]+$")
+            arr = pc.if_else(whole, pc.binary_join_element_wise(text, ".0", ""), text)
+        cells[name] = arr
+    pacsv.write_csv(pa.table(cells), fh, pacsv.WriteOptions(include_header=False, quoting_style="none"))
+
+
+def _csv_name(name: str) -> str:
+    """A header cell as polars writes it: quoted (quotes doubled) when it holds a comma, a quote
+    or a line break."""
+    return '"' + name.replace('"', '""') + '"' if any(c in name for c in ',"\n\r') else name
 
 
 def write_metrics_parquet(analysis: Analysis, path: Path, outputs: Outputs | None = None) -> None:

@@ -21,18 +21,20 @@ the ``plots`` section carries the downsampled series, so the logs are not read a
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import math
 import re
 from pathlib import Path
-from typing import Any
-
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from typing import TYPE_CHECKING, Any
 
 from ..analysis.cost import cost_lines
 from ..analysis.timeline import timeline_from_dict
 from .verdict import evidence_rows, verdict
+
+if TYPE_CHECKING:
+    from jinja2 import Environment
 
 __all__ = ["PLOTLY_FILE", "build_figures", "render_html", "write_html"]
 
@@ -399,8 +401,14 @@ def _duration(seconds: float | None) -> str:
     return f"{h} h {m:02d} min" if h else (f"{m} min {sec:02d} s" if m else f"{seconds:.3g} s")
 
 
+@functools.lru_cache(maxsize=1)
 def _environment() -> Environment:
-    env = Environment(loader=FileSystemLoader(str(TEMPLATES)),
+    """The template environment, built once per process (jinja2 is imported here, when a page
+    is first rendered). Compiled templates are cached by jinja2 between processes (see
+    :func:`_bytecode_cache`)."""
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), bytecode_cache=_bytecode_cache(),
                       autoescape=select_autoescape(enabled_extensions=("html", "j2"), default=True,
                                                    default_for_string=True),
                       trim_blocks=True, lstrip_blocks=True)
@@ -413,7 +421,28 @@ def _environment() -> Environment:
     return env
 
 
+def _bytecode_cache() -> Any:
+    """jinja2's compiled-template cache in a private folder of the user's temporary directory
+    (``_jinja2-cache-<uid>``, checked by jinja2 to belong to the user): compiling the report's
+    template costs more than rendering it. None (compile each time) when that folder is unusable."""
+    from jinja2 import FileSystemBytecodeCache
+
+    class _Quiet(FileSystemBytecodeCache):
+        def dump_bytecode(self, bucket: Any) -> None:
+            try:
+                super().dump_bytecode(bucket)
+            except OSError:  # a read-only or full temporary directory: compile next time
+                pass
+
+    try:
+        return _Quiet()
+    except (OSError, RuntimeError):
+        return None
+
+
+@functools.lru_cache(maxsize=1)
 def _plotly_js() -> str:
+    """plotly.js (about 4.7 MB), read once per process."""
     from plotly.offline import get_plotlyjs
 
     return get_plotlyjs()
