@@ -813,5 +813,14 @@ def export(analysis_path: Path, target: str, out_dir: Path | None, output: Path 
         echo(f"wrote {written}")
 
 
-if __name__ == "__main__":  # pragma: no cover
+def entry() -> None:
+    """The ``forensics`` program: :func:`main` in a process that loads only what a command needs
+    (:mod:`forensics.lean`)."""
+    from .lean import pyarrow_without_pandas
+
+    pyarrow_without_pandas()
     main()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    entry()

@@ -442,8 +442,16 @@ def _bytecode_cache() -> Any:
 
 @functools.lru_cache(maxsize=1)
 def _plotly_js() -> str:
-    """plotly.js (about 4.7 MB), read once per process."""
-    from plotly.offline import get_plotlyjs
+    """plotly.js (about 4.7 MB), read once per process from the plotly package's data (the file
+    ``plotly.offline.get_plotlyjs`` reads), without importing plotly."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("plotly")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        lib = Path(folder) / "package_data" / "plotly.min.js"
+        if lib.is_file():
+            return lib.read_text(encoding="utf-8")
+    from plotly.offline import get_plotlyjs  # another layout: plotly's own reader
 
     return get_plotlyjs()
 
