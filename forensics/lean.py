@@ -15,15 +15,15 @@ integration.
 
 from __future__ import annotations
 
-import dis
 import importlib.abc
 import sys
+from opcode import opmap
 from types import FrameType
 from typing import Any
 
 __all__ = ["pyarrow_without_pandas"]
 
-_IMPORT_NAME = dis.opmap["IMPORT_NAME"]
+_IMPORT_NAME = opmap["IMPORT_NAME"]
 
 
 def _from_python(frame: FrameType | None) -> bool:

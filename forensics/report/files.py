@@ -67,8 +67,14 @@ def to_json(data: dict[str, Any]) -> str:
     refuses (a key that is not a string, a lone surrogate, an integer beyond 64 bits) goes
     through the standard library as before.
 
-    >>> to_json({"b": float("nan"), "a": [1, 2.5]})
-    '{\n  "a": [\n    1,\n    2.5\n  ],\n  "b": null\n}\n'
+    >>> print(to_json({"b": float("nan"), "a": [1, 2.5]}), end="")
+    {
+      "a": [
+        1,
+        2.5
+      ],
+      "b": null
+    }
     """
     try:
         return orjson.dumps(data, option=_ORJSON_OPTIONS, default=_orjson_default).decode() + "\n"
@@ -313,7 +319,7 @@ def _write_files(analysis: Analysis, out_dir: Path, script: str, tables: tuple[s
     write_findings_csv(analysis, paths["findings"], outputs)
     paths.update(write_training_files(d, out_dir, outputs))
     if rendered:
-        paths.update(write_rendered(json.loads(text), out_dir, script=script, outputs=outputs))
+        paths.update(write_rendered(orjson.loads(text), out_dir, script=script, outputs=outputs))
     return paths
 
 

@@ -29,6 +29,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from ..analysis.cost import cost_lines
 from ..analysis.timeline import timeline_from_dict
 from .verdict import evidence_rows, verdict
@@ -373,7 +375,7 @@ def _run_title(path: str) -> str:
 
 def _json_script(obj: Any) -> str:
     """JSON safe inside ``<script type="application/json">``: no ``<``, ``>`` or ``&`` left."""
-    text = json.dumps(obj, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    text = orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY).decode()  # compact; NaN is null
     return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
