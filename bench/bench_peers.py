@@ -122,6 +122,7 @@ def _rss_mb(pid: int) -> float:
 def measure(cmd: list[str], *, timeout: float, mem_gb: float, cwd: Path | None = None,
             env: dict[str, str] | None = None) -> tuple[Outcome, str]:
     """Run ``cmd``; (its outcome, its stdout). Killed past ``timeout`` seconds or ``mem_gb`` GB."""
+    env = env or {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as a user's
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd, env=env, start_new_session=True)
@@ -189,7 +190,8 @@ class Tools:
     def rlwatch(self, log: Path) -> Outcome:
         target = log / "trainer_state.json" if (log / "trainer_state.json").is_file() else log
         with tempfile.TemporaryDirectory(prefix="peers-rlwatch-") as work:
-            env = dict(os.environ, RLWATCH_LOG_DIR=str(Path(work) / "logs"))
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+            env["RLWATCH_LOG_DIR"] = str(Path(work) / "logs")
             replay = Path(work) / "replay.py"
             replay.write_text(RLWATCH_REPLAY)
             fed, _ = measure([str(self.venv / "bin" / "python"), str(replay), str(target), json.dumps(RLWATCH_KEYS)],

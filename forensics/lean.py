@@ -27,11 +27,12 @@ _IMPORT_NAME = opmap["IMPORT_NAME"]
 
 
 def _from_python(frame: FrameType | None) -> bool:
-    """Whether the import in progress was asked for by Python code: an ``import`` statement or
-    ``importlib.import_module`` (``frame`` is the finder's caller)."""
-    while frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
+    """Whether the search in progress was asked for by Python code: an ``import`` statement,
+    ``importlib.import_module`` or ``importlib.util.find_spec`` (polars asks whether pandas is
+    there); ``frame`` is the finder's caller."""
+    while frame is not None and frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
         frame = frame.f_back
-    if frame is None or frame.f_globals.get("__name__") == "importlib":
+    if frame is None or str(frame.f_globals.get("__name__")).startswith("importlib"):
         return True
     code = frame.f_code.co_code
     return 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] == _IMPORT_NAME

@@ -53,6 +53,14 @@ def test_a_small_jsonl_scan_loads_only_what_its_reports_need(small_log: Path, tm
     assert (tmp_path / "r" / "report.html").is_file() and (tmp_path / "r" / "metrics.csv").is_file()
 
 
+def test_a_log_large_enough_for_polars_scans_through_the_command_line(tmp_path: Path) -> None:
+    """polars (chunks of 1 MB and more) asks importlib whether pandas is there: the command
+    line's guard answers as Python would, and still loads no pandas."""
+    log = write_jsonl(tmp_path / "steps.jsonl", healthy_rows(8000))
+    assert log.stat().st_size > 2 << 20
+    assert _loaded("scan", str(log), "-o", str(tmp_path / "r"), "-q") == ["jinja2", "polars"]
+
+
 def test_converting_a_small_log_loads_none_of_them(small_log: Path, tmp_path: Path) -> None:
     assert _loaded("convert", str(small_log), "-o", str(tmp_path / "c.parquet"), "-q") == []
 
