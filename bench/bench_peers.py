@@ -308,12 +308,17 @@ def render(versions: dict[str, str], sizes: list[str], corpora: list[str], notes
            args: argparse.Namespace) -> str:
     today = datetime.date.today().isoformat()
     head = (f"Measured {today} by `make bench-peers` (bench/bench_peers.py) on this machine "
-            f"({os.cpu_count()} cores): " + ", ".join(f"{k} {v}" for k, v in versions.items())
+            f"({os.cpu_count()} cores, shared with other jobs: times move by up to 2x between runs): "
+            + ", ".join(f"{k} {v}" for k, v in versions.items())
             + f". Each run is stopped at {args.timeout:g} s or {args.mem_gb:g} GB resident. "
-            "Time and peak memory (maximum resident set) of one run, reports included:")
-    corpus_head = ("Faults found (faulty runs with at least one warning or critical finding) and false "
-                   "alarms (healthy runs with one), with the command each tool documents; runs a tool "
-                   "cannot read are counted apart:")
+            "Time and peak memory (maximum resident set) of one run, each tool's own outputs included "
+            "(forensics: every report, report.html with plotly.js inlined):")
+    corpus_head = ("Faults found (faulty runs with at least one warning or critical finding: rldoctor's "
+                   "WARNING/CRITICAL findings, rlwatch's warning/critical alerts) and false alarms "
+                   "(healthy runs with one), with the command each tool documents; runs a tool cannot "
+                   "read are counted apart. The real logs are the corpus forensics' thresholds were "
+                   "calibrated on (../shared/real-logs/calibration): its figures there are not out of "
+                   "sample; the TRL corpus is written by TRL itself (fixtures/trl):")
     parts = [README_BEGIN, head, "", *sizes, "", corpus_head, "",
              "| corpus | tool | faults found | false alarms | cannot read |", "| --- | --- | --- | --- | --- |",
              *corpora, *([""] + [f"- {n}" for n in notes] if notes else []), README_END]
