@@ -43,6 +43,9 @@ __all__ = ["PLOTLY_FILE", "build_figures", "render_html", "write_html"]
 TEMPLATES = Path(__file__).parent / "templates"
 #: The shared library file ``script="file"`` writes beside the page.
 PLOTLY_FILE = "plotly.min.js"
+#: Where the inlined library goes in the rendered page: no text from a log can write it (its
+#: ``<`` would be escaped), so its first occurrence is the script element's.
+_PLOTLY_MARK = "<!--forensics:plotly.js-->"
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 SHADE = {"critical": "rgba(214,39,40,0.16)", "warning": "rgba(255,127,14,0.16)",
@@ -563,11 +566,15 @@ def render_html(d: dict[str, Any], plotly_js: str | None = None, script: str = "
         "data_json": data_json,
         "script": script,
         "plotly_file": PLOTLY_FILE,
-        "plotly_js": "" if script == "file" else (_plotly_js() if plotly_js is None else plotly_js),
+        "plotly_js": "" if script == "file" else _PLOTLY_MARK,
         "tool": d.get("tool") or {},
         "cost": cost_lines(d.get("cost")),
     }
-    return _environment().get_template("report.html.j2").render(**ctx)
+    page = _environment().get_template("report.html.j2").render(**ctx)
+    if script == "file":
+        return page
+    # the library (4.7 MB) is spliced in once instead of going through the template's output
+    return page.replace(_PLOTLY_MARK, _plotly_js() if plotly_js is None else plotly_js, 1)
 
 
 def write_html(d: dict[str, Any], path: Path, script: str = "inline") -> Path:
