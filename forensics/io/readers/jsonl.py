@@ -379,8 +379,8 @@ class _KnownColumns:
         """
         if not (self.usable and self.schema):
             return None
-        if "polars" not in sys.modules and len(body) < _MIN_CHUNK:
-            return None  # a small file's last chunk: importing polars costs more than pyarrow's parse
+        if "polars" not in sys.modules and len(body) < _MIN_CHUNK // 2:
+            return None  # a small file's rest: importing polars costs more than pyarrow's parse
         import polars as pl
 
         data = bytes(body)  # polars reads bytes, not a view
