@@ -60,6 +60,13 @@ def test_a_gzip_log_without_an_offset_reader_gets_no_bar(tmp_path: Path) -> None
     assert compressed_offset(log) is None  # nothing open
 
 
+def test_a_gzip_log_counts_as_its_text_towards_the_bar_threshold(tmp_path: Path) -> None:
+    log = _gz_log(tmp_path / "steps.jsonl.gz", 200)
+    size = log.stat().st_size
+    assert scan_progress([log], stream=_Tty(), min_bytes=3 * size, offset=compressed_offset)[0] is not None
+    assert scan_progress([log], stream=_Tty(), min_bytes=5 * size, offset=compressed_offset)[0] is None
+
+
 def test_a_scan_that_stops_early_leaves_the_bar_short_of_100(tmp_path: Path) -> None:
     log = tmp_path / "steps.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in healthy_rows(2000)))
