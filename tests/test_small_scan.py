@@ -20,8 +20,9 @@ from forensics.cli import main
 from .conftest import healthy_rows, write_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
-#: Libraries a small JSONL scan has no use for (jinja2: only to render report.html).
-HEAVY = ("pandas", "polars", "plotly", "scipy", "jinja2")
+#: Libraries a small JSONL scan has no use for (jinja2 renders report.html, PyYAML writes
+#: recommendations.yaml: a scan loads those two, other commands neither).
+HEAVY = ("pandas", "polars", "plotly", "scipy", "jinja2", "yaml")
 
 #: ``python -m forensics ARGS`` in this process, then the heavy libraries it loaded.
 CHILD = """
@@ -49,7 +50,7 @@ def small_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_small_jsonl_scan_loads_only_what_its_reports_need(small_log: Path, tmp_path: Path) -> None:
     # report.html is rendered by jinja2 (its template); nothing else heavy is loaded, plotly.js
     # is read as a file
-    assert _loaded("scan", str(small_log), "-o", str(tmp_path / "r"), "-q") == ["jinja2"]
+    assert _loaded("scan", str(small_log), "-o", str(tmp_path / "r"), "-q") == ["jinja2", "yaml"]
     assert (tmp_path / "r" / "report.html").is_file() and (tmp_path / "r" / "metrics.csv").is_file()
 
 
@@ -58,11 +59,13 @@ def test_a_log_large_enough_for_polars_scans_through_the_command_line(tmp_path: 
     line's guard answers as Python would, and still loads no pandas."""
     log = write_jsonl(tmp_path / "steps.jsonl", healthy_rows(8000))
     assert log.stat().st_size > 2 << 20
-    assert _loaded("scan", str(log), "-o", str(tmp_path / "r"), "-q") == ["jinja2", "polars"]
+    assert _loaded("scan", str(log), "-o", str(tmp_path / "r"), "-q") == ["jinja2", "polars", "yaml"]
 
 
-def test_converting_a_small_log_loads_none_of_them(small_log: Path, tmp_path: Path) -> None:
+def test_converting_or_gating_a_small_log_loads_none_of_them(small_log: Path, tmp_path: Path) -> None:
     assert _loaded("convert", str(small_log), "-o", str(tmp_path / "c.parquet"), "-q") == []
+    # no report.html, and scipy (the diff's KS test) is not loaded for a gate
+    assert _loaded("gate", str(small_log), "-o", str(tmp_path / "gate.json"), "--format", "json") == []
 
 
 def test_the_command_line_writes_what_the_library_writes(small_log: Path, tmp_path: Path) -> None:
