@@ -146,15 +146,15 @@ def _arrow_csv(columns: dict[str, np.ndarray], fh: Any, header: bool) -> None:
 
     if header:
         fh.write((",".join(_csv_name(k) for k in columns) + "\n").encode())
-    cells = {}
-    for name, values in columns.items():
-        arr = pa.array(values, from_pandas=True)  # NaN -> null
-        if pa.types.is_floating(arr.type):
-            text = pc.cast(arr, pa.string())
-            whole = pc.match_substring_regex(text, r"^-?[0-9]+$")
-            arr = pc.if_else(whole, pc.binary_join_element_wise(text, ".0", ""), text)
-        cells[name] = arr
-    pacsv.write_csv(pa.table(cells), fh, pacsv.WriteOptions(include_header=False, quoting_style="none"))
+    table = pa.table({k: pa.array(v, from_pandas=True) for k, v in columns.items()})  # NaN -> null
+    text = table.cast(pa.schema([pa.field(f.name, pa.string()) if pa.types.is_floating(f.type) else f
+                                 for f in table.schema]))
+    for i, (name, values) in enumerate(columns.items()):
+        if values.dtype.kind == "f" and bool(np.any(np.isfinite(values) & (np.floor(values) == values))):
+            col = text.column(i)  # a column holding whole numbers: "3" -> "3.0"
+            whole = pc.match_substring_regex(col, r"^-?[0-9]+$")
+            text = text.set_column(i, name, pc.if_else(whole, pc.binary_join_element_wise(col, ".0", ""), col))
+    pacsv.write_csv(text, fh, pacsv.WriteOptions(include_header=False, quoting_style="none"))
 
 
 def _csv_name(name: str) -> str:
