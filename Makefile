@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test check bench bench-full bench-fleet bench-writer eval fixtures fixtures-trl advice-eval fuzz screenshots clean
+.PHONY: demo test check bench bench-full bench-fleet bench-peers bench-writer eval fixtures fixtures-trl advice-eval fuzz screenshots clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,15 @@ bench-full: $(STAMP)
 # 1,000 runs of 10,000 steps on the local pool and on Ray: runs per second, overhead per run
 bench-fleet: $(STAMP)
 	$(PY) bench/bench_fleet.py
+
+# forensics beside its peers on the same files: rldoctor and rlwatch from the package registry, in
+# their own venv (never dependencies); 1k/10k/100k rows (time, peak memory, or the failure: runs
+# stopped at 300 s or 6 GB), the TRL and real-log corpora (faults found, false alarms). The table
+# goes into the README between its bench-peers markers.
+PEERS_VENV := .venv-peers
+
+bench-peers: $(STAMP)
+	$(PY) bench/bench_peers.py --venv $(PEERS_VENV) --readme
 
 bench-writer: $(STAMP)
 	$(PY) bench/bench_writer.py
@@ -85,4 +94,4 @@ advice-eval: $(STAMP) $(TRL_STAMP)
 	$(PY) scripts/advice_eval.py --trl-python $(TRL_VENV)/bin/python --report reports/advice_quality.md --readme
 
 clean:
-	rm -rf $(VENV) $(TRL_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TRL_VENV) $(PEERS_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

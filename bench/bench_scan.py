@@ -15,13 +15,18 @@ a fresh subprocess (so peak memory is the child's own), imports before the clock
   from step 4,000 on) in Parquet and JSONL, with its 5,000-step log beside; baseline: pyarrow's
   read of the sample file.
 
+* **small logs**: 100 and 1,000 steps of JSONL (20 metrics), cold (``python -m forensics scan``
+  in a fresh process, reports included, wall clock, compiled modules cached as for a user) and
+  warm (a second scan and its reports in one process, report.html with the shared plotly.js
+  file); budgets 0.35 s and 40 ms.
+
 forensics: the full analysis (read, canonicalise, every tracker, findings, health, the analysis
 JSON with its plots and timeline). Prints seconds, the ratio to the baseline and its budget,
 microseconds per row, peak RSS against 400 MB, for Parquet the analysis cost per million values,
 and whether time per row stays within 10% from the smallest size to the largest. Budgets
 (DESIGN.md): step JSONL 1.5x, step Parquet 8x, sample stream 4x, peak < 400 MB.
 
-Usage: ``python bench/bench_scan.py [--full] [--repeat K] [--only steps|samples] [--rows N ...]
+Usage: ``python bench/bench_scan.py [--full] [--repeat K] [--only steps|samples|small] [--rows N ...]
 [--match NAME] [--format jsonl|parquet] [--skip-trackers NAME,...]``.
 """
 
@@ -29,8 +34,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,6 +51,26 @@ PEAK_MB = 400
 FLAT = 0.10
 BUDGET = {("step", "jsonl"): 1.5, ("step", "parquet"): 8.0, ("step", "csv"): 1.5, ("sample", "jsonl"): 4.0,
           ("sample", "parquet"): 4.0}
+
+#: Small logs: rows, and the budgets of a cold command-line scan and a warm one (issue 25).
+SMALL_ROWS = (100, 1_000)
+COLD_BUDGET, WARM_BUDGET = 0.35, 0.040
+
+#: A warm scan: the best of ``repeat`` scans with their reports, after a first one.
+WARM_CHILD = r"""
+import json, sys, tempfile, time
+from forensics.analysis.engine import scan_path
+from forensics.report import write_reports
+path, repeat = sys.argv[1], int(sys.argv[2])
+out = tempfile.mkdtemp(prefix="bench-warm-")
+write_reports(scan_path(path), out, script="file")  # the first: imports, the template compiled
+best = float("inf")
+for _ in range(repeat):
+    t0 = time.perf_counter()
+    write_reports(scan_path(path), out, script="file")
+    best = min(best, time.perf_counter() - t0)
+print(json.dumps({"seconds": best}))
+"""
 
 CHILD = r"""
 import json, sys, time
@@ -173,12 +200,54 @@ def best(kind: str, path: Path, repeat: int, skip: str = "") -> dict[str, float]
     return min(runs, key=lambda r: r["seconds"]) | {"peak_mb": max(r["peak_mb"] for r in runs)}
 
 
+def user_env() -> dict[str, str]:
+    """This environment as a user's shell has it: Python caches compiled modules (an installed
+    package has them from its install; ``PYTHONDONTWRITEBYTECODE``, set on some build machines,
+    would compile all of forensics at every start)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def small_cold(path: Path, repeat: int) -> float:
+    """Best wall clock of ``forensics scan PATH`` (reports included) in a fresh process, after
+    one run that leaves the compiled modules cached."""
+    best = float("inf")
+    with tempfile.TemporaryDirectory(prefix="bench-cold-") as out:
+        for i in range(repeat + 1):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "forensics", "scan", str(path), "-o", out, "-q"],
+                           check=True, cwd=ROOT, env=user_env())
+            best = min(best, time.perf_counter() - t0) if i else best
+    return best
+
+
+def small_warm(path: Path, repeat: int) -> float:
+    out = subprocess.run([sys.executable, "-c", WARM_CHILD, str(path), str(max(repeat, 5))], check=True,
+                         capture_output=True, text=True, cwd=ROOT)
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["seconds"])
+
+
+def bench_small(repeat: int) -> bool:
+    """The small-log rows: cold and warm against their budgets; True when every one is met."""
+    ok = True
+    print(f"{'small logs (JSONL, 20 metrics)':34} {'rows':>11} {'cold':>8} {'budget':>7} {'ratio':>6} "
+          f"{'warm':>8} {'budget':>7} {'ratio':>6}  notes")
+    for rows in SMALL_ROWS:
+        path, _ = prepare(Case("step", "jsonl", rows))
+        cold, warm = small_cold(path, repeat), small_warm(path, repeat)
+        met = cold <= COLD_BUDGET and warm <= WARM_BUDGET
+        ok &= met
+        print(f"{'steps jsonl':34} {rows:>11,} {cold:>7.3f}s {COLD_BUDGET:>6.2f}s {cold / COLD_BUDGET:>5.2f}x "
+              f"{warm * 1000:>6.1f}ms {WARM_BUDGET * 1000:>5.0f}ms {warm / WARM_BUDGET:>5.2f}x  "
+              f"{'ok' if met else 'MISSED'}", flush=True)
+    return ok
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--full", action="store_true", help="add the 10,000,000-row step streams")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each (best time kept); files "
                     "over 1 GB are run once")
-    ap.add_argument("--only", choices=["steps", "samples"])
+    ap.add_argument("--only", choices=["steps", "samples", "small"])
     ap.add_argument("--rows", type=int, nargs="*", help="step-stream sizes instead of the defaults")
     ap.add_argument("--match", default="", help="only the cases whose data file name holds this "
                     "(e.g. steps_20m_epoch)")
@@ -190,6 +259,12 @@ def main() -> None:
         print(f"scans without the trackers: {args.skip_trackers}")
     sys.path.insert(0, str(ROOT))
     ok = True
+    if args.only in (None, "small") and not (args.rows or args.match or args.format == "parquet"):
+        ok &= bench_small(args.repeat)
+        if args.only == "small":
+            print("PASS: every budget met" if ok else "FAIL: a budget was missed (see MISSED)")
+            return
+        print()
     per_row: dict[tuple[str, str], list[tuple[int, float]]] = {}
     print(f"{'input':34} {'rows':>11} {'MB':>7} {'pyarrow':>8} {'forensics':>9} {'ratio':>6} "
           f"{'budget':>6} {'us/row':>7} {'peak MB':>8}  notes")

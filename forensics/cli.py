@@ -10,6 +10,8 @@ Exit codes (the contract; see README):
   row under ``--strict``.
 * 4 - internal error: a bug in forensics (an unexpected exception), never bad input; the message
   asks for a bug report with the version.
+* 130 - interrupted (Ctrl-C, SIGINT): nothing was written, "Interrupted." on stderr, a progress
+  bar left where it was (128 + the signal's number, as a shell reports it).
 
 Only this module turns errors into exit codes; no traceback reaches a user (set
 ``FORENSICS_DEBUG=1`` to see one).
@@ -43,6 +45,7 @@ from .errors import ConfigError, ForensicsError, InputError, UsageError
 from .io.output import Outputs
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3, 4
+EXIT_INTERRUPTED = 130
 
 #: ``scan --metrics`` (forensics.report.files.METRICS_FORMATS, not imported: --help stays light).
 METRICS_CHOICES = ("auto", "csv", "parquet", "both")
@@ -93,7 +96,7 @@ class _Group(click.Group):
             raise
         except KeyboardInterrupt:
             echo("Interrupted.", err=True)
-            ctx.exit(130)
+            ctx.exit(EXIT_INTERRUPTED)
         except Exception as exc:
             if os.environ.get("FORENSICS_DEBUG"):
                 traceback.print_exc()
@@ -114,7 +117,7 @@ def main() -> None:
     column mapping and the tracker plan. Colour on a terminal; NO_COLOR=1 turns it off.
 
     Exit codes: 0 success, 1 gate failed, 2 usage error, 3 input unreadable or invalid,
-    4 internal error (a bug: please report it).
+    4 internal error (a bug: please report it), 130 interrupted (Ctrl-C).
     """
     from .io.inputs import set_stream_limit
 
@@ -253,19 +256,23 @@ def build_config(config_path: Path | None, kl_target: float | None, kl_unit: str
 def run_scan(path: Path, opts: dict[str, Any], show_progress: bool = True):  # type: ignore[no-untyped-def]
     """Scan ``path`` with the scan options of a command (``scan_options``)."""
     from .analysis.engine import run_inputs, scan_path
-    from .io.inputs import set_stream_limit
+    from .io.inputs import compressed_offset, set_stream_limit
     from .progress import scan_progress
 
     set_stream_limit(opts.get("max_bytes"))
     cfg = build_config(opts.get("config_path"), opts.get("kl_target"), opts.get("kl_unit"),
                        bool(opts.get("strict")), opts.get("batch_rows"), opts.get("maps") or (),
                        gpus=opts.get("gpus"), gpu_hours=opts.get("gpu_hours"), gpu_price=opts.get("gpu_price"))
-    tick, done = scan_progress(run_inputs(path, opts.get("samples")), enabled=show_progress)
+    tick, done = scan_progress(run_inputs(path, opts.get("samples")), enabled=show_progress,
+                               offset=compressed_offset)
     try:
-        return scan_path(path, samples=opts.get("samples"), meta=opts.get("meta"), config=cfg,
-                         fmt=opts.get("fmt"), progress=tick)
-    finally:
-        done()
+        analysis = scan_path(path, samples=opts.get("samples"), meta=opts.get("meta"), config=cfg,
+                             fmt=opts.get("fmt"), progress=tick)
+    except BaseException:  # Ctrl-C (exit 130) or an error: the bar stays short of 100%
+        done(finished=False)
+        raise
+    done()
+    return analysis
 
 
 def _inputs(*paths: Path | None) -> Outputs:
@@ -831,5 +838,14 @@ def export(analysis_path: Path, target: str, out_dir: Path | None, output: Path 
         echo(f"wrote {written}")
 
 
-if __name__ == "__main__":  # pragma: no cover
+def entry() -> None:
+    """The ``forensics`` program: :func:`main` in a process that loads only what a command needs
+    (:mod:`forensics.lean`)."""
+    from .lean import pyarrow_without_pandas
+
+    pyarrow_without_pandas()
     main()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    entry()

@@ -26,6 +26,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import weakref
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,8 +35,8 @@ from typing import IO
 from ..errors import InputError
 from .limits import MAX_HEAD_BYTES, MAX_LINE_BYTES
 
-__all__ = ["BOM", "HEAD_BYTES", "MAX_STREAM_BYTES", "STDIN", "bounded_lines", "is_stream", "local_path",
-           "open_binary", "read_head", "read_raw_head", "set_stream_limit", "truncation"]
+__all__ = ["BOM", "HEAD_BYTES", "MAX_STREAM_BYTES", "STDIN", "bounded_lines", "compressed_offset", "is_stream",
+           "local_path", "open_binary", "read_head", "read_raw_head", "set_stream_limit", "truncation"]
 
 HEAD_BYTES = 64 * 1024
 BOM = b"\xef\xbb\xbf"
@@ -58,6 +59,7 @@ class _Gunzip(io.RawIOBase):
         self.done = False
         self.in_member = False
         self.truncated = ""
+        self.consumed = 0  # compressed bytes read so far (progress, see compressed_offset)
 
     def readable(self) -> bool:
         return True
@@ -65,6 +67,7 @@ class _Gunzip(io.RawIOBase):
     def _fill(self) -> None:
         while not len(self.pending) and not self.done:
             chunk = self.raw.read(1 << 16)
+            self.consumed += len(chunk)
             if not chunk:
                 if self.in_member:
                     self.truncated = "the gzip stream ends before its end marker (cut off mid-write)"
@@ -123,11 +126,33 @@ def open_binary(path: Path) -> IO[bytes]:
         gz = _Gunzip(fh)
         out = _GzipFile(gz, buffer_size=1 << 16)
         out.gunzip = gz
+        _OPEN_GZIP[str(path)] = gz
         return out
     if path.suffix == ".gz" and magic:
         fh.close()
         raise InputError("named .gz but not gzip (no gzip header)", path=str(path))
     return fh
+
+
+#: The gzip stream of each path opened last by :func:`open_binary`, while it is alive.
+_OPEN_GZIP: weakref.WeakValueDictionary[str, _Gunzip] = weakref.WeakValueDictionary()
+
+
+def compressed_offset(path: Path) -> int | None:
+    """Compressed bytes read so far from ``path``, a gzip file opened by :func:`open_binary` and
+    still open (the latest such opening); None when there is none. The reading thread moves it
+    on; a progress display reads it (a gzip file's rows are not known before it is read).
+
+    >>> import gzip, tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "log.jsonl.gz"
+    >>> _ = p.write_bytes(gzip.compress(b'{"step": 1}\\n' * 1000))
+    >>> with open_binary(p) as fh:
+    ...     _ = fh.read()
+    ...     compressed_offset(p) == p.stat().st_size
+    True
+    """
+    gz = _OPEN_GZIP.get(str(path))
+    return None if gz is None or gz.closed else gz.consumed
 
 
 def truncation(fh: IO[bytes]) -> str:

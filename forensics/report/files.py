@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from ..analysis.result import Analysis
 from ..errors import UsageError
@@ -57,9 +58,40 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+#: orjson's options for :func:`to_json`: the layout of ``json.dumps(indent=2, sort_keys=True)``.
+_ORJSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+
 def to_json(data: dict[str, Any]) -> str:
-    """Stable JSON: sorted keys, NaN and infinities as null, newline-terminated."""
-    return json.dumps(_jsonable(data), sort_keys=True, indent=2, allow_nan=False) + "\n"
+    """Stable JSON: sorted keys, NaN and infinities as null, newline-terminated.
+
+    orjson writes it (an analysis with its plots is most of a megabyte: the standard library's
+    indenting encoder, pure Python, took longer than the scan of a small log); what orjson
+    refuses (a key that is not a string, a lone surrogate, an integer beyond 64 bits) goes
+    through the standard library as before.
+
+    >>> print(to_json({"b": float("nan"), "a": [1, 2.5]}), end="")
+    {
+      "a": [
+        1,
+        2.5
+      ],
+      "b": null
+    }
+    """
+    try:
+        return orjson.dumps(data, option=_ORJSON_OPTIONS, default=_orjson_default).decode() + "\n"
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(_jsonable(data), sort_keys=True, indent=2, allow_nan=False) + "\n"
+
+
+def _orjson_default(obj: Any) -> Any:
+    """What orjson does not serialise itself (a numpy scalar it does not know, a set...): its
+    value as :func:`_jsonable` gives it, or a TypeError (the standard library then decides)."""
+    value = _jsonable(obj)
+    if value is obj:
+        raise TypeError(f"not serialisable: {type(obj).__name__}")
+    return value
 
 
 def summary_dict(analysis: Analysis | dict[str, Any], top: int = 10) -> dict[str, Any]:
@@ -82,19 +114,56 @@ def summary_dict(analysis: Analysis | dict[str, Any], top: int = 10) -> dict[str
     }
 
 
+#: Runs of at most this many steps get metrics.csv from pyarrow (already loaded by the scan)
+#: instead of polars, whose import costs more than writing a small table.
+SMALL_CSV_ROWS = 20_000
+
+
 def write_metrics_csv(analysis: Analysis, path: Path, outputs: Outputs | None = None) -> None:
     """One row per step, part by part of the per-step store (memory bounded by a part); NaN is
     an empty cell (a missing value, not a number). polars writes it: about 4x pyarrow's CSV
-    writer on float columns (a million steps of 30 columns: 1.5 s instead of 6 s)."""
-    import polars as pl
-
+    writer on float columns (a million steps of 30 columns: 1.5 s instead of 6 s); a small run's
+    table is written by :func:`_arrow_csv` in the same text."""
+    small = (analysis.steps.get("rows") or 0) <= SMALL_CSV_ROWS
     with (outputs or Outputs()).open(path, "wb") as fh:
         names: list[str] | None = None
         for part in analysis.metrics_parts():
             if names is None:
                 names = ["step"] + sorted(k for k in part if k != "step")
-            pl.DataFrame({k: part[k] for k in names}).fill_nan(None).write_csv(
-                fh, include_header=fh.tell() == 0)
+            columns = {k: part[k] for k in names}
+            if small:
+                _arrow_csv(columns, fh, header=fh.tell() == 0)
+            else:
+                import polars as pl
+
+                pl.DataFrame(columns).fill_nan(None).write_csv(fh, include_header=fh.tell() == 0)
+
+
+def _arrow_csv(columns: dict[str, np.ndarray], fh: Any, header: bool) -> None:
+    """``columns`` as CSV rows in polars' text (see :func:`write_metrics_csv`): pyarrow writes
+    floats in their shortest form as polars does, but a whole number without its ``.0``, added
+    here; NaN is an empty cell."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pacsv
+
+    if header:
+        fh.write((",".join(_csv_name(k) for k in columns) + "\n").encode())
+    table = pa.table({k: pa.array(v, from_pandas=True) for k, v in columns.items()})  # NaN -> null
+    text = table.cast(pa.schema([pa.field(f.name, pa.string()) if pa.types.is_floating(f.type) else f
+                                 for f in table.schema]))
+    for i, (name, values) in enumerate(columns.items()):
+        if values.dtype.kind == "f" and bool(np.any(np.isfinite(values) & (np.floor(values) == values))):
+            col = text.column(i)  # a column holding whole numbers: "3" -> "3.0"
+            whole = pc.match_substring_regex(col, r"^-?[0-9]+$")
+            text = text.set_column(i, name, pc.if_else(whole, pc.binary_join_element_wise(col, ".0", ""), col))
+    pacsv.write_csv(text, fh, pacsv.WriteOptions(include_header=False, quoting_style="none"))
+
+
+def _csv_name(name: str) -> str:
+    """A header cell as polars writes it: quoted (quotes doubled) when it holds a comma, a quote
+    or a line break."""
+    return '"' + name.replace('"', '""') + '"' if any(c in name for c in ',"\n\r') else name
 
 
 def write_metrics_parquet(analysis: Analysis, path: Path, outputs: Outputs | None = None) -> None:
@@ -366,7 +435,7 @@ def _write_files(analysis: Analysis, out_dir: Path, script: str, tables: tuple[s
     write_findings_csv(analysis, paths["findings"], outputs)
     paths.update(write_training_files(d, out_dir, outputs))
     if rendered:
-        paths.update(write_rendered(json.loads(text), out_dir, script=script, outputs=outputs))
+        paths.update(write_rendered(orjson.loads(text), out_dir, script=script, outputs=outputs))
     return paths
 
 

@@ -21,24 +21,31 @@ the ``plots`` section carries the downsampled series, so the logs are not read a
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+import orjson
 
 from ..analysis.cost import cost_lines
 from ..analysis.timeline import timeline_from_dict
 from .verdict import evidence_rows, verdict
+
+if TYPE_CHECKING:
+    from jinja2 import Environment
 
 __all__ = ["PLOTLY_FILE", "build_figures", "render_html", "write_html"]
 
 TEMPLATES = Path(__file__).parent / "templates"
 #: The shared library file ``script="file"`` writes beside the page.
 PLOTLY_FILE = "plotly.min.js"
+#: Where the inlined library goes in the rendered page: no text from a log can write it (its
+#: ``<`` would be escaped), so its first occurrence is the script element's.
+_PLOTLY_MARK = "<!--forensics:plotly.js-->"
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 SHADE = {"critical": "rgba(214,39,40,0.16)", "warning": "rgba(255,127,14,0.16)",
@@ -371,7 +378,7 @@ def _run_title(path: str) -> str:
 
 def _json_script(obj: Any) -> str:
     """JSON safe inside ``<script type="application/json">``: no ``<``, ``>`` or ``&`` left."""
-    text = json.dumps(obj, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    text = orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY).decode()  # compact; NaN is null
     return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
@@ -399,8 +406,14 @@ def _duration(seconds: float | None) -> str:
     return f"{h} h {m:02d} min" if h else (f"{m} min {sec:02d} s" if m else f"{seconds:.3g} s")
 
 
+@functools.lru_cache(maxsize=1)
 def _environment() -> Environment:
-    env = Environment(loader=FileSystemLoader(str(TEMPLATES)),
+    """The template environment, built once per process (jinja2 is imported here, when a page
+    is first rendered). Compiled templates are cached by jinja2 between processes (see
+    :func:`_bytecode_cache`)."""
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), bytecode_cache=_bytecode_cache(),
                       autoescape=select_autoescape(enabled_extensions=("html", "j2"), default=True,
                                                    default_for_string=True),
                       trim_blocks=True, lstrip_blocks=True)
@@ -413,8 +426,37 @@ def _environment() -> Environment:
     return env
 
 
+def _bytecode_cache() -> Any:
+    """jinja2's compiled-template cache in a private folder of the user's temporary directory
+    (``_jinja2-cache-<uid>``, checked by jinja2 to belong to the user): compiling the report's
+    template costs more than rendering it. None (compile each time) when that folder is unusable."""
+    from jinja2 import FileSystemBytecodeCache
+
+    class _Quiet(FileSystemBytecodeCache):
+        def dump_bytecode(self, bucket: Any) -> None:
+            try:
+                super().dump_bytecode(bucket)
+            except OSError:  # a read-only or full temporary directory: compile next time
+                pass
+
+    try:
+        return _Quiet()
+    except (OSError, RuntimeError):
+        return None
+
+
+@functools.lru_cache(maxsize=1)
 def _plotly_js() -> str:
-    from plotly.offline import get_plotlyjs
+    """plotly.js (about 4.7 MB), read once per process from the plotly package's data (the file
+    ``plotly.offline.get_plotlyjs`` reads), without importing plotly."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("plotly")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        lib = Path(folder) / "package_data" / "plotly.min.js"
+        if lib.is_file():
+            return lib.read_text(encoding="utf-8")
+    from plotly.offline import get_plotlyjs  # another layout: plotly's own reader
 
     return get_plotlyjs()
 
@@ -524,11 +566,15 @@ def render_html(d: dict[str, Any], plotly_js: str | None = None, script: str = "
         "data_json": data_json,
         "script": script,
         "plotly_file": PLOTLY_FILE,
-        "plotly_js": "" if script == "file" else (_plotly_js() if plotly_js is None else plotly_js),
+        "plotly_js": "" if script == "file" else _PLOTLY_MARK,
         "tool": d.get("tool") or {},
         "cost": cost_lines(d.get("cost")),
     }
-    return _environment().get_template("report.html.j2").render(**ctx)
+    page = _environment().get_template("report.html.j2").render(**ctx)
+    if script == "file":
+        return page
+    # the library (4.7 MB) is spliced in once instead of going through the template's output
+    return page.replace(_PLOTLY_MARK, _plotly_js() if plotly_js is None else plotly_js, 1)
 
 
 def write_html(d: dict[str, Any], path: Path, script: str = "inline") -> Path:

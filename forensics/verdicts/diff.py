@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from ..config import DIFF_TOLERANCE
 from ..io.output import is_report_link
@@ -220,6 +219,8 @@ def diff_runs(a: RunData, b: RunData, tolerance: float = 0.05) -> dict[str, Any]
         xa, xb = xa[np.isfinite(xa)].astype(np.float64), xb[np.isfinite(xb)].astype(np.float64)
         if len(xa) < 2 or len(xb) < 2:
             continue
+        from scipy import stats  # here, not at import: `gate` and `report` load this module too
+
         with warnings.catch_warnings():  # "exact calculation unsuccessful": asymptotic is fine
             warnings.simplefilter("ignore", RuntimeWarning)
             ks = stats.ks_2samp(xa, xb)

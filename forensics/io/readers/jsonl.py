@@ -26,6 +26,7 @@ import functools
 import json
 import queue
 import re
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -258,11 +259,11 @@ def _exact_floats(columns: Any) -> bool:  # (name, column) pairs
     """Whether every float column that holds the step keeps values below 2**53 in size: integer
     steps there were not rounded on the way into float64 (pyarrow and polars widen an integer
     column holding one float or one huge integer to float64). Other columns are metrics, read as
-    float64 anyway."""
-    import polars as pl
-
+    float64 anyway. A column is polars' only when polars parsed the chunk: it is not imported
+    for pyarrow's columns (a small log never needs it)."""
+    pl = sys.modules.get("polars")
     for name, col in columns:
-        if isinstance(col, pl.Series):
+        if pl is not None and isinstance(col, pl.Series):
             if col.dtype == pl.Float64 and _is_step_key(name) and col.len() > col.null_count():
                 lo, hi = col.min(), col.max()
                 if (lo is not None and float(lo) <= -_EXACT) or (hi is not None and float(hi) >= _EXACT):  # type: ignore[arg-type]
@@ -359,26 +360,26 @@ class _KnownColumns:
 
     def __init__(self, count: _ByteCounter) -> None:
         self.count = count
-        self.schema: dict[str, Any] = {}
+        self.schema: dict[str, str] = {}  # key -> polars type name
         self.usable = True
         self.version = 0  # bumped on every change: frames of two versions are not concatenated
 
     def learn(self, table: pa.Table) -> None:
-        import polars as pl
-
+        """Add ``table``'s columns to the schema: polars' type names (``Int64``...), turned into
+        its types by :meth:`parse`, so a file read in one chunk never imports polars."""
         if len(self.schema) + table.num_columns > _MAX_SCHEMA:
             self.usable = False  # rows that keep adding keys: a schema parse would cost rows x keys
             return
         for f in table.schema:
             t = f.type
             if pa.types.is_integer(t):
-                dtype: Any = pl.Int64  # exact (steps); a float later widens it to Float64
+                dtype = "Int64"  # exact (steps); a float later widens it to Float64
             elif pa.types.is_floating(t) or pa.types.is_null(t):
-                dtype = pl.Float64
+                dtype = "Float64"
             elif pa.types.is_boolean(t):
-                dtype = pl.Boolean
+                dtype = "Boolean"
             elif pa.types.is_string(t) or pa.types.is_large_string(t):
-                dtype = pl.String
+                dtype = "String"
             else:
                 self.usable = False
                 return
@@ -386,8 +387,8 @@ class _KnownColumns:
             # a new key, or a known one that turned out numeric: a number column never becomes
             # text here (a metric logged once as the string "nan" would be lost for the rest of
             # the file); a chunk where it holds text goes to the other parses, as text there
-            if old is None or (old != dtype and dtype == pl.Float64 and not pa.types.is_null(t)) or (
-                    old == pl.Boolean and dtype == pl.Int64):
+            if old is None or (old != dtype and dtype == "Float64" and not pa.types.is_null(t)) or (
+                    old == "Boolean" and dtype == "Int64"):
                 self.schema[f.name] = dtype
                 self.version += 1
 
@@ -402,11 +403,13 @@ class _KnownColumns:
         """
         if not (self.usable and self.schema):
             return None
+        if "polars" not in sys.modules and len(body) < _MIN_CHUNK // 2:
+            return None  # a small file's rest: importing polars costs more than pyarrow's parse
         import polars as pl
 
         data = bytes(body)  # polars reads bytes, not a view
         try:
-            frame = pl.read_ndjson(data, schema=self.schema)
+            frame = pl.read_ndjson(data, schema={k: getattr(pl, t) for k, t in self.schema.items()})
         except (pl.exceptions.PolarsError, pl.exceptions.PanicException, ValueError, OverflowError):
             return None  # a value of another type, NaN literals, bad lines: pyarrow decides
         if not _exact_floats((c.name, c) for c in frame.get_columns()):
@@ -447,10 +450,10 @@ def _join(pending: list[tuple[Any, np.ndarray]], size: int) -> Iterator[_Chunk]:
     pending = [(item, ln) for item, ln in pending if len(ln)]  # a chunk of blank lines holds no row
     if not pending:
         return
-    import polars as pl
+    pl = sys.modules.get("polars")  # imported by the chunks it parsed, if any
 
     lines = np.concatenate([ln for _, ln in pending]) if len(pending) > 1 else pending[0][1]
-    if isinstance(pending[0][0], pl.DataFrame):
+    if pl is not None and isinstance(pending[0][0], pl.DataFrame):
         yield _Chunk(int(lines[0]), size, raw=_frames_to_raw([f for f, _ in pending], lines))
         return
     try:

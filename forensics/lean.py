@@ -1,0 +1,55 @@
+"""A command-line process that loads only what its input needs.
+
+pyarrow imports pandas on its first array conversion (its pandas shim checks whether a value is
+a pandas object): about 0.27 CPU-seconds, most of the start-up budget of a small scan. The
+command line never hands pyarrow a pandas object, so :func:`pyarrow_without_pandas` lets pyarrow
+run as it does where pandas is not installed (a configuration pyarrow supports: a scan's files
+are byte-identical either way, see tests/test_small_scan.py). An ``import pandas`` written in
+Python code (a library that uses it, ``importlib.import_module``) still imports it; only an
+import from compiled code (pyarrow's shim) is refused.
+
+It is installed by the ``forensics`` entry points (``forensics`` and ``python -m forensics``),
+never by ``import forensics``: a notebook that uses the library keeps pyarrow's pandas
+integration.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import sys
+from opcode import opmap
+from types import FrameType
+from typing import Any
+
+__all__ = ["pyarrow_without_pandas"]
+
+_IMPORT_NAME = opmap["IMPORT_NAME"]
+
+
+def _from_python(frame: FrameType | None) -> bool:
+    """Whether the search in progress was asked for by Python code: an ``import`` statement,
+    ``importlib.import_module`` or ``importlib.util.find_spec`` (polars asks whether pandas is
+    there); ``frame`` is the finder's caller."""
+    while frame is not None and frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+        frame = frame.f_back
+    if frame is None or str(frame.f_globals.get("__name__")).startswith("importlib"):
+        return True
+    code = frame.f_code.co_code
+    return 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] == _IMPORT_NAME
+
+
+class _NoPandasFromCompiledCode(importlib.abc.MetaPathFinder):
+    """Refuses ``pandas`` to an import that compiled code asks for (pyarrow's shim)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "pandas" and not _from_python(sys._getframe(1)):
+            raise ImportError("pandas is not loaded for pyarrow by the forensics command line")
+        return None
+
+
+def pyarrow_without_pandas() -> None:
+    """Keep pyarrow from importing pandas in this process (see the module's text); nothing
+    when pandas is already loaded."""
+    if "pandas" in sys.modules or any(isinstance(f, _NoPandasFromCompiledCode) for f in sys.meta_path):
+        return
+    sys.meta_path.insert(0, _NoPandasFromCompiledCode())

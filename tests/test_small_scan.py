@@ -1,0 +1,108 @@
+"""Small logs fast (issue 25, item 1), pinned by the work done rather than by a clock: what a
+small scan imports, and that the lean paths write the same values as the general ones."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.csv as pacsv
+import pytest
+from click.testing import CliRunner
+
+import forensics.report.files as files
+from forensics.analysis.engine import scan_path
+from forensics.cli import main
+
+from .conftest import healthy_rows, write_jsonl
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Libraries a small JSONL scan has no use for (jinja2 renders report.html, PyYAML writes
+#: recommendations.yaml: a scan loads those two, other commands neither).
+HEAVY = ("pandas", "polars", "plotly", "scipy", "jinja2", "yaml")
+
+#: ``python -m forensics ARGS`` in this process, then the heavy libraries it loaded.
+CHILD = """
+import json, runpy, sys
+sys.argv = ["forensics", *sys.argv[1:]]
+try:
+    runpy.run_module("forensics", run_name="__main__", alter_sys=True)
+except SystemExit as exc:
+    assert exc.code in (0, None), exc.code
+print(json.dumps(sorted(m for m in HEAVY if m in sys.modules)))
+""".replace("HEAVY", repr(HEAVY))
+
+
+def _loaded(*args: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True,
+                         cwd=ROOT, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def small_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_jsonl(tmp_path_factory.mktemp("small") / "steps.jsonl", healthy_rows(1000))
+
+
+def test_a_small_jsonl_scan_loads_only_what_its_reports_need(small_log: Path, tmp_path: Path) -> None:
+    # report.html is rendered by jinja2 (its template); nothing else heavy is loaded, plotly.js
+    # is read as a file
+    assert _loaded("scan", str(small_log), "-o", str(tmp_path / "r"), "-q") == ["jinja2", "yaml"]
+    assert (tmp_path / "r" / "report.html").is_file() and (tmp_path / "r" / "metrics.csv").is_file()
+
+
+def test_a_log_large_enough_for_polars_scans_through_the_command_line(tmp_path: Path) -> None:
+    """polars (chunks of 1 MB and more) asks importlib whether pandas is there: the command
+    line's guard answers as Python would, and still loads no pandas."""
+    log = write_jsonl(tmp_path / "steps.jsonl", healthy_rows(8000))
+    assert log.stat().st_size > 2 << 20
+    assert _loaded("scan", str(log), "-o", str(tmp_path / "r"), "-q") == ["jinja2", "polars", "yaml"]
+
+
+def test_converting_or_gating_a_small_log_loads_none_of_them(small_log: Path, tmp_path: Path) -> None:
+    assert _loaded("convert", str(small_log), "-o", str(tmp_path / "c.parquet"), "-q") == []
+    # no report.html, and scipy (the diff's KS test) is not loaded for a gate
+    assert _loaded("gate", str(small_log), "-o", str(tmp_path / "gate.json"), "--format", "json") == []
+
+
+def test_the_command_line_writes_what_the_library_writes(small_log: Path, tmp_path: Path) -> None:
+    """The command line (pyarrow without pandas, forensics.lean) and the library in this process
+    (pyarrow with pandas loaded) write byte-identical files."""
+    _loaded("scan", str(small_log), "-o", str(tmp_path / "cli"), "-q")
+    import pandas  # noqa: F401  (pyarrow's pandas integration on, whatever ran before)
+
+    assert CliRunner().invoke(main, ["scan", str(small_log), "-o", str(tmp_path / "lib"), "-q"]).exit_code == 0
+    for name in ("analysis.json", "summary.json", "metrics.csv", "findings.csv", "report.md"):
+        assert (tmp_path / "cli" / name).read_bytes() == (tmp_path / "lib" / name).read_bytes(), name
+
+
+def test_a_small_metrics_table_holds_the_values_polars_writes(small_log: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    analysis = scan_path(small_log)
+    out: dict[str, bytes] = {}
+    for name, small_rows in (("arrow", 10**9), ("polars", 0)):
+        monkeypatch.setattr(files, "SMALL_CSV_ROWS", small_rows)
+        buf = io.BytesIO()
+        monkeypatch.setattr(files.Outputs, "open", lambda self, path, mode="w", buf=buf: _Keep(buf))
+        files.write_metrics_csv(analysis, Path("metrics.csv"))
+        out[name] = buf.getvalue()
+    arrow, polars = (pacsv.read_csv(io.BytesIO(out[k])) for k in ("arrow", "polars"))
+    assert arrow.num_rows == polars.num_rows == 1000
+    assert arrow.schema == polars.schema and arrow.equals(polars)
+    assert out["arrow"].splitlines()[0] == out["polars"].splitlines()[0]  # the same header
+
+
+class _Keep:
+    """A context manager around a buffer that stays readable after the ``with``."""
+
+    def __init__(self, buf: io.BytesIO) -> None:
+        self.buf = buf
+
+    def __enter__(self) -> io.BytesIO:
+        return self.buf
+
+    def __exit__(self, *exc: object) -> None:
+        return None
