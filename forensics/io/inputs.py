@@ -244,33 +244,15 @@ def local_path(path: Path, *, consume: bool = False) -> Path:
 _BLANK_RUN = re.compile(rb"(?:[ \t\r]*\n){65,}")
 
 
-def read_raw_head(path: Path) -> bytes:
-    """The file's first bytes as they are (decompressed, without a UTF-8 BOM; blank lines kept, so
-    offsets after the BOM hold): 64 KiB, or more (up to ``MAX_HEAD_BYTES``) until the first line that is not blank is
-    whole. A reader that goes on from an offset in the head (the CSV reader) needs this one."""
-    with open_binary(path) as fh:
-        try:
-            head = fh.read(HEAD_BYTES)
-            while b"\n" not in head.lstrip() and len(head) < MAX_HEAD_BYTES:
-                more = fh.read(HEAD_BYTES)
-                if not more:
-                    break
-                head += more
-        except OSError as exc:
-            raise InputError(f"cannot read: {exc.strerror or exc}", path=str(path)) from None
-    return head[len(BOM):] if head.startswith(BOM) else head
-
-
-def read_head(path: Path) -> bytes:
-    """The first bytes of a file for format detection (decompressed, without a UTF-8 BOM):
-    64 KiB, or more (up to ``MAX_HEAD_BYTES``) until the first line is whole. Leading blank
-    lines are read past (up to ``MAX_LINE_BYTES``), and a run of more than 64 blank lines
-    is squeezed to 64: the head a sniffer sees holds content."""
+def _head(path: Path, squeeze: bool) -> bytes:
+    """64 KiB of ``path`` (decompressed, without a UTF-8 BOM), or more (up to ``MAX_HEAD_BYTES``)
+    until the first line that is not blank is whole; ``squeeze``: leading blank lines read past
+    (up to ``MAX_LINE_BYTES``) and runs of more than 64 blank lines cut to 64."""
     with open_binary(path) as fh:
         try:
             head = fh.read(HEAD_BYTES)
             blank = 0
-            while head and not head.strip() and blank < MAX_LINE_BYTES:  # only blank lines so far
+            while squeeze and head and not head.strip() and blank < MAX_LINE_BYTES:  # only blank lines so far
                 more = fh.read(HEAD_BYTES)
                 if not more:
                     break
@@ -284,7 +266,19 @@ def read_head(path: Path) -> bytes:
         except OSError as exc:
             raise InputError(f"cannot read: {exc.strerror or exc}", path=str(path)) from None
     head = head[len(BOM):] if head.startswith(BOM) else head
-    return _BLANK_RUN.sub(b"\n" * 64, head)
+    return _BLANK_RUN.sub(b"\n" * 64, head) if squeeze else head
+
+
+def read_raw_head(path: Path) -> bytes:
+    """The file's first bytes as they are (blank lines kept, so offsets after the BOM hold): a
+    reader that goes on from an offset in the head (the CSV reader) needs this one."""
+    return _head(path, squeeze=False)
+
+
+def read_head(path: Path) -> bytes:
+    """The first bytes of a file for format detection: the head a sniffer sees holds content
+    (leading blank lines read past, a run of more than 64 blank lines squeezed to 64)."""
+    return _head(path, squeeze=True)
 
 
 def bounded_lines(fh: IO[bytes], limit: int = MAX_LINE_BYTES) -> Iterator[bytes | None]:
