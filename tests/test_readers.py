@@ -492,6 +492,18 @@ def test_rows_that_each_add_a_key_cost_linear_work(tmp_path: Path) -> None:
     assert large / small < 15
 
 
+def test_a_log_adding_a_key_per_row_keeps_a_capped_metrics_table_and_says_so(tmp_path: Path) -> None:
+    """The per-step table (metrics.csv) holds at most MAX_COLUMNS columns, never rows x keys; the
+    rest are counted in a note, and the trackers still read every row."""
+    from forensics.analysis.store import MAX_COLUMNS
+
+    n = MAX_COLUMNS + 200
+    a = scan_path(write_jsonl(tmp_path / "k.jsonl", [{"step": i, "kl": 0.05, f"k{i}": 1.0} for i in range(n)]))
+    assert len(a.metrics.names) <= MAX_COLUMNS + 1 and "kl" in a.metrics.names
+    assert a.metrics.dropped_count >= 200
+    assert any("left out of the per-step table" in note for note in a.inputs[0].notes)
+
+
 def test_one_huge_step_does_not_round_the_others(tmp_path: Path) -> None:
     """pyarrow reads a column holding 2**64 as float64, which would round steps near 2**60 into
     collisions: such a chunk is read line by line, exactly."""

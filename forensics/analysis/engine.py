@@ -294,6 +294,7 @@ class Scan:
         else:  # independent, as their updates are; results in tracker order
             results = list(pool.map(work, self.trackers))
         trim()
+        self._note_dropped_columns()
         findings: list[Finding] = [f for r in results for f in r.findings]
         self._judge_consequences(findings, results)
         self._name_source_keys(findings)
@@ -317,6 +318,17 @@ class Scan:
                             self._coverage(results))
         analysis.diagnosis = diagnose(analysis)
         return analysis
+
+    def _note_dropped_columns(self) -> None:
+        """Say when the per-step table left columns out (a log that adds keys as it goes)."""
+        store = self.store
+        if store.dropped_count and self.reports:
+            first = ", ".join(list(store.dropped)[:5])
+            note = (f"{store.dropped_count} further column(s) left out of the per-step table (metrics.csv) "
+                    f"once it held {store.max_columns} (a log that adds keys as it goes; first: {first}); "
+                    "the trackers read every row")
+            if note not in self.reports[0].notes:
+                self.reports[0].notes.append(note)
 
     def _judge_consequences(self, findings: list[Finding], results: list[TrackerResult]) -> None:
         """Severity from consequence (analysis.consequence), then the changed trackers re-scored."""

@@ -15,7 +15,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.feather as feather
 
-__all__ = ["MetricsStore"]
+__all__ = ["MAX_COLUMNS", "MetricsStore"]
+
+
+#: The most columns the per-step table holds. A log that adds a key on every row would otherwise
+#: make it rows x keys (50,000 such rows: a 2.5 GB metrics.csv); later keys are left out of the
+#: table (the trackers still read every batch) and the analysis says how many.
+MAX_COLUMNS = 1024
 
 
 class MetricsStore:
@@ -25,11 +31,17 @@ class MetricsStore:
     # (the parts are read back memory-mapped) and costs peak memory. A wide log (veRL's 200
     # metrics a row) spills by cells instead: 65,536 rows of 200 columns would hold 52 MB, twice
     # while they are joined for the spill.
-    def __init__(self, spill_rows: int = 65_536, spill_cells: int = 1 << 21) -> None:
+    def __init__(self, spill_rows: int = 65_536, spill_cells: int = 1 << 21,
+                 max_columns: int = MAX_COLUMNS) -> None:
         self.spill_rows = spill_rows
         self.spill_cells = spill_cells
+        self.max_columns = max_columns
         self.n = 0
         self.names: dict[str, None] = {"step": None}
+        #: columns left out once the table held ``max_columns`` (a log that adds keys as it goes):
+        #: how many, and the first of them
+        self.dropped_count = 0
+        self.dropped: dict[str, None] = {}
         self._buffer: list[dict[str, np.ndarray]] = []
         self._buffered = 0
         self._files: list[Path] = []
@@ -38,8 +50,14 @@ class MetricsStore:
     def append(self, steps: np.ndarray, cols: dict[str, np.ndarray]) -> None:
         part = {"step": steps.astype(np.int64, copy=False)}
         for name, values in cols.items():
+            if name not in self.names:
+                if len(self.names) > self.max_columns:
+                    if len(self.dropped) < self.max_columns:  # a bounded sample of the names
+                        self.dropped[name] = None
+                    self.dropped_count += 1
+                    continue
+                self.names[name] = None
             part[name] = values.astype(np.float32)
-            self.names.setdefault(name, None)
         self._buffer.append(part)
         self._buffered += len(steps)
         self.n += len(steps)
