@@ -167,10 +167,66 @@ def fleet_collision(rng: random.Random) -> Case:
 
 #: (maker, weight): the fleet families start worker processes (so they run as a subprocess of their
 #: own, ``stdin=b""``: a harness worker may not start processes) and are drawn less often.
+def _csv_rows(rng: random.Random, n: int, step: Callable[[int], str] = str) -> list[str]:
+    return [f"{step(i)},{rng.uniform(0.001, 0.1):.5f},{rng.gauss(0, 1):.4f}" for i in range(1, n + 1)]
+
+
+def csv_odd(rng: random.Random) -> Case:
+    """A valid CSV in one of the shapes refused or misread before (issue 22 items 4-5): a blank second
+    line, a quoted newline or a Latin-1 name in the header, thousands of columns, names opening
+    with ( [ ", repeated names, steps written as decimals or near 2**62: every row read, as csv."""
+    n = rng.randint(5, 200)
+    shape = rng.choice(["blank-second", "quoted-newline", "latin1", "wide", "odd-names", "repeated",
+                        "decimal-steps", "huge-steps"])
+    header, rows, encoding = "step,kl,reward_mean", _csv_rows(rng, n), "utf-8"
+    if shape == "blank-second":
+        header += "\n"
+    elif shape == "quoted-newline":
+        header = 'step,"kl",' + '"reward\nmean"'
+    elif shape == "latin1":
+        header, encoding = "step,kl,récompense", "latin-1"
+    elif shape == "wide":
+        extra = rng.randint(1000, 4000)
+        header += "".join(f",c{j}" for j in range(extra))
+        rows = [r + ",1" * extra for r in rows]
+    elif shape == "odd-names":
+        header = "step," + rng.choice(['"(kl)"', "[kl]", '"""kl"""']) + ",reward_mean"
+    elif shape == "repeated":
+        header = "step,kl,kl"
+    elif shape == "decimal-steps":
+        rows = _csv_rows(rng, n, lambda i: f"{i}.0")
+    else:
+        rows = _csv_rows(rng, n, lambda i: str(2**62 + i))
+    text = header + "\n" + "\n".join(rows) + "\n"
+    return Case(f"csv-{shape}", {"steps.csv": text.encode(encoding)},
+                ("scan", "{dir}/steps.csv", "-o", "{dir}/out", "-q"), 0, n, expect_format="csv")
+
+
+def csv_damaged(rng: random.Random) -> Case:
+    """A CSV with an unterminated quote, a fractional step or a last line cut inside its last cell:
+    the damage costs its own line (skipped with its reason) or cell, never the rows after it."""
+    n = rng.randint(20, 300)
+    rows = _csv_rows(rng, n)
+    shape = rng.choice(["unterminated-quote", "fractional-step", "cut-last-cell"])
+    text = "step,kl,reward_mean\n"
+    if shape == "unterminated-quote":
+        at = rng.randrange(n - 1)
+        rows[at] = rows[at].replace(",", ',"', 1)
+        text += "\n".join(rows) + "\n"
+    elif shape == "fractional-step":
+        at = rng.randrange(n)
+        rows[at] = f"{at + 1}.5" + rows[at][rows[at].index(","):]
+        text += "\n".join(rows) + "\n"
+    else:
+        text += "\n".join(rows)[:-1]  # no line end, the last cell cut
+    return Case(f"csv-{shape}", {"steps.csv": text.encode()}, ("scan", "{dir}/steps.csv", "-o", "{dir}/out", "-q"),
+                0, n, expect_format="csv")
+
+
 FAMILIES: list[tuple[Callable[[random.Random], Case], float]] = [
     (blank_tail, 1.0), (step_below_int64, 3.0), (bare_nan, 3.0), (wide_row, 1.0), (wandb_deep, 2.0),
     (wandb_corrupt_chunk, 3.0), (output_is_input, 3.0), (no_analysis, 2.0), (device, 1.0),
-    (fleet_unreadable, 0.3), (fleet_collision, 1.0)]
+    (fleet_unreadable, 0.3), (fleet_collision, 1.0), (csv_odd, 3.0), (csv_damaged, 2.0)]
 
 
 def generate(rng: random.Random, n: int) -> Iterator[Case]:
