@@ -378,7 +378,12 @@ def _run_title(path: str) -> str:
 
 def _json_script(obj: Any) -> str:
     """JSON safe inside ``<script type="application/json">``: no ``<``, ``>`` or ``&`` left."""
-    text = orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY).decode()  # compact; NaN is null
+    try:
+        text = orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY).decode()  # compact; NaN is null
+    except (orjson.JSONEncodeError, TypeError):  # an integer beyond 64 bits in a saved analysis...
+        from .files import _jsonable
+
+        text = json.dumps(_jsonable(obj), allow_nan=False, separators=(",", ":"))
     return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 

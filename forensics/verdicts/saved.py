@@ -312,7 +312,10 @@ ADJUSTMENT = Obj(optional={"parameter": STR, "text": STR, "key": Nullable(STR), 
 RECOMMENDATIONS = AllOf(Obj(optional={"priorities": MapOf(ListOf(Either(STR, TABLE))),
                                       "adjustments": ListOf(ADJUSTMENT), "monitoring": ListOf(ANY),
                                       "trainer": Nullable(Obj(optional={"name": STR, "config": STR})),
-                                      "config_patch": TABLE, "command_line": Nullable(STRINGS)}),
+                                      "config_patch": TABLE, "command_line": Nullable(STRINGS),
+                                      "not_in_config": STRINGS, "if_persists": STRINGS,
+                                      "if_persists_patch": TABLE, "if_persists_not_in_config": STRINGS,
+                                      "root_cause": Nullable(STR), "issues": TABLE}),
                         Tables())
 #: how much of the log was checked (the verdict reads it) and where the run context came from
 COVERAGE = Obj(optional={"checked": BOOL, "trackers_judging": STRINGS,
