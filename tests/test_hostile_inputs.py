@@ -316,3 +316,29 @@ def test_fleet_table_never_replaces_an_input_or_a_link(tmp_path: Path) -> None:
     code, text = _fleet(str(root), "-o", str(out))
     assert code == 2 and "refusing to write" in text
     assert log.read_bytes() == before and not (out / "a.jsonl").exists()  # refused before any scan
+
+
+@pytest.mark.parametrize("target", ["tensorboard", "wandb-offline"])
+def test_export_into_a_folder_it_cannot_write_is_a_usage_error(tmp_path: Path, target: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root ignores a folder's mode, so the refusal is simulated where the export proves the folder
+    writable: the export stops with exit 2 and writes nothing anywhere (W&B would fall back to its
+    default folder)."""
+    from click.testing import CliRunner
+
+    from forensics.cli import main
+    from forensics.report import export
+
+    from .conftest import RLDK
+
+    scanned = tmp_path / "r"
+    assert CliRunner().invoke(main, ["scan", str(RLDK), "-o", str(scanned), "-q"]).exit_code == 0
+
+    def refuse(*args: object, **kwargs: object) -> tuple[int, str]:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(export.tempfile, "mkstemp", refuse)
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["export", str(scanned), "--to", target, "-o", str(tmp_path / "ro")])
+    assert res.exit_code == 2 and "cannot write into" in res.output, res.output
+    assert not (tmp_path / "wandb").exists() and not list((tmp_path / "ro").iterdir())
