@@ -121,7 +121,7 @@ def meter(monkeypatch: pytest.MonkeyPatch) -> OpMeter:
     for name in WRITERS:
         if hasattr(files, name):
             monkeypatch.setattr(files, name, m.wrap(name, getattr(files, name)))
-    monkeypatch.setattr(store.MetricsStore.__init__, "__defaults__", (500, 500 * 20))
+    monkeypatch.setattr(store.MetricsStore.__init__, "__defaults__", (500, 500 * 20, store.MAX_COLUMNS))
     # the meter follows one thread (sys.setprofile): tracker updates and finishes run inline
     monkeypatch.setattr(engine, "PARALLEL_ROWS", 2**62)
     return m

@@ -20,6 +20,7 @@ import orjson
 from ..analysis.result import Analysis
 from ..errors import UsageError
 from ..io.output import CURRENT, GENERATION_PREFIX, LOCK_FILE, STORE_DIR, Outputs
+from .jsonsafe import jsonable
 
 __all__ = ["ANALYSIS_FILE", "MANIFEST_FILE", "METRICS_FORMATS", "METRICS_PARQUET_ROWS", "summary_dict", "to_json",
            "write_reports"]
@@ -42,20 +43,6 @@ REPORT_FILES = (ANALYSIS_FILE, SUMMARY_FILE, METRICS_FILE, METRICS_PARQUET_FILE,
 METRICS_PARQUET_ROWS = 100_000
 #: Choices for the per-step table: by size (``auto``), or csv, parquet or both on request.
 METRICS_FORMATS = ("auto", "csv", "parquet", "both")
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return _jsonable(obj.item())
-    if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
-    return obj
 
 
 #: orjson's options for :func:`to_json`: the layout of ``json.dumps(indent=2, sort_keys=True)``.
@@ -82,13 +69,13 @@ def to_json(data: dict[str, Any]) -> str:
     try:
         return orjson.dumps(data, option=_ORJSON_OPTIONS, default=_orjson_default).decode() + "\n"
     except (orjson.JSONEncodeError, TypeError):
-        return json.dumps(_jsonable(data), sort_keys=True, indent=2, allow_nan=False) + "\n"
+        return json.dumps(jsonable(data), sort_keys=True, indent=2, allow_nan=False) + "\n"
 
 
 def _orjson_default(obj: Any) -> Any:
     """What orjson does not serialise itself (a numpy scalar it does not know, a set...): its
-    value as :func:`_jsonable` gives it, or a TypeError (the standard library then decides)."""
-    value = _jsonable(obj)
+    value as :func:`jsonable` gives it, or a TypeError (the standard library then decides)."""
+    value = jsonable(obj)
     if value is obj:
         raise TypeError(f"not serialisable: {type(obj).__name__}")
     return value
@@ -208,7 +195,7 @@ def write_findings_csv(analysis: Analysis, path: Path, outputs: Outputs | None =
         w.writerow(cols)
         for f in analysis.findings:
             d = f.to_dict()
-            d["evidence"] = json.dumps(_jsonable(d["evidence"]), sort_keys=True)
+            d["evidence"] = json.dumps(jsonable(d["evidence"]), sort_keys=True)
             # every episode's range (one row per finding, never per step or per episode)
             d["episodes"] = ";".join(f"{a}-{b}" for a, b, _ in f.episode_ranges())
             w.writerow([d[c] for c in cols])
@@ -468,7 +455,7 @@ def write_training_files(d: dict[str, Any], out_dir: Path, outputs: Outputs | No
             for row in d["windows"]:
                 w.writerow([_cell(row.get(c)) for c in WINDOW_COLUMNS])
     if d.get("recommendations"):
-        rec = _jsonable(d["recommendations"])
+        rec = jsonable(d["recommendations"])
         out["recommendations"] = outputs.write_text(out_dir / RECOMMENDATIONS_JSON, to_json(rec))
         out["recommendations_yaml"] = outputs.write_text(
             out_dir / RECOMMENDATIONS_YAML,

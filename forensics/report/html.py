@@ -33,6 +33,7 @@ import orjson
 
 from ..analysis.cost import cost_lines
 from ..analysis.timeline import timeline_from_dict
+from .jsonsafe import jsonable
 from .verdict import evidence_rows, verdict
 
 if TYPE_CHECKING:
@@ -381,9 +382,7 @@ def _json_script(obj: Any) -> str:
     try:
         text = orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY).decode()  # compact; NaN is null
     except (orjson.JSONEncodeError, TypeError):  # an integer beyond 64 bits in a saved analysis...
-        from .files import _jsonable
-
-        text = json.dumps(_jsonable(obj), allow_nan=False, separators=(",", ":"))
+        text = json.dumps(jsonable(obj), allow_nan=False, separators=(",", ":"))
     return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
