@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -111,7 +112,7 @@ def test_trl_console_steps_are_the_global_steps(name: str, every: int, last: int
     a = scan_path(real(name))
     steps = sorted(column(a, "loss"))
     assert steps[0] == every and steps[-1] == last
-    assert all(b - a_ == every for a_, b in zip(steps, steps[1:], strict=False))
+    assert all(b - a_ == every for a_, b in pairwise(steps))
 
 
 def test_a_console_that_does_not_prove_its_steps_keeps_row_numbers() -> None:
@@ -308,7 +309,7 @@ def test_real_verl_logs_keep_their_context() -> None:
         path = CALIBRATION / name if (CALIBRATION / name).exists() else SHARED / name
         if not path.exists():
             pytest.skip(f"{name} not found")
-        algorithm, family, evidence = context_of(path)
+        _, family, evidence = context_of(path)
         assert family == "group" and "adv_estimator" in evidence
 
 

@@ -16,8 +16,8 @@ counts the overflow lines of the block (fp16 steps skipped while it trained).
 The file is recognised by a step header in its head, or, when the header comes later (the 2023
 layout prints model loading and the DeepSpeed config first), by the ``deepspeed.launcher``
 banner of a step-3 command (``--actor_model_name_or_path``), whose options (``--actor_learning_rate``,
-``--max_answer_seq_len``...) are kept as the run's config. The ``step`` of DeepSpeed-Chat restarts every epoch: the stream's step is a
-global counter (the original is kept as ``ds_step``).
+``--max_answer_seq_len``...) are kept as the run's config. The ``step`` of DeepSpeed-Chat
+restarts every epoch: the stream's step is a global counter (the original is kept as ``ds_step``).
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@
 ``current_steps`` is the step. ``elapsed_time``/``remaining_time`` (``str(timedelta)``) become
 seconds. ``accuracy`` is LLaMA-Factory's copy of the trainer's ``rewards/accuracies`` (only the
 preference stages, DPO/ORPO/SimPO, log it): it is read under that name, so the run reads as
-preference optimisation; ``reward`` comes from the PPO stage only. Rows that carry only ``eval_loss``/``predict_loss`` are evaluation rows: they join the
-training row of the same step as their own columns, or stay out of the step stream with a note.
+preference optimisation; ``reward`` comes from the PPO stage only. Rows that carry only
+``eval_loss``/``predict_loss`` are evaluation rows: they join the training row of the same step
+as their own columns, or stay out of the step stream with a note.
 """
 
 from __future__ import annotations
