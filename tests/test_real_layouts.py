@@ -8,9 +8,9 @@ are small fixtures written from what those trainers print.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -112,7 +112,7 @@ def test_trl_console_steps_are_the_global_steps(name: str, every: int, last: int
     a = scan_path(real(name))
     steps = sorted(column(a, "loss"))
     assert steps[0] == every and steps[-1] == last
-    assert all(b - a_ == every for a_, b in itertools.pairwise(steps))
+    assert all(b - a_ == every for a_, b in pairwise(steps))
 
 
 def test_a_console_that_does_not_prove_its_steps_keeps_row_numbers() -> None:
@@ -372,3 +372,17 @@ def test_llamafactory_preference_run_is_dpo(tmp_path: Path, extra: dict) -> None
 def test_llamafactory_fixture_is_a_preference_run() -> None:
     a = scan_path(FIXTURES / "formats" / "llamafactory_trainer_log.jsonl")
     assert a.meta.family == "preference" and "accuracy read as rewards/accuracies" in notes(a)
+
+
+def test_openrlhf_launch_command_names_rloo(tmp_path: Path) -> None:
+    path = tmp_path / "openrlhf.log"
+    rows = "".join(f"✨ Global step {s}: {{'policy_loss': 0.01, 'kl': 0.00{s}, 'reward': 0.{s}, "
+                   f"'response_length': 310.0, 'actor_lr': 5e-07}}\n" for s in range(1, 9))
+    path.write_text("+ python3 -m openrlhf.cli.train_ppo_ray \\\n"
+                    "   --advantage_estimator rloo \\\n"
+                    "   --n_samples_per_prompt 8 --actor_learning_rate 5e-7 \\\n"
+                    "   --generate_max_len 1024 --init_kl_coef 1e-3\n" + rows)
+    a = scan_path(path)
+    assert (a.meta.algorithm, a.meta.family) == ("rloo", "group")
+    assert (a.meta.group_size, a.meta.learning_rate, a.meta.max_length) == (8, 5e-7, 1024)
+    assert "advantage_estimator=rloo" in a.to_dict()["run_context"]["algorithm"]["from"]

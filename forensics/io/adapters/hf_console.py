@@ -65,8 +65,7 @@ def step_interval(s: StepSurvey) -> tuple[int, str] | None:
     5
     >>> step_interval(StepSurvey([(0, 102), (1, 102)], [0.01, 0.02])) is None
     True
-    >>> step_interval(StepSurvey([(620, 1875)] + [None] * 92, [round(20 * i / 1875, 2) for i in range(1, 94)],
-    ...                          1.0))[0]
+    >>> step_interval(StepSurvey([(620, 1875)] + [None] * 92, [round(i / 93.75, 2) for i in range(1, 94)], 1.0))[0]
     20
     """
     rows = len(s.frames)
