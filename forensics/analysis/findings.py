@@ -158,17 +158,22 @@ def group_recurrences(findings: list[Finding], sizes: dict[int, int],
                       magnitudes: dict[int, float]) -> tuple[list[Finding], dict[int, int]]:
     """One finding per rule (and series): repeated episodes become one finding that lists them.
 
-    The merged finding spans every episode, takes the highest severity, and its message and
-    evidence are those of the largest episode (highest severity, then largest ``magnitude``);
-    ``episodes`` keeps each episode's range, onset, severity and message. ``sizes`` (rows per
-    finding, keyed by ``id``) are summed for the merged finding.
+    Episodes whose ranges overlap (a rule fed by two conditions: a share and a level, the step
+    and the sample stream) are first made one, which spans both and speaks for the more severe
+    (then larger) one, so no finding lists nested episodes. The merged finding spans every
+    episode, takes the highest severity, and its message and evidence are those of the largest
+    episode (highest severity, then largest ``magnitude``); ``episodes`` keeps each episode's
+    range, onset, severity and message. ``sizes`` (rows per finding, keyed by ``id``) are summed
+    for the merged finding.
     """
     groups: dict[tuple[str, Any], list[Finding]] = {}
     for f in findings:
         groups.setdefault((f.rule, f.evidence.get("series")), []).append(f)
+    sizes = dict(sizes)
     out: list[Finding] = []
     out_sizes: dict[int, int] = {}
     for group in groups.values():
+        group = _merge_overlaps(group, sizes, magnitudes)
         if len(group) == 1:
             out.append(group[0])
             out_sizes[id(group[0])] = sizes.get(id(group[0]), 1)
@@ -186,3 +191,22 @@ def group_recurrences(findings: list[Finding], sizes: dict[int, int],
         out.append(merged)
         out_sizes[id(merged)] = sum(sizes.get(id(f), 1) for f in group)
     return out, out_sizes
+
+
+def _merge_overlaps(group: list[Finding], sizes: dict[int, int],
+                    magnitudes: dict[int, float]) -> list[Finding]:
+    """The findings of one rule and series with overlapping ranges made one (see
+    :func:`group_recurrences`); ``sizes`` of a merged finding: the larger of the two."""
+    out: list[Finding] = []
+    for f in sorted(group, key=lambda f: f.first_step):
+        prev = out[-1] if out else None
+        if prev is None or f.first_step > prev.last_step:
+            out.append(f)
+            continue
+        rank = {id(g): (g.severity.rank, magnitudes.get(id(g), 0.0)) for g in (f, prev)}
+        head, other = (f, prev) if rank[id(f)] > rank[id(prev)] else (prev, f)
+        head.first_step, head.last_step = min(f.first_step, prev.first_step), max(f.last_step, prev.last_step)
+        head.onset_step = min(f.onset_step, prev.onset_step)
+        sizes[id(head)] = max(sizes.get(id(head), 1), sizes.get(id(other), 1))
+        out[-1] = head
+    return out

@@ -177,34 +177,12 @@ class Tracker:
             self._magnitude[id(f)] = abs(ep.peak)
         return f
 
-    def _merge_overlaps(self) -> list[Finding]:
-        """Findings of one rule (and series) whose ranges overlap become one: a rule fed by two
-        conditions (a share and a level, the step and the sample stream) must not report nested
-        episodes. The merged one spans both and speaks for the more severe (then larger) one."""
-        out: list[Finding] = []
-
-        def rank(g: Finding) -> tuple[int, float]:
-            return g.severity.rank, self._magnitude.get(id(g), 0.0)
-
-        for f in sorted(self._findings, key=lambda f: (f.rule, str(f.evidence.get("series")), f.first_step)):
-            prev = out[-1] if out else None
-            if (prev is None or prev.rule != f.rule or prev.evidence.get("series") != f.evidence.get("series")
-                    or f.first_step > prev.last_step):
-                out.append(f)
-                continue
-            head, other = (f, prev) if rank(f) > rank(prev) else (prev, f)
-            head.first_step, head.last_step = min(f.first_step, prev.first_step), max(f.last_step, prev.last_step)
-            head.onset_step = min(f.onset_step, prev.onset_step)
-            self._coverage[id(head)] = max(self._coverage.get(id(head), 1), self._coverage.get(id(other), 1))
-            out[-1] = head
-        return out
-
     def result(self, summary: dict[str, Any], notes: list[str] | None = None,
                series: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
                sections: dict[str, Any] | None = None) -> TrackerResult:
-        """Package the findings (overlaps merged, recurrences of a rule grouped) with the
+        """Package the findings (recurrences of a rule grouped, overlaps merged) with the
         documented score."""
-        findings, coverage = group_recurrences(self._merge_overlaps(), self._coverage, self._magnitude)
+        findings, coverage = group_recurrences(self._findings, self._coverage, self._magnitude)
         findings.sort(key=Finding.sort_key)
         score = tracker_score(findings, self.rows, coverage) if self.active and self.scored else None
         return TrackerResult(self.name, self.area, self.active, findings, score, summary,
