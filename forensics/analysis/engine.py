@@ -324,11 +324,11 @@ class Scan:
         store = self.store
         if store.dropped_count and self.reports:
             first = ", ".join(list(store.dropped)[:5])
-            note = (f"{store.dropped_count} further column(s) left out of the per-step table (metrics.csv) "
-                    f"once it held {store.max_columns} (a log that adds keys as it goes; first: {first}); "
-                    "the trackers read every row")
-            if note not in self.reports[0].notes:
-                self.reports[0].notes.append(note)
+            what = "left out of the per-step table (metrics.csv)"
+            notes = self.reports[0].notes  # a peek said it before, with the count of its time
+            notes[:] = [n for n in notes if what not in n]
+            notes.append(f"{store.dropped_count} further column(s) {what} once it held {store.max_columns} "
+                         f"(a log that adds keys as it goes; first: {first}); the trackers read every row")
 
     def _judge_consequences(self, findings: list[Finding], results: list[TrackerResult]) -> None:
         """Severity from consequence (analysis.consequence), then the changed trackers re-scored."""

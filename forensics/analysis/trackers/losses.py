@@ -46,11 +46,14 @@ from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
 from ..stats import BlockScale, Context, History, TrailingRunMedian, shift, window_median
-from .advantages import GROUP_RELATIVE
 from .base import Tracker, TrackerResult
 from .rewards import DIFF_TO_SIGMA
 
 __all__ = ["LOSS_SERIES", "Losses", "lag1_autocorr"]
+
+#: A ratio (or robust z) past this is against a near-zero scale and says nothing: the message
+#: gives the level "from ~0" instead.
+NEAR_ZERO_RATIO = 1000
 
 #: The loss series the tracker follows, in report order.
 LOSS_SERIES = ("loss", "policy_loss", "value_loss", "entropy_loss")
@@ -361,10 +364,7 @@ class Losses(Tracker):
         """
         if name in ("value_loss", "entropy_loss"):
             return True
-        if name == "policy_loss":
-            return False
-        group = self.meta.family == "group" or (self.meta.algorithm or "") in GROUP_RELATIVE
-        return self.meta.family == "preference" and not group
+        return name == "loss" and self.meta.family == "preference"
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
         for name in LOSS_SERIES:
@@ -421,7 +421,7 @@ class Losses(Tracker):
             msg = f"{name} was NaN or Inf on {ep.n_rows} rows, {span}"
         elif rule == "loss.spike":
             value, med = ep.extras.get("value", float("nan")), ep.extras.get("median", float("nan"))
-            against = (f"robust z {ep.peak:.1f} vs the trailing median {med:.4g}" if abs(ep.peak) < 1000
+            against = (f"robust z {ep.peak:.1f} vs the trailing median {med:.4g}" if abs(ep.peak) < NEAR_ZERO_RATIO
                        else f"from a trailing median of ~0 ({med:.3g})")
             msg = append_span(f"{name} spiked to {value:.4g} at step {ep.peak_step} ({against})",
                               ep.first_step, ep.last_step)
@@ -437,7 +437,7 @@ class Losses(Tracker):
             rel, sig = ep.peak, ep.extras.get("sigmas", float("nan"))
             level, lowest = ep.extras.get("level", float("nan")), ep.extras.get("lowest", float("nan"))
             what = f"{name} / reward_scale^2" if name == "value_loss" and self.scaled else name
-            if rel == rel and rel > 1000:  # a ratio to a near-zero scale says nothing
+            if rel == rel and rel > NEAR_ZERO_RATIO:
                 msg = f"{what} rose from ~0 ({lowest:.3g}) to {level:.4g} ({sig:.1f} noise sigmas), {span}"
             else:
                 msg = (f"{what} rose to {level:.4g} ({rel:.1f}x the run's scale and {sig:.1f} noise sigmas "

@@ -343,7 +343,8 @@ class Rewards(Tracker):
         self.reward.extend(r)
         if len(self.reward) <= self.reward.memory:
             for name, parts in self.movers.items():
-                parts.append(batch.col(name).astype(np.float64))
+                if batch.has(name):
+                    parts.append(batch.col(name).astype(np.float64))
         if self.step_span[0] is None:
             self.step_span[0] = int(steps[0])
         self.step_span[1] = int(steps[-1])
