@@ -149,3 +149,17 @@ def test_real_severity_follows_consequence(real_runs: list[LabelledRun], log: st
     run = next(r for r in real_runs if r.name == log)
     found = [f for f in run.findings if f["rule"] == rule]
     assert found and found[0]["severity"] == severity, [(f["rule"], f["severity"]) for f in run.findings]
+
+
+def test_the_default_gate_fails_a_broken_real_run_and_passes_a_healthy_one(real_runs: list[LabelledRun]) -> None:
+    """No policy file: a run whose responses are all cut at the cap, for the whole run, fails the
+    gate (exit 1); a healthy real run passes it (exit 0)."""
+    from click.testing import CliRunner
+
+    from forensics.cli import main
+    from forensics.verdicts.evaluation import labelled_logs_root
+
+    logs = labelled_logs_root(REAL_CORPUS)
+    broken = CliRunner().invoke(main, ["gate", str(logs / "trl_grpo_qwen0.5b_patch2prod_alltruncated-saturated.txt")])
+    healthy = CliRunner().invoke(main, ["gate", str(logs / "trl_grpo_qwen3b-lora_hotpotqa-v3_healthy.log")])
+    assert (broken.exit_code, healthy.exit_code) == (1, 0), (broken.output, healthy.output)
