@@ -15,6 +15,10 @@ Usage::
 
     python scripts/make_fixtures.py                 # everything, 2 runs in parallel
     python scripts/make_fixtures.py --only ppo_lr_high --jobs 1
+    python scripts/make_fixtures.py --device cuda --out /tmp/cuda-runs --jobs 8   # the corpus on a GPU
+
+A corpus trained on CUDA is not bit-identical to the CPU one (other kernels), but the same labels
+must hold for it: ``python -m forensics.verdicts.evaluation cuda=/tmp/cuda-runs`` scores it.
 """
 
 from __future__ import annotations
@@ -63,14 +67,15 @@ def fixtures() -> list[dict[str, Any]]:
     return out
 
 
-def generate(manifest: dict[str, Any]) -> tuple[str, float]:
+def generate(manifest: dict[str, Any], out: Path = OUT, device: str = "cpu") -> tuple[str, float]:
     """Run the trainer for one fixture in a fresh single-threaded process."""
-    folder = OUT / manifest["name"]
+    folder = out / manifest["name"]
     if folder.exists():
         shutil.rmtree(folder)
     cmd = [sys.executable, "-m", "forensics.trainer.reference", "--algo", manifest["algorithm"],
            "--seed", str(manifest["seed"]), "--steps", str(STEPS), "--threads", "1",
-           "--samples-per-step", str(SAMPLES_PER_STEP[manifest["algorithm"]]), "--out", str(folder)]
+           "--samples-per-step", str(SAMPLES_PER_STEP[manifest["algorithm"]]), "--out", str(folder),
+           "--device", device]
     if manifest["fault"]:
         cmd += ["--fault", manifest["fault"], "--onset", str(manifest["onset_step"])]
     t0 = time.perf_counter()
@@ -89,19 +94,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel (2 CPU cores)")
     parser.add_argument("--only", nargs="*", help="fixture names to regenerate")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, ... (the trainer's --device)")
+    parser.add_argument("--out", type=Path, default=OUT, help="folder of the runs (default: %(default)s)")
     args = parser.parse_args()
     todo = [m for m in fixtures() if not args.only or m["name"] in args.only]
     if args.only and len(todo) != len(args.only):
         known = ", ".join(m["name"] for m in fixtures())
         parser.error(f"unknown fixture name; known: {known}")
-    OUT.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        for name, seconds in pool.map(generate, todo):
-            print(f"{name:<28} {seconds:6.1f} s  {_size(OUT / name) / 1024:8.1f} KiB",
+        for name, seconds in pool.map(lambda m: generate(m, args.out, args.device), todo):
+            print(f"{name:<28} {seconds:6.1f} s  {_size(args.out / name) / 1024:8.1f} KiB",
                   flush=True)
-    total = _size(OUT)
-    print(f"{len(todo)} runs in {time.perf_counter() - t0:.1f} s; fixtures/runs total "
+    total = _size(args.out)
+    print(f"{len(todo)} runs on {args.device} in {time.perf_counter() - t0:.1f} s; {args.out} total "
           f"{total / 1024 / 1024:.2f} MiB (budget {SIZE_BUDGET / 1024 / 1024:.0f} MiB)")
     return 0 if total <= SIZE_BUDGET else 1
 
