@@ -4,9 +4,9 @@ nothing overflows the page sideways, that the first screen holds the verdict (an
 the first domino's values and what to do), that the plots drew, and that a finding's "show on the
 plot" link zooms its plot.
 
-CI installs Chromium with apt (.ci/run); the test is skipped, saying why, only where no Chromium
-or no Playwright can be found. ``python -m tests.test_browser docs`` writes the screenshots of the
-demo report's first screen committed under docs/.
+`make test` (and so CI) installs Chromium with apt where it may; the test is skipped, saying why,
+only where no Chromium or no Playwright can be found. ``python -m tests.test_browser docs`` writes
+the screenshots of the demo report's first screen committed under docs/.
 """
 
 from __future__ import annotations
