@@ -314,8 +314,8 @@ def _emit(text: str, output: Path | None, quiet: bool, what: str = "", outputs: 
               "metrics.parquet above (auto), or csv, parquet or both.")
 @_verbosity
 @click.option("--plotly-js", "plotly_js", type=click.Choice(["inline", "file"]), default="inline",
-              show_default=True, help="inline: report.html is one self-contained file (~5 MB); "
-              "file: plotly.min.js is written once per folder and report.html refers to it.")
+              show_default=True, help="inline: report.html is one self-contained file (~1.3 MB); "
+              "file: plotly-basic.min.js is written once per folder and report.html refers to it.")
 def scan(path: Path, out_dir: Path, top: int, metrics_fmt: str, quiet: bool, verbose: bool, plotly_js: str,
          old_fmt: str | None, **opts: Any) -> None:
     """Scan a training log and write reports (analysis.json, CSVs, report.html, ...).
@@ -496,8 +496,8 @@ def _not_an_analysis_error(path: Path) -> type[ForensicsError]:
 @click.option("--format", "out_fmt", type=_OutputChoice(["html", "md", "both"]), default="both",
               show_default=True, help="What is written.")
 @click.option("--plotly-js", "plotly_js", type=click.Choice(["inline", "file"]), default="inline",
-              show_default=True, help="inline: report.html is one self-contained file (~5 MB); "
-              "file: plotly.min.js is written once per folder and report.html refers to it.")
+              show_default=True, help="inline: report.html is one self-contained file (~1.3 MB); "
+              "file: plotly-basic.min.js is written once per folder and report.html refers to it.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 def report(analysis_path: Path, out_dir: Path | None, out_fmt: str, plotly_js: str, quiet: bool) -> None:
     """Render report.html and report.md from a saved analysis (the logs are not re-read).
