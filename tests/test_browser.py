@@ -1,8 +1,8 @@
 """The HTML report in a real browser: headless Chromium (Debian's package, driven by Playwright)
 renders the demo report and two real-log reports at 1400 x 900 and 800 x 900 and checks that
 nothing overflows the page sideways, that the first screen holds the verdict (and, for the demo,
-the first domino's values and what to do), that the plots drew, and that a finding's "show on the
-plot" link zooms its plot.
+the first domino's values and what to do), that the plots drew, that a finding's "show on the
+plot" link zooms its plot, and that no rule id or parameter name is broken over two lines.
 
 CI installs Chromium with apt (.ci/run); the test is skipped, saying why, only where no Chromium
 or no Playwright can be found. ``python -m tests.test_browser docs`` writes the screenshots of the
@@ -72,6 +72,11 @@ def _report(tmp: Path, path: Path, name: str) -> Path:
 
 REAL_LOGS = [REAL / "verl_v04_console_qwen2_7b_math_megatron.log", REAL / "rldk_grpo_synthetic_seed2.jsonl"]
 
+
+def _source(name: str) -> Path:
+    """The log a named report is made from: the demo run or one of the two real logs."""
+    return {"demo": FIXTURES / "runs" / "ppo_lr_high", "verl": REAL_LOGS[0], "rldk": REAL_LOGS[1]}[name]
+
 _LAYOUT = """() => {
   const w = window.innerWidth;
   const wide = Array.from(document.querySelectorAll('section, header, nav, table, pre, .fig'))
@@ -89,8 +94,7 @@ _LAYOUT = """() => {
 
 @pytest.mark.parametrize("name", ["demo", "verl", "rldk"])
 def test_report_fits_the_page_and_opens_with_the_verdict(browser: Any, tmp_path: Path, name: str) -> None:
-    src = {"demo": FIXTURES / "runs" / "ppo_lr_high", "verl": REAL_LOGS[0], "rldk": REAL_LOGS[1]}[name]
-    page_path = _report(tmp_path, src, name)
+    page_path = _report(tmp_path, _source(name), name)
     page = browser.new_page()
     for width, height in SIZES:
         try:
@@ -120,6 +124,52 @@ def test_report_fits_the_page_and_opens_with_the_verdict(browser: Any, tmp_path:
         finally:
             if width == SIZES[-1][0]:
                 page.close()
+
+
+#: Every rule id, parameter name, config key and metric name (``.rule``) after opening every
+#: ``<details>``: the text of each whose line boxes lie on more than one line, and the page's width.
+_NAMES = """() => {
+  document.querySelectorAll('details').forEach(d => { d.open = true; });
+  const broken = [], names = [];
+  document.querySelectorAll('.rule').forEach(e => {
+    const range = document.createRange();
+    range.selectNodeContents(e);
+    const tops = Array.from(range.getClientRects()).filter(b => b.width > 0).map(b => b.top);
+    if (!tops.length) { return; }
+    names.push(e.textContent.trim());
+    const line = parseFloat(getComputedStyle(e).lineHeight) || 16;
+    if (Math.max(...tops) - Math.min(...tops) > line / 2) { broken.push(e.textContent.trim()); }
+  });
+  return {names: names, broken: broken, scroll: document.documentElement.scrollWidth,
+          width: window.innerWidth};
+}"""
+
+
+@pytest.mark.parametrize("name", ["demo", "verl", "rldk"])
+def test_rule_ids_and_parameter_names_never_break(browser: Any, tmp_path: Path, name: str) -> None:
+    """At 800 and 1400 px, with every <details> open, each element holding a rule id or a
+    parameter name (findings, first domino, chain, links, windows, changes, monitoring, notes)
+    renders on one line, and the page does not scroll sideways."""
+    from forensics.analysis.engine import scan_path
+    from forensics.report.files import write_reports
+
+    analysis = scan_path(_source(name))
+    page_path = write_reports(analysis, tmp_path / name)["html"]
+    d = analysis.to_dict()
+    wanted = {f["rule"] for f in d["findings"]}
+    rec = d.get("recommendations") or {}
+    wanted |= {a["parameter"] for a in rec.get("adjustments") or []}
+    page = browser.new_page()
+    try:
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            page.goto(page_path.as_uri())
+            got = page.evaluate(_NAMES)
+            assert wanted <= set(got["names"]), (name, wanted - set(got["names"]))
+            assert got["broken"] == [], (name, width, got["broken"])
+            assert got["scroll"] <= got["width"], (name, width, got["scroll"])
+    finally:
+        page.close()
 
 
 def _zoom_link_works(page: Any) -> None:
