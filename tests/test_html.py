@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from html.parser import HTMLParser
@@ -279,6 +280,34 @@ def test_first_screen_says_what_broke_and_what_to_do(demo: dict) -> None:
     # evidence is a small table everywhere, never raw JSON
     blocks = re.findall(r"<summary>why and evidence</summary>(.*?)</details>", page, re.S)
     assert blocks and all("<pre>" not in b and '<table class="ev">' in b for b in blocks)
+
+
+def _leaves(patch: dict, prefix: str = "") -> dict[str, object]:
+    """A config patch as ``{dotted key: value}``."""
+    out: dict[str, object] = {}
+    for k, v in patch.items():
+        out.update(_leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
+    return out
+
+
+@pytest.mark.parametrize("run, now, later", [
+    ("grpo_max_length_small", {"max_grad_norm": 1.6}, {"kl_coef_init", "config.lr", "max_length"}),
+    ("ppo_kl_off", {"kl_coef_init": 0.164631}, {"config.lr"}),
+    ("ppo_lr_high", {"config.lr": 0.001}, set())])
+def test_first_screen_patch_holds_only_the_do_now_changes(run: str, now: dict, later: set) -> None:
+    """The full patch also holds the changes for later ("next, if it persists"); the first screen's
+    patch holds those the do-now list names, and every one of them."""
+    d = json.loads(to_json(scan_path(FIXTURES / "runs" / run).to_dict()))
+    page = render_html(d, plotly_js=STUB_JS)
+    head = page[:page.index('id="findings"')]
+    todo = [html.unescape(li) for li in re.findall(r"<li>(.*?)</li>", head[head.index('class="todo"'):])]
+    shown = json.loads(html.unescape(re.search(r'<pre id="do-now-patch">(.*?)</pre>', head, re.S).group(1)))
+    assert _leaves(shown) == now
+    rec = d["recommendations"]
+    assert set(_leaves(rec["config_patch"])) - set(now) == later  # the full patch: also what waits
+    for a in rec["adjustments"]:
+        named = any(line.startswith(a["text"]) for line in todo)
+        assert (a["key"] in now) == (named and a["key"] is not None), (a["parameter"], a["priority"])
 
 
 def test_plots_log_axes_own_reward_axis_true_captions(demo: dict) -> None:
