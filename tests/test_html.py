@@ -17,7 +17,7 @@ from forensics.analysis.engine import scan_path
 from forensics.analysis.series import MAX_POINTS, envelope, plots_from_frame
 from forensics.cli import main
 from forensics.report.files import to_json
-from forensics.report.html import PAGE_POINTS, build_figures, render_html
+from forensics.report.html import build_figures, render_html
 from forensics.report.markdown import render_markdown
 
 from .conftest import FIXTURES, RLDK, healthy_rows, write_jsonl
@@ -193,7 +193,7 @@ def test_100k_steps_weigh_at_most_1_5_mb_inline(analysis: dict, tmp_path: Path) 
     data = json.loads(_data_block(page))
     grad = next(f for f in data["figures"] if f["id"] == "fig-grad")
     policy = grad["data"][0]
-    assert max(policy["y"]) == 1e4 and len(policy["y"]) <= PAGE_POINTS  # the spike survives thinning
+    assert max(policy["y"]) == 1e4 and len(policy["y"]) <= MAX_POINTS  # the spike survives thinning
     steps = np.cumsum(policy["xd"])  # steps are stored as differences, added up by the page
     assert steps[int(np.argmax(policy["y"]))] == 61_234 and np.all(np.diff(steps) > 0)
 

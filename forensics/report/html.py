@@ -15,16 +15,17 @@ steps. Measured on plotly.js 4.1.1 (the figures below are this file's inlined we
   bars, unified hover and zoom are in its core): 1.19 MB. **Chosen**: it draws everything this
   page draws (lines, markers coloured by step, the timeline's bars) with the interactions users
   rely on, and needs no change to the figures but one: WebGL traces (``scattergl``) are not in it,
-  and none are needed, since no trace here has more than ``PAGE_POINTS`` points;
+  and none are needed, since no trace here has more than ``MAX_POINTS`` (1,000) points;
 - server-side SVG (no JavaScript): smallest, but hover values and zoom would have to be written
   again by hand in a script of our own.
 
 It is vendored (``vendor/plotly-basic.min.js``, from the npm package ``plotly.js-basic-dist-min``;
 ``vendor/SOURCE.md`` says how to update it), so the plotly Python package is not needed. The plot
-data is kept small too: each line is a min/max envelope of at most ``PAGE_POINTS`` points (spikes
-kept), values to ``DIGITS`` significant digits, steps stored as differences. A page with every
-plot then weighs 0.13 MB plus the library for the 240-step demo, and 0.28 MB plus the library for
-a 100,000-step run of 18 metrics: 1.32 and 1.46 MB inline.
+data is kept small too: each line is the analysis's min/max envelope of at most
+``forensics.analysis.series.MAX_POINTS`` points (spikes kept), values to ``DIGITS`` significant
+digits, steps stored as differences. A page with every
+plot then weighs 0.13 MB plus the library for the 240-step demo, and 0.27 MB plus the library for
+a 100,000-step run of 18 metrics: 1.32 and 1.45 MB inline.
 
 The library is inlined once (``script="inline"``, the default: one self-contained file), or
 written once per folder as ``plotly-basic.min.js`` beside the page and referenced by that
@@ -50,11 +51,9 @@ from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import orjson
 
 from ..analysis.cost import cost_lines
-from ..analysis.series import envelope
 from ..analysis.timeline import timeline_from_dict
 from .jsonsafe import jsonable
 from .verdict import evidence_rows, verdict
@@ -80,10 +79,7 @@ SHADE = {"critical": "rgba(214,39,40,0.16)", "warning": "rgba(255,127,14,0.16)",
          "info": "rgba(31,119,180,0.07)"}
 SEV_COLOR = {"critical": "#d62728", "warning": "#ff7f0e", "info": "#1f77b4"}
 
-#: Most points a line is drawn from on the page: a min/max envelope of the analysis's series (so
-#: spikes are kept) of 500 buckets, about one per pixel of a plot 600 px wide.
-PAGE_POINTS = 1000
-#: Significant digits of a plotted value (what the hover shows; analysis.json keeps every digit).
+#: Significant digits of a plotted value (what the hover shows; analysis.json keeps six).
 DIGITS = 5
 #: Most rows drawn in the timeline chart (the table below it lists every link).
 MAX_TIMELINE_ROWS = 40
@@ -119,9 +115,8 @@ def _line(series: dict[str, Any], name: str, label: str | None = None, axis: str
     s = series.get(name)
     if not s:
         return None
-    xs, ys = _thin(s["x"], s["y"])
     tr: dict[str, Any] = {"type": "scatter", "mode": "lines", "name": _esc(label or name),
-                          "x": xs, "y": ys, "yaxis": axis, "line": {"width": width}}
+                          "x": s["x"], "y": _sig(s["y"]), "yaxis": axis, "line": {"width": width}}
     if dash:
         tr["line"]["dash"] = dash
     return tr
@@ -130,14 +125,6 @@ def _line(series: dict[str, Any], name: str, label: str | None = None, axis: str
 def _sig(values: list[Any]) -> list[Any]:
     """Values to ``DIGITS`` significant digits (None and integers as they are)."""
     return [float(f"{v:.{DIGITS}g}") if isinstance(v, float) else v for v in values]
-
-
-def _thin(xs: list[Any], ys: list[Any]) -> tuple[list[Any], list[Any]]:
-    """A series as drawn: at most ``PAGE_POINTS`` points (min/max envelope), ``DIGITS`` digits."""
-    if len(xs) > PAGE_POINTS:
-        x, y = envelope(np.asarray(xs), np.asarray(ys, dtype=float), PAGE_POINTS)
-        xs, ys = x.tolist(), y.tolist()
-    return xs, _sig(ys)
 
 
 def _packed(trace: dict[str, Any]) -> dict[str, Any]:
