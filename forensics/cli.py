@@ -426,10 +426,10 @@ def _metrics(out_fmt: str) -> str:
 def rules(out_fmt: str | None, as_json: bool, markdown: bool, metrics: bool, output: Path | None,
           config_path: Path | None) -> None:
     """List every rule, and every tracker parameter with its default and meaning."""
-    from .analysis.trackers.custom import parse_rules
+    from .analysis.trackers.custom import config_rules
     from .config import load_config
 
-    custom = parse_rules(list(load_config(config_path).rules), str(config_path)) if config_path else ()
+    custom = config_rules(load_config(config_path)) if config_path else ()
     chosen = [x for x in (out_fmt, "json" if as_json else None, "markdown" if markdown else None) if x]
     if len(set(chosen)) > 1:
         raise click.UsageError("give one of --format text|json|markdown (--json and --markdown are its "
