@@ -1,8 +1,9 @@
 """The HTML report in a real browser: headless Chromium (Debian's package, driven by Playwright)
 renders the demo report and two real-log reports at 1400 x 900 and 800 x 900 and checks that
 nothing overflows the page sideways, that the first screen holds the verdict (and, for the demo,
-the first domino's values and what to do), that the plots drew, that a finding's "show on the
-plot" link zooms its plot, and that no rule id or parameter name is broken over two lines.
+the first domino's values and what to do), that every plot drew (with plotly.js's basic bundle),
+that a finding's "show on the plot" link zooms its plot, that hovering a plot shows the step and
+the values there, and that no rule id or parameter name is broken over two lines.
 
 CI installs Chromium with apt (.ci/run); the test is skipped, saying why, only where no Chromium
 or no Playwright can be found. ``python -m tests.test_browser docs`` writes the screenshots of the
@@ -88,7 +89,8 @@ _LAYOUT = """() => {
           headline: head ? head.textContent.trim() : '', headlineBottom: box ? box.bottom : 1e9,
           nowTop: now ? now.getBoundingClientRect().top : null,
           firstScreen: document.body.innerText.slice(0, 4000),
-          plots: document.querySelectorAll('.js-plotly-plot').length};
+          plots: document.querySelectorAll('.js-plotly-plot').length,
+          divs: document.querySelectorAll('.plot').length};
 }"""
 
 
@@ -105,7 +107,7 @@ def test_report_fits_the_page_and_opens_with_the_verdict(browser: Any, tmp_path:
             assert got["scroll"] <= got["width"], (name, width, got["scroll"], got["wide"])
             assert got["wide"] == [], (name, width, got["wide"])
             assert got["headline"] and got["headlineBottom"] <= height, (name, width, got)
-            assert got["plots"] >= 3
+            assert got["plots"] == got["divs"] >= 3  # every figure drew
             if name == "demo":
                 assert got["headline"].startswith("Broken: it starts with learning rate x30 at step 100")
                 assert got["nowTop"] is not None and got["nowTop"] < height, (width, got["nowTop"])
@@ -120,6 +122,7 @@ def test_report_fits_the_page_and_opens_with_the_verdict(browser: Any, tmp_path:
                 assert "learning rate x30 at step 100: 0.001 -> 0.03" in visible
                 assert "0.03 -> 0.001" in visible  # what to do: restore the learning rate
                 if width == 1400:
+                    _hover_shows_the_values(page)
                     _zoom_link_works(page)
         finally:
             if width == SIZES[-1][0]:
@@ -170,6 +173,22 @@ def test_rule_ids_and_parameter_names_never_break(browser: Any, tmp_path: Path, 
             assert got["scroll"] <= got["width"], (name, width, got["scroll"])
     finally:
         page.close()
+
+
+def _hover_shows_the_values(page: Any) -> None:
+    """Hovering a plot shows the step and each line's value there (plotly's unified hover)."""
+    drag = page.locator("#fig-grad .nsewdrag").first
+    drag.scroll_into_view_if_needed()
+    box = drag.bounding_box()
+    for dx in (0.30, 0.31):  # two moves: plotly shows the hover on a move within the plot
+        page.mouse.move(box["x"] + box["width"] * dx, box["y"] + box["height"] * 0.5)
+    page.wait_for_timeout(300)
+    texts = page.evaluate("Array.from(document.querySelectorAll('#fig-grad .hoverlayer text'))"
+                          ".map(t => t.textContent)")
+    assert texts and texts[0].isdigit(), texts  # the step
+    values = dict(t.split(" : ") for t in texts[1:])
+    assert {"policy", "learning rate"} <= set(values), texts
+    assert all(float(v) > 0 for v in values.values()), texts
 
 
 def _zoom_link_works(page: Any) -> None:
