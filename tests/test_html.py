@@ -368,6 +368,9 @@ def test_plotly_shared_once_per_folder(demo: dict, tmp_path: Path) -> None:
     inline = Tags()
     inline.feed(render_html(demo))
     assert all("src" not in attrs for tag, attrs in inline.tags if tag == "script")
+    nested = Tags()
+    nested.feed(render_html(demo, script="file", plotly_src=f"../{PLOTLY_FILE}"))  # a page in a sub-folder
+    assert next(attrs.get("src") for tag, attrs in nested.tags if tag == "script") == f"../{PLOTLY_FILE}"
     lib_text = inline.scripts[0][1]
     assert "plotly.js (basic - minified)" in lib_text[:200] and len(lib_text) > 1_000_000  # inlined
 

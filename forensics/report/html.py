@@ -558,9 +558,12 @@ def _generation(gen: dict[str, Any], series: dict[str, Any]) -> dict[str, Any]:
     return {"rows": rows, "rewards": rewards, "pattern": gen.get("format_pattern"), "examples": examples[:12]}
 
 
-def render_html(d: dict[str, Any], plotly_js: str | None = None, script: str = "inline") -> str:
+def render_html(d: dict[str, Any], plotly_js: str | None = None, script: str = "inline",
+                plotly_src: str = PLOTLY_FILE) -> str:
     """The whole page for an analysis dict. ``plotly_js`` replaces the inlined library (tests);
-    ``script="file"`` references ``plotly-basic.min.js`` beside the page instead of inlining it."""
+    ``script="file"`` references the shared library instead of inlining it: ``plotly_src``, a
+    relative URL (default ``plotly-basic.min.js`` beside the page; a page in a sub-folder of the
+    folder :func:`write_plotly_asset` wrote it to gives ``../plotly-basic.min.js``)."""
     findings = sorted(d.get("findings") or [],
                       key=lambda f: (SEVERITY_ORDER.get(f["severity"], 3), f["onset_step"], f["rule"]))
     tl = timeline_from_dict(d)
@@ -617,7 +620,7 @@ def render_html(d: dict[str, Any], plotly_js: str | None = None, script: str = "
         "notes": notes,
         "data_json": data_json,
         "script": script,
-        "plotly_file": PLOTLY_FILE,
+        "plotly_file": plotly_src,
         "plotly_js": "" if script == "file" else _PLOTLY_MARK,
         "tool": d.get("tool") or {},
         "cost": cost_lines(d.get("cost")),
