@@ -314,8 +314,8 @@ def _emit(text: str, output: Path | None, quiet: bool, what: str = "", outputs: 
               "metrics.parquet above (auto), or csv, parquet or both.")
 @_verbosity
 @click.option("--plotly-js", "plotly_js", type=click.Choice(["inline", "file"]), default="inline",
-              show_default=True, help="inline: report.html is one self-contained file (~5 MB); "
-              "file: plotly.min.js is written once per folder and report.html refers to it.")
+              show_default=True, help="inline: report.html is one self-contained file (~1.3 MB); "
+              "file: plotly-basic.min.js is written once per folder and report.html refers to it.")
 def scan(path: Path, out_dir: Path, top: int, metrics_fmt: str, quiet: bool, verbose: bool, plotly_js: str,
          old_fmt: str | None, **opts: Any) -> None:
     """Scan a training log and write reports (analysis.json, CSVs, report.html, ...).
@@ -426,10 +426,10 @@ def _metrics(out_fmt: str) -> str:
 def rules(out_fmt: str | None, as_json: bool, markdown: bool, metrics: bool, output: Path | None,
           config_path: Path | None) -> None:
     """List every rule, and every tracker parameter with its default and meaning."""
-    from .analysis.trackers.custom import parse_rules
+    from .analysis.trackers.custom import config_rules
     from .config import load_config
 
-    custom = parse_rules(list(load_config(config_path).rules), str(config_path)) if config_path else ()
+    custom = config_rules(load_config(config_path)) if config_path else ()
     chosen = [x for x in (out_fmt, "json" if as_json else None, "markdown" if markdown else None) if x]
     if len(set(chosen)) > 1:
         raise click.UsageError("give one of --format text|json|markdown (--json and --markdown are its "
@@ -496,8 +496,8 @@ def _not_an_analysis_error(path: Path) -> type[ForensicsError]:
 @click.option("--format", "out_fmt", type=_OutputChoice(["html", "md", "both"]), default="both",
               show_default=True, help="What is written.")
 @click.option("--plotly-js", "plotly_js", type=click.Choice(["inline", "file"]), default="inline",
-              show_default=True, help="inline: report.html is one self-contained file (~5 MB); "
-              "file: plotly.min.js is written once per folder and report.html refers to it.")
+              show_default=True, help="inline: report.html is one self-contained file (~1.3 MB); "
+              "file: plotly-basic.min.js is written once per folder and report.html refers to it.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 def report(analysis_path: Path, out_dir: Path | None, out_fmt: str, plotly_js: str, quiet: bool) -> None:
     """Render report.html and report.md from a saved analysis (the logs are not re-read).

@@ -19,6 +19,10 @@ A config file looks like::
     kind = "below"
     threshold = 2000.0
 
+More ``[[rules]]`` can live in files of their own, named by ``rules_files = ["team.rules.toml"]``
+at the top of the config, before its first table (paths relative to the config's folder; see
+``RULES_FILES_DOC``).
+
 ``forensics rules`` lists every tracker parameter with its default and meaning.
 """
 
@@ -398,8 +402,11 @@ class Config:
     source: str | None = None
     #: the user's own key names (``[columns]``, ``--map``): source key -> UserColumn
     columns: dict[str, Any] = field(default_factory=dict)
-    #: the user's own rules: the ``[[rules]]`` tables (see forensics.analysis.trackers.custom)
+    #: the user's own rules: the ``[[rules]]`` tables (see forensics.analysis.trackers.custom),
+    #: the config's own then those of its ``rules_files``
     rules: tuple[dict[str, Any], ...] = ()
+    #: the file each of ``rules`` was read from (errors name it); empty: all from ``source``
+    rule_sources: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in SCAN_OPTIONS:
@@ -509,17 +516,70 @@ def load_config(path: Path | None) -> Config:
     from .schema import user_columns
 
     cfg.columns = user_columns(data.pop("columns", {}), f"{path}: [columns]")
-    if "rules" in data:  # checked when a scan is built (forensics.analysis.trackers.custom), as trackers' tables
-        rules = data.pop("rules")
-        if not isinstance(rules, list) or not all(isinstance(t, dict) for t in rules):
-            raise ConfigError(f"{path}: rules = {show_value(rules)}: expected [[rules]] tables")
-        cfg.rules = tuple(rules)
+    # the rules are checked when a scan is built (forensics.analysis.trackers.custom), as trackers' tables
+    rules = _rule_tables(data.pop("rules"), str(path)) if "rules" in data else []
+    sources = [str(path)] * len(rules)
+    for extra in _rules_files(data.pop("rules_files", None), path):
+        tables = _read_rules_file(extra)
+        rules += tables
+        sources += [str(extra)] * len(tables)
+    cfg.rules, cfg.rule_sources = tuple(rules), tuple(sources)
     for section, values in data.items():
         if not isinstance(values, dict):
             raise ConfigError(f"{path}: {section} = {show_value(values)}: [{section}] must be a table "
                               "(a tracker's parameters)")
         cfg.trackers[section] = dict(values)
     return cfg
+
+
+#: How a config names files of rules kept apart from it (``forensics rules --format markdown``
+#: prints this).
+RULES_FILES_DOC = (
+    "The rules can also live in files of their own, shared between configs or kept by another "
+    "team: `rules_files = \"team.rules.toml\"` (or a list of paths) at the top of the config, "
+    "before its first `[table]`, names them, each path relative to the config's own folder (so a "
+    "file beside the config is named by its file name alone). A rules file holds `[[rules]]` "
+    "tables and nothing else; its rules run after the config's own, are checked the same way (an "
+    "error names the rules file, the rule and the key), and a rule id may be declared once across "
+    "the config and all its rules files.")
+
+
+def _rule_tables(value: Any, where: str) -> list[dict[str, Any]]:
+    """``rules`` of a config or a rules file: a list of tables (each checked when a scan is built)."""
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise ConfigError(f"{where}: rules = {show_value(value)}: expected [[rules]] tables")
+    return list(value)
+
+
+def _rules_files(value: Any, config: Path) -> list[Path]:
+    """The files ``rules_files`` names (a path or a list of paths, relative to the config's folder),
+    each checked to exist."""
+    if value is None:
+        return []
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(f"{config}: rules_files = {show_value(value)}: expected a path or a list of "
+                          "paths of rules files (relative to the config's folder)")
+    out = []
+    for name in names:
+        full = Path(name).expanduser()
+        full = full if full.is_absolute() else config.parent / full
+        if not full.is_file():
+            raise ConfigError(f"{config}: rules_files: {name!r} is not a file ({full})")
+        out.append(full)
+    return out
+
+
+def _read_rules_file(path: Path) -> list[dict[str, Any]]:
+    """The ``[[rules]]`` tables of a rules file (nothing else is allowed in it, nor no rule)."""
+    data = read_toml(path, "rules file")
+    for key in data:
+        if key != "rules":
+            raise ConfigError(f"{path}: a rules file holds [[rules]] tables only, not {key!r}"
+                              f"{did_you_mean(key, ['rules'])} (other settings go in the config)")
+    if "rules" not in data:
+        raise ConfigError(f"{path}: this rules file declares no [[rules]] table")
+    return _rule_tables(data["rules"], str(path))
 
 
 def params_doc(params_cls: type) -> list[tuple[str, Any, str]]:

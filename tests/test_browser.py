@@ -1,8 +1,9 @@
 """The HTML report in a real browser: headless Chromium (Debian's package, driven by Playwright)
 renders the demo report and two real-log reports at 1400 x 900 and 800 x 900 and checks that
 nothing overflows the page sideways, that the first screen holds the verdict (and, for the demo,
-the first domino's values and what to do), that the plots drew, and that a finding's "show on the
-plot" link zooms its plot.
+the first domino's values and what to do), that every plot drew (with plotly.js's basic bundle),
+that a finding's "show on the plot" link zooms its plot, that hovering a plot shows the step and
+the values there, and that no rule id or parameter name is broken over two lines.
 
 `make test` (and so CI) installs Chromium with apt where it may; the test is skipped, saying why,
 only where no Chromium or no Playwright can be found. ``python -m tests.test_browser docs`` writes
@@ -72,6 +73,11 @@ def _report(tmp: Path, path: Path, name: str) -> Path:
 
 REAL_LOGS = [REAL / "verl_v04_console_qwen2_7b_math_megatron.log", REAL / "rldk_grpo_synthetic_seed2.jsonl"]
 
+
+def _source(name: str) -> Path:
+    """The log a named report is made from: the demo run or one of the two real logs."""
+    return {"demo": FIXTURES / "runs" / "ppo_lr_high", "verl": REAL_LOGS[0], "rldk": REAL_LOGS[1]}[name]
+
 _LAYOUT = """() => {
   const w = window.innerWidth;
   const wide = Array.from(document.querySelectorAll('section, header, nav, table, pre, .fig'))
@@ -83,14 +89,14 @@ _LAYOUT = """() => {
           headline: head ? head.textContent.trim() : '', headlineBottom: box ? box.bottom : 1e9,
           nowTop: now ? now.getBoundingClientRect().top : null,
           firstScreen: document.body.innerText.slice(0, 4000),
-          plots: document.querySelectorAll('.js-plotly-plot').length};
+          plots: document.querySelectorAll('.js-plotly-plot').length,
+          divs: document.querySelectorAll('.plot').length};
 }"""
 
 
 @pytest.mark.parametrize("name", ["demo", "verl", "rldk"])
 def test_report_fits_the_page_and_opens_with_the_verdict(browser: Any, tmp_path: Path, name: str) -> None:
-    src = {"demo": FIXTURES / "runs" / "ppo_lr_high", "verl": REAL_LOGS[0], "rldk": REAL_LOGS[1]}[name]
-    page_path = _report(tmp_path, src, name)
+    page_path = _report(tmp_path, _source(name), name)
     page = browser.new_page()
     for width, height in SIZES:
         try:
@@ -101,7 +107,7 @@ def test_report_fits_the_page_and_opens_with_the_verdict(browser: Any, tmp_path:
             assert got["scroll"] <= got["width"], (name, width, got["scroll"], got["wide"])
             assert got["wide"] == [], (name, width, got["wide"])
             assert got["headline"] and got["headlineBottom"] <= height, (name, width, got)
-            assert got["plots"] >= 3
+            assert got["plots"] == got["divs"] >= 3  # every figure drew
             if name == "demo":
                 assert got["headline"].startswith("Broken: it starts with learning rate x30 at step 100")
                 assert got["nowTop"] is not None and got["nowTop"] < height, (width, got["nowTop"])
@@ -116,10 +122,73 @@ def test_report_fits_the_page_and_opens_with_the_verdict(browser: Any, tmp_path:
                 assert "learning rate x30 at step 100: 0.001 -> 0.03" in visible
                 assert "0.03 -> 0.001" in visible  # what to do: restore the learning rate
                 if width == 1400:
+                    _hover_shows_the_values(page)
                     _zoom_link_works(page)
         finally:
             if width == SIZES[-1][0]:
                 page.close()
+
+
+#: Every rule id, parameter name, config key and metric name (``.rule``) after opening every
+#: ``<details>``: the text of each whose line boxes lie on more than one line, and the page's width.
+_NAMES = """() => {
+  document.querySelectorAll('details').forEach(d => { d.open = true; });
+  const broken = [], names = [];
+  document.querySelectorAll('.rule').forEach(e => {
+    const range = document.createRange();
+    range.selectNodeContents(e);
+    const tops = Array.from(range.getClientRects()).filter(b => b.width > 0).map(b => b.top);
+    if (!tops.length) { return; }
+    names.push(e.textContent.trim());
+    const line = parseFloat(getComputedStyle(e).lineHeight) || 16;
+    if (Math.max(...tops) - Math.min(...tops) > line / 2) { broken.push(e.textContent.trim()); }
+  });
+  return {names: names, broken: broken, scroll: document.documentElement.scrollWidth,
+          width: window.innerWidth};
+}"""
+
+
+@pytest.mark.parametrize("name", ["demo", "verl", "rldk"])
+def test_rule_ids_and_parameter_names_never_break(browser: Any, tmp_path: Path, name: str) -> None:
+    """At 800 and 1400 px, with every <details> open, each element holding a rule id or a
+    parameter name (findings, first domino, chain, links, windows, changes, monitoring, notes)
+    renders on one line, and the page does not scroll sideways."""
+    from forensics.analysis.engine import scan_path
+    from forensics.report.files import write_reports
+
+    analysis = scan_path(_source(name))
+    page_path = write_reports(analysis, tmp_path / name)["html"]
+    d = analysis.to_dict()
+    wanted = {f["rule"] for f in d["findings"]}
+    rec = d.get("recommendations") or {}
+    wanted |= {a["parameter"] for a in rec.get("adjustments") or []}
+    page = browser.new_page()
+    try:
+        for width, height in SIZES:
+            page.set_viewport_size({"width": width, "height": height})
+            page.goto(page_path.as_uri())
+            got = page.evaluate(_NAMES)
+            assert wanted <= set(got["names"]), (name, wanted - set(got["names"]))
+            assert got["broken"] == [], (name, width, got["broken"])
+            assert got["scroll"] <= got["width"], (name, width, got["scroll"])
+    finally:
+        page.close()
+
+
+def _hover_shows_the_values(page: Any) -> None:
+    """Hovering a plot shows the step and each line's value there (plotly's unified hover)."""
+    drag = page.locator("#fig-grad .nsewdrag").first
+    drag.scroll_into_view_if_needed()
+    box = drag.bounding_box()
+    for dx in (0.30, 0.31):  # two moves: plotly shows the hover on a move within the plot
+        page.mouse.move(box["x"] + box["width"] * dx, box["y"] + box["height"] * 0.5)
+    page.wait_for_timeout(300)
+    texts = page.evaluate("Array.from(document.querySelectorAll('#fig-grad .hoverlayer text'))"
+                          ".map(t => t.textContent)")
+    assert texts and texts[0].isdigit(), texts  # the step
+    values = dict(t.split(" : ") for t in texts[1:])
+    assert {"policy", "learning rate"} <= set(values), texts
+    assert all(float(v) > 0 for v in values.values()), texts
 
 
 def _zoom_link_works(page: Any) -> None:

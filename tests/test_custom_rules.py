@@ -1,6 +1,6 @@
-"""Your own rules, as data: ``[[rules]]`` in a config run over any column in scan, watch and
-gate like the built-in rules; the three examples fire on the logs they describe and stay quiet
-on a healthy one."""
+"""Your own rules, as data: ``[[rules]]`` in a config (or in rules files it names) run over any
+column in scan, watch and gate like the built-in rules; the three examples fire on the logs they
+describe and stay quiet on a healthy one."""
 
 from __future__ import annotations
 
@@ -143,3 +143,68 @@ def test_a_gate_policy_can_name_a_custom_rule(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["gate", str(log), "--policy", str(pol), "--config",
                                     str(EXAMPLES / "rules-throughput-floor.toml")])
     assert res.exit_code == 1 and "custom.throughput_floor" in res.output, res.output
+
+
+def _team_config(folder: Path, own: str = "") -> Path:
+    """A config beside a rules file of its own (named relatively) that also names an example's
+    rules file by its absolute path."""
+    (folder / "team.rules.toml").write_text((EXAMPLES / "rules-metric-floor.toml").read_text())
+    cfg = folder / "forensics.toml"
+    cfg.write_text(f'rules_files = ["team.rules.toml", "{EXAMPLES / "rules-throughput-floor.toml"}"]\n'
+                   f'{own}\n[run]\nalgorithm = "grpo"\n')
+    return cfg
+
+
+def _floors_log(folder: Path) -> Path:
+    rows = healthy_rows(200, seed=6)
+    for r in rows:
+        r["format_accuracy"] = 0.9 if r["step"] < 120 else 0.3
+        r["gen_tokens_per_s"] = 3000.0 if not 80 <= r["step"] < 110 else 1200.0
+        r["my_loss"] = 1.0 if r["step"] != 50 else 9.0
+    return write_jsonl(folder / "s.jsonl", rows)
+
+
+def test_a_rules_file_beside_the_config_runs_in_scan_gate_and_rules(tmp_path: Path) -> None:
+    own = '[[rules]]\nid = "loss_cap"\nmetric = "my_loss"\nkind = "above"\nthreshold = 5.0\n'
+    cfg = _team_config(tmp_path, own)
+    log = _floors_log(tmp_path)
+    a = scan_path(log, config_path=cfg)
+    fired = {f.rule: (f.first_step, f.last_step) for f in a.findings if f.rule.startswith("custom.")}
+    assert fired == {"custom.loss_cap": (50, 50), "custom.format_floor": (120, 199),
+                     "custom.throughput_floor": (80, 109)}
+    assert a.to_dict()["run"]["algorithm"] == "grpo"  # the config's own tables still apply
+    res = CliRunner().invoke(main, ["gate", str(log), "--config", str(cfg), "--format", "json"])
+    assert res.exit_code == 1, res.output
+    assert all(r in res.output for r in fired)
+    listed = CliRunner().invoke(main, ["rules", "--config", str(cfg)], catch_exceptions=False).output
+    assert all(r in listed for r in fired)
+
+
+@pytest.mark.parametrize(("rules_file", "line", "error"), [
+    ('[[rules]]\nid = "x"\nmetric = "kl"\nkind = "above"\nthreshhold = 1.0\n', None, "did you mean 'threshold'"),
+    ('[run]\nalgorithm = "ppo"\n', None, "holds [[rules]] tables only, not 'run'"),
+    ('[[rule]]\nid = "x"\n', None, "not 'rule' (did you mean 'rules'"),
+    ('# nothing yet\n', None, "declares no [[rules]] table"),
+    ('[[rules]]\nid = "format_floor"\nmetric = "kl"\nkind = "above"\nthreshold = 1.0\n', None,
+     "rule 'custom.format_floor' is also declared in"),
+    (None, 'rules_files = "absent.toml"\n', "rules_files: 'absent.toml' is not a file"),
+    (None, "rules_files = 3\n", "rules_files = 3: expected a path or a list of paths"),
+])
+def test_a_bad_rules_file_is_a_usage_error_naming_it(tmp_path: Path, rules_file: str | None, line: str | None,
+                                                      error: str) -> None:
+    cfg = tmp_path / "forensics.toml"
+    if rules_file is not None:
+        (tmp_path / "extra.rules.toml").write_text(rules_file)
+        cfg.write_text((EXAMPLES / "rules-metric-floor.toml").read_text().replace(
+            "[[rules]]", 'rules_files = "extra.rules.toml"\n\n[[rules]]', 1))
+    else:
+        cfg.write_text(line or "")
+    with pytest.raises(ConfigError) as exc:
+        Scan(load_config(cfg))
+    assert error in str(exc.value), str(exc.value)
+    in_file = rules_file is not None and "also declared" not in error
+    assert str(tmp_path / ("extra.rules.toml" if in_file else "forensics.toml")) in str(exc.value)
+    log = write_jsonl(tmp_path / "s.jsonl", healthy_rows(30))
+    for args in (["scan", str(log), "-o", str(tmp_path / "o"), "-q"], ["gate", str(log)]):
+        res = CliRunner().invoke(main, [*args, "--config", str(cfg)])
+        assert res.exit_code == 2 and error in res.output, (args[0], res.output)

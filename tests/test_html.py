@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from html.parser import HTMLParser
@@ -165,7 +166,7 @@ def test_envelope_keeps_spikes() -> None:
     assert y.max() == 80.0
 
 
-def test_100k_steps_give_a_few_mb(analysis: dict, tmp_path: Path) -> None:
+def test_100k_steps_weigh_at_most_1_5_mb_inline(analysis: dict, tmp_path: Path) -> None:
     n = 100_000
     rng = np.random.default_rng(1)
     frame = {"step": np.arange(n, dtype=np.int64)}
@@ -187,10 +188,14 @@ def test_100k_steps_give_a_few_mb(analysis: dict, tmp_path: Path) -> None:
     size = out.stat().st_size
     print(f"100k steps: plots section {section / 1e6:.2f} MB, HTML {size / 1e6:.2f} MB")
     assert section < 1.5e6
-    assert size < 7e6
+    assert size <= 1.5e6  # every plot drawn, plotly.js inlined
+    assert len(re.findall(r'<div class="plot" id="fig-', page)) == len(build_figures(d)) + 1 >= 10  # + timeline
     data = json.loads(_data_block(page))
     grad = next(f for f in data["figures"] if f["id"] == "fig-grad")
-    assert max(grad["data"][0]["y"]) == 1e4
+    policy = grad["data"][0]
+    assert max(policy["y"]) == 1e4 and len(policy["y"]) <= MAX_POINTS  # the spike survives thinning
+    steps = np.cumsum(policy["xd"])  # steps are stored as differences, added up by the page
+    assert steps[int(np.argmax(policy["y"]))] == 61_234 and np.all(np.diff(steps) > 0)
 
 
 def _data_block(page: str) -> str:
@@ -277,6 +282,34 @@ def test_first_screen_says_what_broke_and_what_to_do(demo: dict) -> None:
     assert blocks and all("<pre>" not in b and '<table class="ev">' in b for b in blocks)
 
 
+def _leaves(patch: dict, prefix: str = "") -> dict[str, object]:
+    """A config patch as ``{dotted key: value}``."""
+    out: dict[str, object] = {}
+    for k, v in patch.items():
+        out.update(_leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
+    return out
+
+
+@pytest.mark.parametrize("run, now, later", [
+    ("grpo_max_length_small", {"max_grad_norm": 1.6}, {"kl_coef_init", "config.lr", "max_length"}),
+    ("ppo_kl_off", {"kl_coef_init": 0.164631}, {"config.lr"}),
+    ("ppo_lr_high", {"config.lr": 0.001}, set())])
+def test_first_screen_patch_holds_only_the_do_now_changes(run: str, now: dict, later: set) -> None:
+    """The full patch also holds the changes for later ("next, if it persists"); the first screen's
+    patch holds those the do-now list names, and every one of them."""
+    d = json.loads(to_json(scan_path(FIXTURES / "runs" / run).to_dict()))
+    page = render_html(d, plotly_js=STUB_JS)
+    head = page[:page.index('id="findings"')]
+    todo = [html.unescape(li) for li in re.findall(r"<li>(.*?)</li>", head[head.index('class="todo"'):])]
+    shown = json.loads(html.unescape(re.search(r'<pre id="do-now-patch">(.*?)</pre>', head, re.S).group(1)))
+    assert _leaves(shown) == now
+    rec = d["recommendations"]
+    assert set(_leaves(rec["config_patch"])) - set(now) == later  # the full patch: also what waits
+    for a in rec["adjustments"]:
+        named = any(line.startswith(a["text"]) for line in todo)
+        assert (a["key"] in now) == (named and a["key"] is not None), (a["parameter"], a["priority"])
+
+
 def test_plots_log_axes_own_reward_axis_true_captions(demo: dict) -> None:
     figs = {f["id"]: f for f in build_figures(demo)}
     log = figs["fig-loss_log"]
@@ -335,7 +368,11 @@ def test_plotly_shared_once_per_folder(demo: dict, tmp_path: Path) -> None:
     inline = Tags()
     inline.feed(render_html(demo))
     assert all("src" not in attrs for tag, attrs in inline.tags if tag == "script")
-    assert len(inline.scripts[0][1]) > 4_000_000  # the library, inlined
+    nested = Tags()
+    nested.feed(render_html(demo, script="file", plotly_src=f"../{PLOTLY_FILE}"))  # a page in a sub-folder
+    assert next(attrs.get("src") for tag, attrs in nested.tags if tag == "script") == f"../{PLOTLY_FILE}"
+    lib_text = inline.scripts[0][1]
+    assert "plotly.js (basic - minified)" in lib_text[:200] and len(lib_text) > 1_000_000  # inlined
 
 
 def test_generation_section_says_what_each_rate_measures(demo: dict) -> None:

@@ -658,11 +658,16 @@ def _readme_sandbox(root: Path) -> None:
 
 def test_readme_shell_and_toml_examples_run_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every `forensics ...` line of the README's bash blocks runs as written (exit 0) in a folder
-    holding the files it names, with forensics.toml made of the README's TOML blocks; the make
+    holding the files it names, with forensics.toml made of the README's TOML blocks (a block whose
+    first line is ``# file: NAME`` is the whole file NAME instead); the make
     targets are CI's and the benchmarks', and a Ray cluster address needs a cluster."""
     text = (ROOT / "README.md").read_text()
     _readme_sandbox(tmp_path)
-    (tmp_path / "forensics.toml").write_text("\n".join(re.findall(r"```toml\n(.*?)```", text, flags=re.S)))
+    blocks = re.findall(r"```toml\n(.*?)```", text, flags=re.S)
+    for block in blocks:  # a whole file of its own: "# file: NAME" on its first line
+        if block.startswith("# file: "):
+            (tmp_path / block.split("\n", 1)[0].removeprefix("# file: ").strip()).write_text(block)
+    (tmp_path / "forensics.toml").write_text("\n".join(b for b in blocks if not b.startswith("# file: ")))
     monkeypatch.chdir(tmp_path)
     lines = [ln.split("  #")[0].strip() for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S)
              for ln in block.splitlines()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 
 from ..config import RunMeta, allowed_of
 
@@ -40,6 +41,35 @@ def _severity_principle() -> list[str]:
             "aside, and the finding says why.", ""]
 
 
+def _doc_markdown(doc: str) -> list[str]:
+    """A module docstring's paragraphs as Markdown: ``::`` blocks as TOML code, the rest flowed."""
+    out: list[str] = []
+    for para in doc.strip().split("\n\n"):
+        if para.startswith("    "):
+            out += ["```toml", textwrap.dedent(para), "```", ""]
+        else:
+            text = _flow(para).replace("``", "`")
+            out += [text[:-1] if text.endswith("::") else text, ""]
+    return out
+
+
+def _custom_rules() -> list[str]:
+    """Your own rules: the custom tracker's docstring, its keys with what each allows, and how a
+    config names rules files (all from the code that reads them)."""
+    from ..config import RULES_FILES_DOC
+    from .trackers import custom
+
+    doc = (custom.__doc__ or "").split("\n\nThe tables can also live")[0]
+    keys = [f"| `{k}` | {_cell(custom._RULE[k].describe())} | {_cell(v)} |" for k, v in custom.RULE_KEYS.items()]
+    return ["## custom: your own rules", "", *_doc_markdown(doc),
+            "| key | allowed | meaning |", "| --- | --- | --- |", *keys, "",
+            "### Rules files", "", RULES_FILES_DOC, "",
+            "```toml", "# forensics.toml", 'rules_files = ["team.rules.toml"]  # before any [table]', "",
+            "[run]", 'algorithm = "grpo"', "```", "",
+            "`forensics rules --config FILE` lists a config's rules (and its rules files') with the "
+            "built-in ones; `scan`, `watch`, `gate` and the trainer callback run them.", ""]
+
+
 def rules_markdown() -> str:
     """Every tracker with its parameters and rules; run metadata fields at the end."""
     from .trackers import TRACKERS, all_rules, param_rows
@@ -69,6 +99,7 @@ def rules_markdown() -> str:
             out += [f"| `{n}` | `{d!r}` | {_cell(allowed)} | {_cell(doc)} |"
                     for n, d, doc, allowed in param_rows(name)]
             out.append("")
+    out += _custom_rules()
     out += ["## Run metadata", "", "`run.json` beside the logs, or `[run]` in a config file.", "",
             "| field | allowed | meaning |", "| --- | --- | --- |"]
     out += [f"| `{f.name}` | {_cell(allowed_of(f).describe())} | {_cell(f.metadata.get('doc', ''))} |"

@@ -43,7 +43,7 @@ from .result import Analysis
 from .store import MetricsStore
 from .trackers import TRACKERS, Tracker, build_params
 from .trackers.base import TrackerResult, tracker_score
-from .trackers.custom import CustomRules, parse_rules
+from .trackers.custom import CustomRules, config_rules
 
 if TYPE_CHECKING:  # pandas is imported when a DataFrame is asked for, not by every scan
     pass
@@ -165,7 +165,7 @@ class Scan:
         # are built on the first batch, once the run context is known
         self.all_params = build_params(self.config.trackers, self.config.source)
         self.params = {name: dict(vars(self.all_params[name])) for name in self.tracker_names}
-        self.custom_rules = parse_rules(list(self.config.rules), self.config.source or "config")
+        self.custom_rules = config_rules(self.config)
         self.trackers: list[Tracker] = []
         self.started = False
         self.context: dict[str, dict[str, Any]] = {}

@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 __all__ = ["MAX_POINTS", "PLOTTED", "envelope", "paired_sample", "plots_from_frame",
            "plots_section"]
 
-#: Most points kept per series (the envelope keeps ``MAX_POINTS // 2`` buckets).
-MAX_POINTS = 2000
+#: Most points kept per series (the envelope keeps ``MAX_POINTS // 2`` buckets: about one per
+#: pixel of a report's plot 600 px wide, which is all a plot can show).
+MAX_POINTS = 1000
 
 #: Per-step columns carried into the plots section (glob patterns), when logged.
 PLOTTED = (

@@ -37,7 +37,7 @@ HTML_FILE = "report.html"
 MARKDOWN_FILE = "report.md"
 #: Every file ``write_reports`` may write (all are checked before the first is written).
 REPORT_FILES = (ANALYSIS_FILE, SUMMARY_FILE, METRICS_FILE, METRICS_PARQUET_FILE, FINDINGS_FILE, WINDOWS_FILE,
-                RECOMMENDATIONS_JSON, RECOMMENDATIONS_YAML, HTML_FILE, MARKDOWN_FILE, "plotly.min.js")
+                RECOMMENDATIONS_JSON, RECOMMENDATIONS_YAML, HTML_FILE, MARKDOWN_FILE, "plotly-basic.min.js")
 #: Runs of more steps than this get the per-step table as metrics.parquet instead of metrics.csv
 #: (``auto``): a million steps of 30 columns are a 260 MB CSV and a 50 MB Parquet file.
 METRICS_PARQUET_ROWS = 100_000
@@ -207,7 +207,8 @@ MANIFEST_FILE = ".forensics-files.json"
 #: What a scan may write into its folder: the names an older folder (no manifest yet) is known
 #: to hold from a scan, when its analysis.json is a forensics analysis.
 SCAN_FILES = ("analysis.json", "summary.json", "metrics.csv", "metrics.parquet", "findings.csv", "windows.csv",
-              "recommendations.json", "recommendations.yaml", "report.html", "report.md", "plotly.min.js")
+              "recommendations.json", "recommendations.yaml", "report.html", "report.md", "plotly-basic.min.js",
+              "plotly.min.js")  # the full library that earlier versions shared
 #: Temporary folders of scans from before the report store (killed mid-write): removed.
 _OLD_TEMP_PREFIX = ".forensics-"
 _LINK_SUFFIX = ".forensics-link"
@@ -468,16 +469,15 @@ def write_rendered(data: dict[str, Any], out_dir: Path, formats: tuple[str, ...]
                    script: str = "inline", outputs: Outputs | None = None) -> dict[str, Path]:
     """Write report.html and/or report.md for an analysis dict (a scan or a saved analysis.json);
     ``script="file"`` shares plotly.js as one file per folder instead of inlining it."""
-    from .html import PLOTLY_FILE, _plotly_js, render_html
+    from .html import render_html, write_plotly_asset
     from .markdown import render_markdown
 
     outputs = outputs or Outputs()
     out: dict[str, Path] = {}
     if "html" in formats:
         out["html"] = outputs.write_text(out_dir / HTML_FILE, render_html(data, script=script))
-        lib = out_dir / PLOTLY_FILE
-        if script == "file" and not lib.exists():  # shared by every report in the folder
-            outputs.write_text(lib, _plotly_js())
+        if script == "file":  # shared by every report in the folder
+            write_plotly_asset(out_dir, outputs.write_text)
     if "md" in formats:
         out["markdown"] = outputs.write_text(out_dir / MARKDOWN_FILE, render_markdown(data))
     return out

@@ -45,7 +45,8 @@ def verdict(findings: list[Mapping[str, Any]], timeline: Mapping[str, Any] | Non
             recommendations: Mapping[str, Any] | None,
             coverage: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``state`` (healthy / warning / critical / unchecked), ``headline``, the first domino in
-    words (``domino``, with its finding), ``do_now`` (the immediate recommendations) and
+    words (``domino``, with its finding), ``do_now`` (the immediate recommendations) with
+    ``do_now_patch`` and ``do_now_command_line`` (the config changes those name, no others), and
     ``checked`` (what the analysis could judge, from its coverage).
 
     >>> verdict([], {}, None)["headline"]
@@ -57,7 +58,7 @@ def verdict(findings: list[Mapping[str, Any]], timeline: Mapping[str, Any] | Non
     warn = sum(1 for f in findings if f.get("severity") == "warning")
     out: dict[str, Any] = {"state": "critical" if crit else ("warning" if warn else "healthy"),
                            "critical": crit, "warning": warn, "domino": None, "domino_finding": None,
-                           "chain": [], "do_now": []}
+                           "chain": [], "do_now": [], "do_now_patch": {}, "do_now_command_line": []}
     cov = coverage or {}
     if cov:
         judging = list(cov.get("trackers_judging") or [])
@@ -107,6 +108,40 @@ def verdict(findings: list[Mapping[str, Any]], timeline: Mapping[str, Any] | Non
     if not now:
         now = list(pri.get("short_term") or [])[:2]
     out["do_now"] = now
+    out["do_now_patch"], out["do_now_command_line"] = do_now_changes(now, recommendations)
+    return out
+
+
+def do_now_changes(do_now: list[str], recommendations: Mapping[str, Any] | None
+                   ) -> tuple[dict[str, Any], list[str]]:
+    """The part of the config patch (and of its command line) that the do-now list asks for: the
+    keys of the adjustments it names (a line that starts with the change's text and names its
+    source), and no change left for later ("next, if it persists").
+
+    >>> rec = {"adjustments": [
+    ...   {"text": "lr: 0.03 -> 0.001", "source": "lr.change", "key": "config.lr", "command_line": "--lr 0.001"},
+    ...   {"text": "kl: raise", "source": "kl.spike", "key": "kl_coef", "command_line": None}],
+    ...   "config_patch": {"config": {"lr": 0.001}, "kl_coef": 0.2}}
+    >>> do_now_changes(["lr: 0.03 -> 0.001 [lr.change, the first domino]"], rec)
+    ({'config': {'lr': 0.001}}, ['--lr 0.001'])
+    """
+    rec = recommendations or {}
+    named = [a for a in rec.get("adjustments") or [] if a.get("key") and any(
+        line.startswith(str(a.get("text"))) and f"[{a.get('source')}" in line for line in do_now)]
+    keys = {str(a["key"]) for a in named}
+    return _patch_part(rec.get("config_patch") or {}, keys), [a["command_line"] for a in named if a.get("command_line")]
+
+
+def _patch_part(patch: Mapping[str, Any], keys: set[str], prefix: str = "") -> dict[str, Any]:
+    """The entries of a config patch (flat, or dotted keys as nested tables) under ``keys``."""
+    out: dict[str, Any] = {}
+    for k, v in patch.items():
+        if prefix + k in keys:
+            out[k] = v
+        elif isinstance(v, Mapping):
+            part = _patch_part(v, keys, f"{prefix}{k}.")
+            if part:
+                out[k] = part
     return out
 
 

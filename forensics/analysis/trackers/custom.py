@@ -24,6 +24,9 @@ a finding, one per episode, where its condition holds on ``persist`` consecutive
 the same rows: a proxy reward that rises while a gold metric stays flat. A column logged on some
 rows only (an evaluation metric) carries its last value forward. Every key is checked as the
 built-in parameters are: an unknown key is a usage error naming the closest known ones.
+
+The tables can also live in rules files of their own, named by the config's ``rules_files``
+(:data:`forensics.config.RULES_FILES_DOC`); :func:`config_rules` reads both.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ...config import Allowed, RunMeta, show_value
+from ...config import Allowed, Config, RunMeta, show_value
 from ...errors import ConfigError, did_you_mean
 from ...io.canonical import Batch
 from ..episodes import Episodes
@@ -43,7 +46,7 @@ from ..findings import RuleSpec, Severity
 from ..stats import History
 from .base import Tracker, TrackerResult
 
-__all__ = ["KINDS", "CustomRule", "CustomRules", "parse_rules"]
+__all__ = ["KINDS", "RULE_KEYS", "CustomRule", "CustomRules", "config_rules", "parse_rules"]
 
 #: What a rule's condition can be.
 KINDS = ("above", "below", "spike", "drop", "rise", "flat")
@@ -161,6 +164,27 @@ class CustomRule:
             self.remedy or "See the rule's message (a rule of your own config).", source="config [[rules]]"))
 
 
+_C, _R = Condition(metric="", kind="above"), CustomRule("", ())
+#: Every key of a ``[[rules]]`` table, in words (``forensics rules --format markdown`` lists them
+#: with what each allows).
+RULE_KEYS = {
+    "id": "the rule's name: its findings' rule id is custom.<id> (required)",
+    "metric": "the column watched: a canonical name, or any key of the log under its own name (required)",
+    "kind": "the condition: " + ", ".join(KINDS) + " (required)",
+    "threshold": "above / below: the level",
+    "z": f"spike: robust standard deviations from the median of the window rows before (default {_C.z:g})",
+    "percent": "drop / rise: the least move, flat: the largest, in % over window rows",
+    "window": f"spike, drop, rise, flat: rows compared (default {_C.window})",
+    "smooth": "drop, rise, flat: each end is a trailing mean of this many rows (default window / 10)",
+    "persist": f"consecutive rows on which the condition holds before an episode opens (default {_R.persist})",
+    "severity": f"of the finding (default {_R.severity})",
+    "title": "the rule's title (default: the condition in words)",
+    "message": "the finding's message (default: \"Your rule <id>: \" and the condition), with its steps and peak",
+    "remedy": "what to do, shown with the finding",
+    "and": "a second condition (metric, kind and its keys) that must hold on the same rows",
+}
+
+
 def _condition(table: dict[str, Any], where: str, allowed: dict[str, Allowed]) -> dict[str, Any]:
     """The checked keys of one table (unknown keys, wrong types and missing needs refused)."""
     out: dict[str, Any] = {}
@@ -204,6 +228,25 @@ def parse_rules(tables: Any, source: str = "config") -> tuple[CustomRule, ...]:
         rules.append(CustomRule(rule_id, tuple(conds), c.get("persist", 1), c.get("severity", "warning"),
                                 c.get("title", ""), c.get("message", ""), c.get("remedy", "")))
     return tuple(rules)
+
+
+def config_rules(config: Config) -> tuple[CustomRule, ...]:
+    """The rules of a config and of its rules files, each file's checked by :func:`parse_rules`
+    under its own name (so an error names the file the rule is in); a rule id declared in two of
+    them is refused, naming both."""
+    rules = list(config.rules)
+    sources = (list(config.rule_sources) if len(config.rule_sources) == len(rules)
+               else [config.source or "config"] * len(rules))
+    out: list[CustomRule] = []
+    seen: dict[str, str] = {}
+    for source in dict.fromkeys(sources):
+        for rule in parse_rules([t for t, s in zip(rules, sources, strict=True) if s == source], source):
+            if rule.id in seen:
+                raise ConfigError(f"{source}: rule {rule.id!r} is also declared in {seen[rule.id]}: "
+                                  "a rule id may be declared once")
+            seen[rule.id] = source
+            out.append(rule)
+    return tuple(out)
 
 
 @dataclass
