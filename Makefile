@@ -18,7 +18,7 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # The figures: a fresh clone on a busy 2-core machine with a warm pip cache (2 min 7 s, 760 MB; then
 # 3 min 15 s, 2.3 GB in all); a cold cache downloads the wheels too.
 $(RUNTIME_STAMP): pyproject.toml
-	@echo "Setting up $(VENV) with the runtime only (numpy, pandas, scipy, pyarrow, polars, plotly, ...):"
+	@echo "Setting up $(VENV) with the runtime only (numpy, pandas, scipy, pyarrow, polars, ...):"
 	@echo "about 760 MB, 1-3 minutes on a first run; later runs start at once."
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
