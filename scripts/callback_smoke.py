@@ -85,22 +85,29 @@ def common(out: Path, steps: int) -> dict[str, Any]:
                 dataloader_num_workers=0)
 
 
-def train_plain(out: Path, steps: int, cb: Any, bad_step: int) -> Any:
+def train_plain(out: Path, steps: int, bad_step: int) -> tuple[Any, Any]:
+    """The plain Trainer, the callback given to its constructor (it does not know the trainer)."""
     import torch
     from transformers import Trainer
 
+    from forensics.live.transformers import ForensicsCallback
+
+    cb = ForensicsCallback(stop_on_critical=True)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(3, len(VOCAB), (4 * steps, 12), generator=g)
     data = [{"input_ids": r, "attention_mask": torch.ones_like(r), "labels": r} for r in ids]
     trainer = Trainer(model=model(), args=MyArgs(**common(out, steps)), train_dataset=data,
                       callbacks=[nan_from(bad_step), cb])
     trainer.train()
-    return trainer
+    return trainer, cb
 
 
-def train_grpo(out: Path, steps: int, cb: Any, bad_step: int) -> Any:
+def train_grpo(out: Path, steps: int, bad_step: int) -> tuple[Any, Any]:
+    """TRL's GRPOTrainer, the callback attached (it knows the trainer and its callbacks)."""
     import datasets
     from trl import GRPOTrainer
+
+    from forensics.live.transformers import ForensicsCallback
 
     def reward_w1(completions: list[Any], **_: Any) -> list[float]:
         return [float(str(c).count("w1")) for c in completions]
@@ -109,12 +116,15 @@ def train_grpo(out: Path, steps: int, cb: Any, bad_step: int) -> Any:
     prompts = [" ".join(f"w{(i * 7 + j) % 29}" for j in range(4)) for i in range(steps * 2)]
     conf = MyGRPOConfig(**common(out, steps), num_generations=4, max_completion_length=6, beta=0.04,
                         log_completions=True, temperature=1.0)
-    trainer = GRPOTrainer(model=model(), processing_class=tokenizer(), reward_funcs=[reward_w1], args=conf,
+    base = out / "base"  # saved locally: TRL builds the reference model from the policy's path
+    model().save_pretrained(base)
+    tokenizer().save_pretrained(base)
+    trainer = GRPOTrainer(model=str(base), processing_class=tokenizer(), reward_funcs=[reward_w1], args=conf,
                           train_dataset=datasets.Dataset.from_dict({"prompt": prompts}),
                           callbacks=[nan_from(bad_step)])
-    trainer.add_callback(cb)
+    cb = ForensicsCallback.attach(trainer, stop_on_critical=True)
     trainer.train()
-    return trainer
+    return trainer, cb
 
 
 def main() -> None:
@@ -127,22 +137,19 @@ def main() -> None:
     import torch
     import transformers
 
-    from forensics.live.transformers import ForensicsCallback
-
     torch.set_num_threads(1)
     messages: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: messages.append(record.getMessage())  # type: ignore[method-assign]
     logging.getLogger("forensics").addHandler(handler)
     logging.getLogger("forensics").setLevel(logging.INFO)
-    cb = ForensicsCallback(stop_on_critical=True, trainer=None)
     train = train_plain if args.trainer == "plain" else train_grpo
-    trainer = train(args.out, args.steps, cb, args.nan_from)
-    cb.trainer = trainer
+    trainer, cb = train(args.out, args.steps, args.nan_from)
     runs = sorted(str(p.parent) for p in (args.out / "runs").rglob("events.out.tfevents.*"))
     samples = args.out / "forensics" / "samples.jsonl"
     (args.out / "smoke.json").write_text(json.dumps({
-        "transformers": transformers.__version__, "trainer": type(trainer).__name__, "args": type(trainer.args).__name__,
+        "transformers": transformers.__version__, "trainer": type(trainer).__name__,
+        "args": type(trainer.args).__name__,
         "algorithm": cb.meta.algorithm, "global_step": trainer.state.global_step, "rows": cb.rows,
         "stop_reason": cb.stop_reason, "stop_checkpoint": str(cb.stop_checkpoint) if cb.stop_checkpoint else None,
         "checkpoint_files": sorted(p.name for p in cb.stop_checkpoint.iterdir()) if cb.stop_checkpoint
