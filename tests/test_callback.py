@@ -91,13 +91,13 @@ def test_tensorboard_folder_on_each_version(tmp_path: Path, monkeypatch: pytest.
     v4 = SimpleNamespace(output_dir=str(tmp_path), logging_dir=str(tmp_path / "runs" / "v4"))
     assert tensorboard_dir(v4) == tmp_path / "runs" / "v4"
     # transformers 5 without the trainer: nothing yet, then the newest runs/<time>_<host> with events
-    assert tensorboard_dir(v5) == tmp_path / "runs" / "forensics"
+    assert tensorboard_dir(v5) == tmp_path / "runs"
     for name in ("Nov01_10-00-00_host", "Nov02_10-00-00_host"):
         (tmp_path / "runs" / name).mkdir(parents=True)
         (tmp_path / "runs" / name / "events.out.tfevents.1.host.1.0").write_bytes(b"")
         time.sleep(0.01)
     os.utime(tmp_path / "runs" / "Nov01_10-00-00_host", (1e9, 1e9))
-    (tmp_path / "runs" / "empty").mkdir()
+    (tmp_path / "runs" / "empty").mkdir()  # no events: not the Trainer's
     assert tensorboard_dir(v5) == tmp_path / "runs" / "Nov02_10-00-00_host"
     monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", "~/tb")
     assert tensorboard_dir(v5) == Path.home() / "tb"
@@ -287,21 +287,25 @@ def smoke(python: Path, trainer: str, out: Path) -> dict:
 
 
 def check_stop_and_tensorboard(r: dict, out: Path) -> None:
-    """Stopped by a critical finding, on a checkpoint the log names; TensorBoard beside the Trainer's."""
+    """Stopped by a critical finding, on a checkpoint the log names; TensorBoard beside the Trainer's
+    (a run of its own in the Trainer's folder: one event file per folder, which TensorBoard follows)."""
     assert r["stop_checkpoint"] == str(out / f"checkpoint-{r['global_step']}")
     assert r["global_step"] < 30
     assert {"model.safetensors", "trainer_state.json", "forensics"} <= set(r["checkpoint_files"])
     assert any(m.endswith(f"saving checkpoint {r['stop_checkpoint']}") for m in r["log"])
-    assert len(r["event_dirs"]) == 1 and Path(r["forensics_tb"]).parent == Path(r["event_dirs"][0])
-    assert len(r["event_files"]) == 2  # the Trainer's own and forensics', side by side
+    trainer_dir, ours = (Path(d) for d in r["event_dirs"])
+    assert trainer_dir.parent == out / "runs" and Path(r["forensics_tb"]).parent == ours == trainer_dir / "forensics"
+    assert len(r["event_files"]) == 2
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    ea = EventAccumulator(r["event_dirs"][0], size_guidance={"scalars": 0})
-    ea.Reload()
-    tags = ea.Tags()["scalars"]
-    assert "train/loss" in tags and "forensics/health/overall" in tags
-    assert any(t.startswith("forensics/episodes/") for t in tags)
+    tags = {}
+    for folder in (trainer_dir, ours):
+        ea = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+        ea.Reload()
+        tags[folder] = set(ea.Tags()["scalars"])
+    assert "train/loss" in tags[trainer_dir] and "forensics/health/overall" in tags[ours]
+    assert any(t.startswith("forensics/episodes/") for t in tags[ours])
 
 
 @pytest.mark.skipif(TF440 is None, reason=TF440_WHY)

@@ -569,7 +569,7 @@ def test_callback_checkpoints_and_tensorboard(tmp_path: Path) -> None:
     assert table[0]["first_domino_rule"] == "" and table[-1]["first_domino_rule"] in ("kl.spike", "kl.excessive")
     assert 300 <= int(table[-1]["first_domino_step"]) <= 305
     assert float(table[-1]["health_overall"]) < float(table[0]["health_overall"])
-    ea = EventAccumulator(str(tmp_path / "runs" / "x"), size_guidance={"scalars": 0, "tensors": 0})
+    ea = EventAccumulator(str(tmp_path / "runs" / "x" / "forensics"), size_guidance={"scalars": 0, "tensors": 0})
     ea.Reload()
     assert "forensics/health/overall" in ea.Tags()["scalars"]
     assert ea.Scalars("forensics/rules/kl.spike")[0].step >= 300

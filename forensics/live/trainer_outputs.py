@@ -5,7 +5,10 @@
 * :func:`tensorboard_dir`: the folder the Trainer's own ``TensorBoardCallback`` writes to. In
   transformers 4.x that is ``TrainingArguments.logging_dir``; transformers 5 has no such argument:
   its callback writes to ``$TENSORBOARD_LOGGING_DIR``, else ``<output_dir>/runs/<time>_<host>``
-  (created when training begins, before a user's callback runs).
+  (created when training begins, before a user's callback runs). The callback writes into its
+  ``forensics/`` sub-folder: a run of its own beside the Trainer's, since TensorBoard follows only
+  the newest event file of a run folder while it is written (``--reload_multifile`` is off by
+  default), and a second file there would stop the Trainer's curves updating.
 * :class:`CompletionTables`: the completions TRL's GRPO/RLOO trainers write with
   ``log_completions=True``: one table per logging step, ``<output_dir>/completions/completions_<step>.parquet``
   (columns ``step``, ``prompt``, ``completion``, one per reward function, ``advantage``), read as
@@ -66,8 +69,7 @@ def _newest_runs_folder(output_dir: Path) -> Path | None:
     runs = output_dir / "runs"
     if not runs.is_dir():
         return None
-    found = [p for p in runs.iterdir() if p.is_dir() and p.name != "forensics"
-             and any(p.glob("events.out.tfevents.*"))]
+    found = [p for p in runs.iterdir() if p.is_dir() and any(p.glob("events.out.tfevents.*"))]
     return max(found, key=lambda p: p.stat().st_mtime, default=None)
 
 
@@ -75,13 +77,13 @@ def tensorboard_dir(args: Any, trainer: Any = None) -> Path:
     """Where the Trainer's TensorBoard scalars are, so forensics' go beside them: the trainer's
     ``TensorBoardCallback`` when the trainer is known, else ``args.logging_dir`` (transformers 4),
     ``$TENSORBOARD_LOGGING_DIR`` or the newest ``<output_dir>/runs/*`` (transformers 5); when none
-    exists yet, ``<output_dir>/runs/forensics``."""
+    exists yet, ``<output_dir>/runs``."""
     found = _trainer_tb_callback_dir(trainer) if trainer is not None else None
     found = found or getattr(args, "logging_dir", None) or os.environ.get("TENSORBOARD_LOGGING_DIR")
     if found:
         return Path(os.path.expanduser(os.fspath(found)))
     output_dir = Path(getattr(args, "output_dir", None) or ".")
-    return _newest_runs_folder(output_dir) or output_dir / "runs" / "forensics"
+    return _newest_runs_folder(output_dir) or output_dir / "runs"
 
 
 def text_of(value: Any) -> str:

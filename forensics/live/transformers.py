@@ -24,8 +24,8 @@ On every ``on_log`` of the main process the callback
   saves ``<output_dir>/checkpoint-<step>`` (named in the log line) and stops;
 * sends the findings to the trainer's ``report_to`` targets, each only when its package is
   installed: TensorBoard (``forensics/*`` scalars, each episode as a severity series
-  ``forensics/episodes/<rule>`` and a text summary, in an event file of its own beside the
-  Trainer's own: :func:`~forensics.live.trainer_outputs.tensorboard_dir`) and W&B (the active
+  ``forensics/episodes/<rule>`` and a text summary, in a run of its own beside the Trainer's:
+  ``<its folder>/forensics``, :func:`~forensics.live.trainer_outputs.tensorboard_dir`) and W&B (the active
   run's summary, an alert per critical finding, a ``forensics/findings`` table at the end).
 
 On each checkpoint save (``on_save``) it writes the analysis so far beside the checkpoint
@@ -282,7 +282,7 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
             if "tensorboard" in targets and _installed("tensorboard"):
                 from ..report.export import TensorBoardWriter
 
-                self._tb = TensorBoardWriter(tensorboard_dir(args, self.trainer))
+                self._tb = TensorBoardWriter(tensorboard_dir(args, self.trainer) / "forensics")
                 self._say(logging.INFO, f"forensics: TensorBoard scalars in {self._tb.path.parent}")
             self._wandb = "wandb" in targets and _installed("wandb")
         return control
