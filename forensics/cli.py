@@ -817,9 +817,10 @@ def export(analysis_path: Path, target: str, out_dir: Path | None, output: Path 
     """Send a saved analysis to where you look at runs: TensorBoard or the W&B run it describes.
 
     ANALYSIS is an analysis.json (or the folder a scan wrote); DIR (or -o DIR) the folder to write
-    into. For TensorBoard, point `tensorboard --logdir` at DIR (or write into the run's own log
-    folder). For W&B, the analysed run is resumed when it is known (a scanned W&B run folder, or
-    --run-id); with wandb-offline, `wandb sync DIR/wandb/offline-run-*` uploads into it.
+    into. For TensorBoard, write into a folder inside the run's TensorBoard folder (runs/X/forensics)
+    and `tensorboard --logdir runs/X` shows both. For W&B, the analysed run is resumed when it is
+    known (a scanned W&B run folder, or --run-id); with wandb-offline, `wandb sync
+    DIR/wandb/offline-run-*` uploads into it.
     """
     from .report.export import export_analysis
     from .verdicts.saved import load_analysis
