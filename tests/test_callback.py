@@ -340,3 +340,26 @@ def test_real_grpo_trainer_on_transformers_5(tmp_path: Path) -> None:
     assert r["completion_tables"] == r["global_step"] and r["samples"] == 4 * r["global_step"]
     rows = [json.loads(x) for x in (out / "forensics" / "samples.jsonl").read_text().splitlines()]
     assert {"prompt", "completion", "reward", "advantage"} <= set(rows[0]) and rows[-1]["step"] == r["global_step"]
+
+
+def test_callback_puts_its_findings_into_the_active_wandb_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``report_to=["wandb"]``: the run the Trainer's W&B callback started gets the findings
+    (summary values and tables) at the end of training."""
+    wandb = pytest.importorskip("wandb")
+    from .test_interfaces import GRPOConfig as Args
+    from .test_interfaces import drive, spiky
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = wandb.init(mode="offline", dir=str(tmp_path), project="mine", id="live1")
+    try:
+        from forensics.live.transformers import ForensicsCallback
+
+        cb = ForensicsCallback(check_every=10)
+        drive(cb, Args(output_dir=str(tmp_path / "out"), beta=0.04, report_to=["wandb"]), spiky())
+    finally:
+        run.finish()
+        wandb.teardown()
+    info, summary, folder = wandb_records(tmp_path)
+    assert info["id"] == "live1" and summary["forensics/findings/critical"] >= 1
+    table = json.loads((folder / "files" / summary["forensics/findings"]["path"]).read_text())
+    assert "kl.spike" in {row[1] for row in table["data"]}
