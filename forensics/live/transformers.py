@@ -25,8 +25,9 @@ On every ``on_log`` of the main process the callback
 * sends the findings to the trainer's ``report_to`` targets, each only when its package is
   installed: TensorBoard (``forensics/*`` scalars, each episode as a severity series
   ``forensics/episodes/<rule>`` and a text summary, in a run of its own beside the Trainer's:
-  ``<its folder>/forensics``, :func:`~forensics.live.trainer_outputs.tensorboard_dir`) and W&B (the active
-  run's summary, an alert per critical finding, a ``forensics/findings`` table at the end).
+  ``<its folder>/forensics``, :func:`~forensics.live.trainer_outputs.tensorboard_dir`) and W&B
+  (the active run's summary, an alert per critical finding, ``forensics/findings`` and
+  ``forensics/episodes`` tables at the end).
 
 On each checkpoint save (``on_save``) it writes the analysis so far beside the checkpoint
 (``checkpoint-N/forensics/analysis.json``) and appends a row to ``forensics/checkpoints.csv``
