@@ -797,28 +797,41 @@ def watch(path: Path, fmt: str | None, old_fmt: str | None, meta: Path | None, c
 
 @main.command()
 @click.argument("analysis_path", metavar="ANALYSIS", type=click.Path(path_type=Path))
-@click.option("--to", "target", type=click.Choice(["tensorboard", "wandb-offline"]), required=True,
-              help="tensorboard: forensics/* scalars and a text summary in an event file; "
-              "wandb-offline: an offline W&B run (summary, alerts, a findings table).")
+@click.option("--to", "target", type=click.Choice(["tensorboard", "wandb", "wandb-offline"]), required=True,
+              help="tensorboard: forensics/* scalars, each episode as a range and a text summary in an event "
+              "file; wandb: the analysed W&B run itself, resumed (summary values, findings and episodes tables, "
+              "alerts); wandb-offline: the same as an offline run that `wandb sync` uploads into it.")
 @click.argument("out_dir", metavar="[DIR]", required=False, type=click.Path(path_type=Path))
 @click.option("-o", "--output", "output", type=click.Path(path_type=Path),
-              help="Folder to write into (the same as DIR; as -o/--output in every other command).")
+              help="Folder to write into (the same as DIR; as -o/--output in every other command). "
+              "For --to wandb: W&B's local folder (default: the current folder).")
+@click.option("--run-id", help="W&B: the id of the run the findings describe (default: from the analysed "
+              "run folder, run-<date>-<id>); without one, a new run is made.")
+@click.option("--project", help="W&B: that run's project (default: from the run folder's .wandb file, "
+              "else $WANDB_PROJECT).")
+@click.option("--entity", help="W&B: that run's entity (default: from the run folder, else $WANDB_ENTITY "
+              "or your default).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
-def export(analysis_path: Path, target: str, out_dir: Path | None, output: Path | None, quiet: bool) -> None:
-    """Send a saved analysis to where you look at runs: TensorBoard or W&B (offline).
+def export(analysis_path: Path, target: str, out_dir: Path | None, output: Path | None, run_id: str | None,
+           project: str | None, entity: str | None, quiet: bool) -> None:
+    """Send a saved analysis to where you look at runs: TensorBoard or the W&B run it describes.
 
     ANALYSIS is an analysis.json (or the folder a scan wrote); DIR (or -o DIR) the folder to write
-    into. For TensorBoard, point `tensorboard --logdir` at DIR (or at the run's own log folder);
-    for W&B, `wandb sync DIR/wandb/...`.
+    into. For TensorBoard, write into a folder inside the run's TensorBoard folder (runs/X/forensics)
+    and `tensorboard --logdir runs/X` shows both. For W&B, the analysed run is resumed when it is
+    known (a scanned W&B run folder, or --run-id); with wandb-offline, `wandb sync
+    DIR/wandb/offline-run-*` uploads into it.
     """
     from .report.export import export_analysis
     from .verdicts.saved import load_analysis
 
     if out_dir is not None and output is not None and out_dir != output:
         raise UsageError(f"two output folders given: {out_dir} and -o {output}; give one")
-    out_dir = out_dir or output
+    out_dir = out_dir or output or (Path(".") if target == "wandb" else None)
     if out_dir is None:
         raise UsageError("no output folder: give DIR or -o DIR")
+    if target == "tensorboard" and (run_id or project or entity):
+        raise UsageError("--run-id, --project and --entity name a W&B run: use them with --to wandb or wandb-offline")
 
     why = _not_an_analysis(analysis_path)
     if why is not None:
@@ -826,8 +839,9 @@ def export(analysis_path: Path, target: str, out_dir: Path | None, output: Path 
             f"{analysis_path}: {why}; run `forensics scan {analysis_path} -o DIR` first, then "
             f"`forensics export DIR --to {target} ...`")
     file = analysis_path / "analysis.json" if analysis_path.is_dir() else analysis_path
-    written = export_analysis(load_analysis(file), target, out_dir, Outputs([file]))
-    if target == "wandb-offline":
+    written = export_analysis(load_analysis(file), target, out_dir, Outputs([file]), run_id=run_id,
+                              project=project, entity=entity)
+    if target != "tensorboard":
         # run.finish() can return before W&B's service has written the run's last records; its
         # teardown waits for them, so the folder is complete when the command returns (as at the
         # exit of a process), also when the command runs inside another one

@@ -468,36 +468,45 @@ def test_settings_from_training_arguments() -> None:
 
 
 class FakeTrainer:
-    """What TRL's GRPOTrainer keeps for the callback: ``_logs`` of the last generation batch."""
+    """What TRL's GRPOTrainer writes with ``log_completions=True``: after each logged step, the
+    table ``<output_dir>/completions/completions_<step>.parquet`` (written after ``on_log``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, output_dir: Path) -> None:
         self.callbacks: list = []
-        self._logs: dict = {"prompt": [], "completion": [], "rewards": {}, "advantages": []}
+        self.folder = output_dir / "completions"
 
     def add_callback(self, cb: object) -> None:
         self.callbacks.append(cb)
 
-    def generate(self, step: int) -> None:
-        self._logs = {"prompt": [f"p{step}-{i}" for i in range(4)],
-                      "completion": [[{"role": "assistant", "content": "<think>x</think> 42" * (1 + i)}]
-                                     for i in range(4)],
-                      "rewards": {"accuracy": [1.0, 0.0, 1.0, 0.0], "format": [0.5, 0.5, 0.0, 0.5]},
-                      "advantages": [0.8, -0.8, 0.4, -0.4]}
+    def log_completions(self, step: int) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        table = {"step": [step] * 4, "prompt": [[{"role": "user", "content": f"p{step}-{i}"}] for i in range(4)],
+                 "completion": [[{"role": "assistant", "content": "<think>x</think> 42" * (1 + i)}] for i in range(4)],
+                 "accuracy": [1.0, 0.0, 1.0, 0.0], "format": [0.5, 0.5, 0.0, 0.5], "advantage": [0.8, -0.8, 0.4, -0.4]}
+        pq.write_table(pa.table(table), self.folder / f"completions_{step:05d}.parquet")
 
 
 def drive(cb: ForensicsCallback, args: SimpleNamespace, rows: list[dict], trainer: FakeTrainer | None = None,
           save_every: int = 0) -> SimpleNamespace:
+    """The Trainer's call protocol: on_log, then (TRL) the completions table, then a save when
+    the step's saving interval or a callback asks for one (``control.should_save``)."""
     state = SimpleNamespace(global_step=0, is_world_process_zero=True)
-    control = SimpleNamespace(should_training_stop=False)
+    control = SimpleNamespace(should_training_stop=False, should_save=False)
     cb.on_train_begin(args, state, control)
     for i, r in enumerate(rows):
         state.global_step = i + 1
-        if trainer is not None:
-            trainer.generate(i + 1)
+        control.should_save = bool(save_every) and (i + 1) % save_every == 0
         logs = {"loss": 0.1, "grad_norm": r["grad_norm"], "learning_rate": 1e-6, "kl": r["kl"],
-                "reward": r["reward_mean"], "entropy": r["entropy"], "epoch": i / len(rows)}
+                "reward": r["reward_mean"], "entropy": r["entropy"], "epoch": i / len(rows),
+                "rewards/accuracy/mean": 0.5, "rewards/format/mean": 0.375}
         control = cb.on_log(args, state, control, logs=logs)
-        if save_every and (i + 1) % save_every == 0:
+        if trainer is not None:
+            trainer.log_completions(i + 1)
+        if control.should_save:
+            (Path(args.output_dir) / f"checkpoint-{i + 1}").mkdir(parents=True, exist_ok=True)
             control = cb.on_save(args, state, control)
         if control.should_training_stop:
             break
@@ -509,23 +518,35 @@ class GRPOConfig(SimpleNamespace):
     pass
 
 
+class MyGRPOConfig(GRPOConfig):
+    """A user's own config class: GRPO through its base, whatever its name."""
+
+
 def test_callback_logs_stops_and_writes_samples(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     rows = healthy_rows(400, seed=3)
     for r in rows[300:]:
         r["grad_norm"] = float("nan")
-    args = GRPOConfig(output_dir=str(tmp_path), beta=0.04, max_grad_norm=1.0, report_to=[])
-    trainer = FakeTrainer()
+    args = MyGRPOConfig(output_dir=str(tmp_path), beta=0.04, max_grad_norm=1.0, report_to=[], log_completions=True)
+    trainer = FakeTrainer(tmp_path)
     cb = ForensicsCallback.attach(trainer, stop_on_critical=True, check_every=5)
     assert trainer.callbacks == [cb]
     with caplog.at_level("INFO", logger="forensics"):
         control = drive(cb, args, rows, trainer)
+    assert cb.meta.algorithm == "grpo"
     assert control.should_training_stop is True
     assert cb.stop_reason is not None and cb.stop_reason.startswith("grad.nonfinite")
     assert cb.rows < 320  # stopped near the onset, not at the end
-    assert any(rec.levelname == "ERROR" and "stopping training" in rec.getMessage() for rec in caplog.records)
+    # the stop saved a checkpoint (with the analysis beside it), named in the log line
+    assert cb.stop_checkpoint == tmp_path / f"checkpoint-{cb.rows}"
+    assert (cb.stop_checkpoint / "forensics" / "analysis.json").is_file()
+    stops = [r.getMessage() for r in caplog.records if r.levelname == "ERROR" and "stopping training" in r.getMessage()]
+    assert len(stops) == 1 and stops[0].endswith(f"saving checkpoint {cb.stop_checkpoint}")
     samples = [json.loads(x) for x in (tmp_path / "forensics" / "samples.jsonl").read_text().splitlines()]
+    # every table TRL wrote, the last one (written after the stopping step's on_log) included
     assert len(samples) == 4 * cb.rows and samples[0]["reward/accuracy"] == 1.0
+    assert [s["step"] for s in samples[:5]] == [1, 1, 1, 1, 2] and samples[-1]["step"] == cb.rows
     assert samples[0]["reward"] == 1.5 and samples[0]["completion"].startswith("<think>")
+    assert samples[0]["prompt"] == "p1-0" and samples[1]["advantage"] == -0.8
     a = scan_path(tmp_path)  # the output_dir: its forensics/ folder is found
     assert a.steps["sample_rows"] == len(samples)
     assert any("forensics trainer callback" in n for n in a.inputs[0].notes)
@@ -548,7 +569,7 @@ def test_callback_checkpoints_and_tensorboard(tmp_path: Path) -> None:
     assert table[0]["first_domino_rule"] == "" and table[-1]["first_domino_rule"] in ("kl.spike", "kl.excessive")
     assert 300 <= int(table[-1]["first_domino_step"]) <= 305
     assert float(table[-1]["health_overall"]) < float(table[0]["health_overall"])
-    ea = EventAccumulator(str(tmp_path / "runs" / "x"), size_guidance={"scalars": 0, "tensors": 0})
+    ea = EventAccumulator(str(tmp_path / "runs" / "x" / "forensics"), size_guidance={"scalars": 0, "tensors": 0})
     ea.Reload()
     assert "forensics/health/overall" in ea.Tags()["scalars"]
     assert ea.Scalars("forensics/rules/kl.spike")[0].step >= 300

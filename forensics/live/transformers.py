@@ -2,7 +2,9 @@
 
 >>> from forensics.live.transformers import ForensicsCallback   # doctest: +SKIP
 >>> trainer = GRPOTrainer(..., callbacks=[ForensicsCallback(stop_on_critical=True)])  # doctest: +SKIP
->>> ForensicsCallback.attach(trainer)   # or this: also reads the completions TRL keeps  # doctest: +SKIP
+>>> ForensicsCallback.attach(trainer)   # or this: it then knows the trainer's TensorBoard folder  # doctest: +SKIP
+
+It runs on transformers 4.40 through 5.x, with or without TRL.
 
 On every ``on_log`` of the main process the callback
 
@@ -11,17 +13,21 @@ On every ``on_log`` of the main process the callback
   logs (``eval_*``) go to ``eval.jsonl`` and the final summary (``train_runtime``) to
   ``run.json``, never into the training rows;
 * writes the sample stream (``samples.jsonl``: step, prompt, completion, reward and each reward
-  function's ``reward/<name>``, advantage) when completions are available: those TRL's GRPO/RLOO
-  trainers keep for their last generation batch (the callback must know the trainer:
-  :meth:`ForensicsCallback.attach`), or what a training loop passes to :meth:`log_samples`;
+  function's ``reward/<name>``, advantage) when completions are available: the completions tables
+  TRL's GRPO/RLOO trainers write with ``log_completions=True``
+  (``<output_dir>/completions/completions_<step>.parquet``, read once each), or what a training
+  loop passes to :meth:`log_samples`;
 * feeds the rows to the trackers (:class:`forensics.analysis.engine.Scan`) and logs each finding
   through :mod:`logging` (logger ``forensics``: critical findings at ERROR, warnings at WARNING,
   the rest at INFO) when it appears and when it escalates; with ``stop_on_critical=True`` a
-  critical finding sets ``control.should_training_stop`` (the trainer then saves and stops);
+  critical finding sets ``control.should_save`` and ``control.should_training_stop``: the Trainer
+  saves ``<output_dir>/checkpoint-<step>`` (named in the log line) and stops;
 * sends the findings to the trainer's ``report_to`` targets, each only when its package is
-  installed: TensorBoard (``forensics/*`` scalars and a text summary in an event file of its own
-  in ``logging_dir``) and W&B (the active run's summary, an alert per critical finding, a
-  ``forensics/findings`` table at the end).
+  installed: TensorBoard (``forensics/*`` scalars, each episode as a severity series
+  ``forensics/episodes/<rule>`` and a text summary, in a run of its own beside the Trainer's:
+  ``<its folder>/forensics``, :func:`~forensics.live.trainer_outputs.tensorboard_dir`) and W&B
+  (the active run's summary, an alert per critical finding, ``forensics/findings`` and
+  ``forensics/episodes`` tables at the end).
 
 On each checkpoint save (``on_save``) it writes the analysis so far beside the checkpoint
 (``checkpoint-N/forensics/analysis.json``) and appends a row to ``forensics/checkpoints.csv``
@@ -31,7 +37,8 @@ chosen by the health the run had at each checkpoint.
 Settings come from the training arguments: ``learning_rate``, ``max_grad_norm``; GRPO/RLOO
 ``beta`` (the KL coefficient), ``epsilon`` (clip range), ``num_generations``,
 ``max_completion_length``; PPO ``kl_coef``, ``cliprange``, ``response_length``; DPO/KTO/ORPO/CPO
-``beta`` is the preference temperature (:attr:`RunMeta.beta`), never a KL coefficient.
+``beta`` is the preference temperature (:attr:`RunMeta.beta`), never a KL coefficient. The
+algorithm comes from the arguments' class hierarchy (:func:`~forensics.live.trainer_outputs.algorithm_of`).
 
 The folder is a run folder: ``forensics scan <output_dir>`` analyses it afterwards (the
 ``forensics/`` sub-folder is found) and ``forensics watch <output_dir>`` can follow it. transformers
@@ -61,6 +68,7 @@ from ..io.readers.arrow import rows_to_raw
 from ..io.readers.base import ReadReport
 from ..schema import TRANSFORMS, ColumnMapping, resolve_columns
 from .notify import Notifier
+from .trainer_outputs import CompletionTables, algorithm_of, tensorboard_dir
 from .watch import LiveFindings
 
 try:  # pragma: no cover - depends on the environment
@@ -120,8 +128,6 @@ def _number(args: Any, *names: str, positive: bool = True) -> float | None:
     return None
 
 
-#: Training-argument classes by algorithm (TRL's config class names, lower case, start with these).
-_ALGORITHMS = ("grpo", "rloo", "ppo", "dpo", "kto", "orpo", "cpo", "simpo", "ipo", "online_dpo", "onlinedpo")
 _PREFERENCE = ("dpo", "kto", "orpo", "cpo", "simpo", "ipo")
 
 
@@ -139,10 +145,7 @@ def meta_from_args(args: Any) -> RunMeta:
     ('ppo', 0.05, 0.2, 53)
     """
     fields: dict[str, Any] = {}
-    name = type(args).__name__.lower().replace("_", "")
-    algo = next((a.replace("_", "") for a in _ALGORITHMS if name.startswith(a.replace("_", ""))), None)
-    if algo == "onlinedpo":
-        algo = "online_dpo"
+    algo = algorithm_of(args)
     if algo is not None:
         fields["algorithm"] = algo
     if (v := _number(args, "max_grad_norm")) is not None:
@@ -202,10 +205,12 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
         training arguments tell (see :func:`meta_from_args`).
     check_every : look for new findings every this many logged rows (a check finishes a copy of
         every tracker: tens of milliseconds).
-    stop_on_critical : a critical finding stops training (``control.should_training_stop``).
+    stop_on_critical : a critical finding saves a checkpoint and stops training
+        (``control.should_save`` and ``control.should_training_stop``).
     report_to : where findings go (``"tensorboard"``, ``"wandb"``); default: the trainer's own
         ``report_to``, each only when its package is installed.
-    trainer : the trainer, to read the completions TRL keeps (or use :meth:`attach`).
+    trainer : the trainer, to find its TensorBoard folder from its own ``TensorBoardCallback``
+        (or use :meth:`attach`).
     notify : a webhook URL (or a :class:`~forensics.live.notify.Notifier`): each alert is posted
         there from a background thread, with retries; training never waits for it, and a failing
         endpoint is logged once. ``notify_format``: ``json``, ``slack`` or ``discord``.
@@ -242,15 +247,17 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
         #: every alert so far (dicts as ``forensics watch --jsonl`` writes them)
         self.alerts: list[dict[str, Any]] = []
         self.stop_reason: str | None = None
+        #: the checkpoint the stop saves (``<output_dir>/checkpoint-<step>``), once a stop is asked
+        self.stop_checkpoint: Path | None = None
         self._stop_pending = False
         self._tb: Any = None
         self._wandb = False
-        self._seen_samples: tuple[int, int] | None = None
+        self.completions: CompletionTables | None = None
 
     @classmethod
     def attach(cls, trainer: Any, **kwargs: Any) -> ForensicsCallback:
-        """Make a callback that knows ``trainer`` (so it reads the completions TRL keeps) and add
-        it to the trainer's callbacks."""
+        """Make a callback that knows ``trainer`` (so it finds the folder of the trainer's own
+        TensorBoard callback) and add it to the trainer's callbacks."""
         cb = cls(trainer=trainer, **kwargs)
         trainer.add_callback(cb)
         return cb
@@ -266,6 +273,7 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
         self._write_run_json()
         self.steps = JsonlWriter(out / "steps.jsonl")
         self.evals = JsonlWriter(out / "eval.jsonl")
+        self._open_completions(args)
         targets = self.report_to if self.report_to is not None else _report_to(args)
         if self.live:
             self.scan = Scan(self.config, meta)
@@ -275,10 +283,20 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
             if "tensorboard" in targets and _installed("tensorboard"):
                 from ..report.export import TensorBoardWriter
 
-                logdir = getattr(args, "logging_dir", None) or out
-                self._tb = TensorBoardWriter(logdir)
+                self._tb = TensorBoardWriter(tensorboard_dir(args, self.trainer) / "forensics")
+                self._say(logging.INFO, f"forensics: TensorBoard scalars in {self._tb.path.parent}")
             self._wandb = "wandb" in targets and _installed("wandb")
         return control
+
+    def _open_completions(self, args: Any) -> None:
+        """Follow the completions tables TRL writes (``log_completions=True``); say once when a
+        TRL trainer that could write them does not."""
+        weights = getattr(args, "reward_weights", None)
+        folder = Path(getattr(args, "output_dir", None) or ".") / "completions"
+        self.completions = CompletionTables(folder, list(weights) if isinstance(weights, (list, tuple)) else None)
+        if getattr(args, "log_completions", None) is False:
+            self._say(logging.INFO, "forensics: no completions to read (log_completions=False); set "
+                      "log_completions=True in the trainer's config for the sample-level checks")
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
                **kwargs: Any) -> Any:
@@ -301,14 +319,16 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
         assert self.steps is not None
         self.steps.write(row)
         self.rows += 1
-        self._trainer_samples(step)
+        if self.completions is not None:
+            self.completions.note_logs(list(values))
+        self._completion_samples()
         if self.scan is not None and self.report is not None and self.findings is not None:
             self.report.rows_read += 1
             self.report.rows_kept += 1
             self.scan.feed(rows_to_raw([row], np.array([self.rows], dtype=np.int64)), self.report)
             if self.rows % self.check_every == 0:
                 self._check(step)
-        return self._control(control)
+        return self._control(control, args, step)
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         """The analysis so far beside the checkpoint, and a row of ``checkpoints.csv``."""
@@ -317,7 +337,9 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
         from ..report.files import to_json
 
         step = int(getattr(state, "global_step", 0))
-        ckpt = Path(getattr(args, "output_dir", ".") or ".") / f"checkpoint-{step}"
+        ckpt = _checkpoint(args, step)
+        if self.stop_checkpoint is not None and ckpt == self.stop_checkpoint:
+            self._say(logging.ERROR, f"forensics: saved {ckpt} before stopping (stop_on_critical)")
         d = self.scan.peek().to_dict()
         try:
             (ckpt / "forensics").mkdir(parents=True, exist_ok=True)
@@ -328,6 +350,7 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
         return control
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        self._completion_samples()  # TRL writes the last step's table after that step's on_log
         if self.findings is not None and self.scan is not None:
             self._check(int(getattr(state, "global_step", 0)))
             if self.scan.rows:
@@ -372,35 +395,16 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
         self.sample_rows += len(out)
         return len(out)
 
-    def _trainer_samples(self, step: int) -> None:
-        """The completions TRL's GRPO/RLOO trainers keep for their last generation batch
-        (``trainer._logs``), written once per batch."""
-        logs = getattr(self.trainer, "_logs", None)
-        if not isinstance(logs, dict) or not logs.get("completion"):
+    def _completion_samples(self) -> None:
+        """The completions tables TRL wrote since the last look, each as the sample rows of its
+        step; a table that cannot be read is said once and skipped."""
+        if self.completions is None or self.output_dir is None:
             return
-        completions = list(logs["completion"])
-        seen = (id(completions[-1]), len(completions))  # the deque is refilled per generation batch
-        if seen == self._seen_samples:
-            return
-        self._seen_samples = seen
-        prompts = list(logs.get("prompt") or [])
-        rewards = {str(k): list(v) for k, v in (logs.get("rewards") or {}).items()}
-        advantages = list(logs.get("advantages") or [])
-        rows = []
-        for i, completion in enumerate(completions):
-            row: dict[str, Any] = {"completion": _text(completion)}
-            if i < len(prompts):
-                row["prompt"] = _text(prompts[i])
-            parts = {name: vals[i] for name, vals in rewards.items() if i < len(vals)}
-            finite = [v for v in parts.values() if isinstance(v, (int, float)) and math.isfinite(v)]
-            if finite:
-                row["reward"] = float(sum(finite))
-            for name, v in parts.items():
-                row[f"reward/{name}"] = v
-            if i < len(advantages):
-                row["advantage"] = advantages[i]
-            rows.append(row)
-        self.log_samples(step, rows)
+        for step, rows in self.completions.new_tables():
+            self.log_samples(step, rows)
+        for error in self.completions.errors:
+            self._say(logging.WARNING, f"forensics: completions table skipped: {error}")
+        self.completions.errors.clear()
 
     # -- alerts, stopping, dashboards -------------------------------------------------------
     def _check(self, step: int) -> None:
@@ -433,12 +437,16 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
             if self.stop_on_critical and self.stop_reason is None:
                 self.stop_reason = f"{alert['rule']} at step {alert['onset_step']}: {alert['message']}"
                 self._stop_pending = True
-                self._say(logging.ERROR, f"forensics: stopping training (stop_on_critical): {self.stop_reason}")
 
-    def _control(self, control: Any) -> Any:
+    def _control(self, control: Any, args: Any, step: int) -> Any:
+        """Ask the Trainer to save ``checkpoint-<step>`` and stop, once a stop is pending."""
         if self._stop_pending and control is not None:
+            self.stop_checkpoint = _checkpoint(args, step)
+            control.should_save = True
             control.should_training_stop = True
             self._stop_pending = False
+            self._say(logging.ERROR, f"forensics: stopping training at step {step} (stop_on_critical): "
+                      f"{self.stop_reason}; saving checkpoint {self.stop_checkpoint}")
         return control
 
     def _wandb_run(self) -> Any:
@@ -499,10 +507,7 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
                                                   encoding="utf-8")
 
 
-def _text(value: Any) -> str:
-    """A prompt or completion as text (TRL keeps conversational ones as lists of messages)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and all(isinstance(m, dict) for m in value):
-        return "\n".join(str(m.get("content", "")) for m in value)
-    return str(value)
+
+def _checkpoint(args: Any, step: int) -> Path:
+    """The folder the Trainer saves step ``step`` to (``<output_dir>/checkpoint-<step>``)."""
+    return Path(getattr(args, "output_dir", None) or ".") / f"checkpoint-{step}"
