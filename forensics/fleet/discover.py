@@ -10,6 +10,9 @@ A run is one of:
   folder that is not a run folder. A pretty-printed JSON file (``config.json``) is not taken for
   JSON lines: its first line must be a whole JSON object.
 
+A W&B chart export that holds several runs (``<run> - <metric>`` columns) is one run of the fleet
+per run it holds, named ``<file>/<run>``.
+
 Hidden entries, report folders (holding ``analysis.json``) and the fleet's own output folder
 are skipped. A path given by name is always a run, even one that cannot be read: its row will
 say why.
@@ -26,6 +29,7 @@ from pathlib import Path
 import orjson
 
 from ..errors import ForensicsError, InputError
+from ..io.adapters.wandb import chart_runs
 from ..io.formats import FORMATS, detect_format
 
 __all__ = ["Run", "find_runs", "is_run_folder"]
@@ -46,12 +50,14 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character de
 
 @dataclass(frozen=True)
 class Run:
-    """A run to scan: its name in the fleet (``OUT/<name>/``), the path ``scan_path`` reads and,
-    when discovery already knows it cannot be scanned (a FIFO, an unreadable log), why."""
+    """A run to scan: its name in the fleet (``OUT/<name>/``), the path ``scan_path`` reads,
+    when discovery already knows it cannot be scanned (a FIFO, an unreadable log) why, and the
+    run to read in a file that holds several (``member``, a W&B chart export's run name)."""
 
     name: str
     path: str
     error: str = ""
+    member: str | None = None
 
 
 def _special(mode: int) -> str:
@@ -205,5 +211,33 @@ def find_runs(paths: Iterable[Path | str], exclude: Iterable[Path | str] = ()) -
                 unique, i = f"{name}~{i}", i + 1
             used.add(unique)
             target = _scan_target(path) if path.is_dir() and not error else path
-            runs.append(Run(unique, str(target), error))
+            runs.extend(_members(Run(unique, str(target), error), used))
     return runs
+
+
+def _member_name(run: str, i: int) -> str:
+    """A W&B run name as one folder name: no separators, never hidden, never empty."""
+    name = run.replace("/", "_").replace("\\", "_").replace("\0", "").strip().lstrip(".")
+    return name or f"run{i + 1}"
+
+
+def _members(run: Run, used: set[str]) -> list[Run]:
+    """``run``, or one run per run of a multi-run W&B chart export."""
+    if run.error or not Path(run.path).is_file():
+        return [run]
+    try:
+        if detect_format(Path(run.path)) != "wandb-csv":
+            return [run]
+    except (ForensicsError, OSError):
+        return [run]
+    members = chart_runs(Path(run.path))
+    if len(members) < 2:
+        return [run]
+    out = []
+    for i, member in enumerate(members):
+        name, n = f"{run.name}/{_member_name(member, i)}", 2
+        while name in used:
+            name, n = f"{run.name}/{_member_name(member, i)}~{n}", n + 1
+        used.add(name)
+        out.append(Run(name, run.path, member=member))
+    return out

@@ -39,7 +39,7 @@ from .verdict import evidence_rows, verdict
 if TYPE_CHECKING:
     from jinja2 import Environment
 
-__all__ = ["PLOTLY_FILE", "build_figures", "render_html", "write_html"]
+__all__ = ["PLOTLY_FILE", "build_figures", "render_html", "write_html", "write_library"]
 
 TEMPLATES = Path(__file__).parent / "templates"
 #: The shared library file ``script="file"`` writes beside the page.
@@ -510,9 +510,11 @@ def _generation(gen: dict[str, Any], series: dict[str, Any]) -> dict[str, Any]:
     return {"rows": rows, "rewards": rewards, "pattern": gen.get("format_pattern"), "examples": examples[:12]}
 
 
-def render_html(d: dict[str, Any], plotly_js: str | None = None, script: str = "inline") -> str:
+def render_html(d: dict[str, Any], plotly_js: str | None = None, script: str = "inline",
+                script_src: str = PLOTLY_FILE) -> str:
     """The whole page for an analysis dict. ``plotly_js`` replaces the inlined library (tests);
-    ``script="file"`` references ``plotly.min.js`` beside the page instead of inlining it."""
+    ``script="file"`` references the library at ``script_src`` (a relative URL: ``plotly.min.js``
+    beside the page, or ``../plotly.min.js``, the one copy a fleet shares) instead of inlining it."""
     findings = sorted(d.get("findings") or [],
                       key=lambda f: (SEVERITY_ORDER.get(f["severity"], 3), f["onset_step"], f["rule"]))
     tl = timeline_from_dict(d)
@@ -569,7 +571,7 @@ def render_html(d: dict[str, Any], plotly_js: str | None = None, script: str = "
         "notes": notes,
         "data_json": data_json,
         "script": script,
-        "plotly_file": PLOTLY_FILE,
+        "plotly_file": script_src,
         "plotly_js": "" if script == "file" else _PLOTLY_MARK,
         "tool": d.get("tool") or {},
         "cost": cost_lines(d.get("cost")),
@@ -586,7 +588,19 @@ def write_html(d: dict[str, Any], path: Path, script: str = "inline") -> Path:
     already holds one (the library is shared by every report in the folder)."""
     path.write_text(render_html(d, script=script), encoding="utf-8")
     if script == "file":
-        lib = path.parent / PLOTLY_FILE
-        if not lib.exists():
-            lib.write_text(_plotly_js(), encoding="utf-8")
+        write_library(path.parent)
     return path
+
+
+def write_library(folder: Path, outputs: Any = None) -> Path:
+    """Write the plotting library a ``script="file"`` page refers to (:data:`PLOTLY_FILE`) into
+    ``folder``, unless it holds one already: one copy serves every page that refers to it (a
+    folder's reports, or a whole fleet's). ``outputs`` (:class:`~forensics.io.output.Outputs`)
+    writes it safely (never over an input or a link)."""
+    lib = folder / PLOTLY_FILE
+    if not lib.exists():
+        if outputs is None:
+            lib.write_text(_plotly_js(), encoding="utf-8")
+        else:
+            outputs.write_text(lib, _plotly_js())
+    return lib
