@@ -17,6 +17,7 @@ from ..analysis.engine import scan_path
 from ..config import Config
 from ..errors import ForensicsError
 from ..report.files import ANALYSIS_FILE, HTML_FILE, write_reports
+from ..report.verdict import verdict as run_verdict
 from ..verdicts.gate import Policy, evaluate
 from .discover import Run
 
@@ -59,7 +60,7 @@ class RunTask:
 
 
 def _base(run: Run) -> dict[str, Any]:
-    return {"run": run.name, "path": run.path, "format": None, "algorithm": None, "rows": None,
+    return {"run": run.name, "path": run.path, "verdict": None, "format": None, "algorithm": None, "rows": None,
             "health": None, "stability": None, "convergence": None, "areas": {},
             "findings": dict.fromkeys(SEVERITIES, 0), "rules": {}, "first_domino_rule": None,
             "first_domino_step": None, "gate": None, "gate_failing": None, "error": None,
@@ -68,7 +69,7 @@ def _base(run: Run) -> dict[str, Any]:
 
 def error_row(run: Run, error: str, policy: Policy | None = None) -> dict[str, Any]:
     """The row of a run that could not be scanned (its gate verdict, under a policy: error)."""
-    return {**_base(run), "error": error, "gate": "error" if policy is not None else None}
+    return {**_base(run), "verdict": "unreadable", "error": error, "gate": "error" if policy is not None else None}
 
 
 def row_from_analysis(run: Run, d: dict[str, Any], policy: Policy | None = None,
@@ -83,6 +84,7 @@ def row_from_analysis(run: Run, d: dict[str, Any], policy: Policy | None = None,
     domino = (d.get("timeline") or {}).get("first_domino") or {}
     inputs = d.get("inputs") or [{}]
     row = {**_base(run),
+           "verdict": run_verdict(d.get("findings") or [], d.get("timeline"), None, d.get("coverage"))["state"],
            "format": inputs[0].get("format") or None,
            "algorithm": (d.get("run") or {}).get("algorithm"),
            "rows": (d.get("steps") or {}).get("rows"),
