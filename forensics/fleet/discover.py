@@ -89,14 +89,34 @@ def is_run_folder(path: Path) -> bool:
     if any(n.startswith("steps.") and not n.endswith(".tmp") for n in names) \
             or "trainer_state.json" in names:
         return True
-    return any(f.detect(path, b"") for f in FORMATS)
+    return _read_whole(path)
+
+
+def _read_whole(folder: Path) -> bool:
+    """Whether a format reads ``folder`` as one log (TensorBoard, a W&B run, Parquet parts). A
+    folder of Parquet parts holds them itself (or in ``key=value`` partitions): the Parquet files
+    of the run folders below a folder do not make it one run."""
+    for f in FORMATS:
+        if f.name == "parquet-parts":
+            if _holds_parts(folder) and f.detect(folder, b""):
+                return True
+        elif f.detect(folder, b""):
+            return True
+    return False
+
+
+def _holds_parts(folder: Path) -> bool:
+    try:
+        return any(e.name.endswith(".parquet") or (e.is_dir() and "=" in e.name) for e in os.scandir(folder))
+    except OSError:
+        return False
 
 
 def _scan_target(folder: Path) -> Path:
     """What ``scan_path`` is given for a run folder (its trainer_state.json when that is all)."""
     names = os.listdir(folder)
     if not any(n.startswith("steps.") for n in names) and "trainer_state.json" in names \
-            and not any(f.detect(folder, b"") for f in FORMATS):
+            and not _read_whole(folder):
         return folder / "trainer_state.json"
     return folder
 

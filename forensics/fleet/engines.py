@@ -11,9 +11,9 @@ must be on a filesystem every node sees (as the checkpoints of such jobs usually
 Workers stay warm: each worker process is started once and scans run after run (the local pool's
 processes, Ray's task workers), so forensics is imported once per worker, not once per run. Each
 worker is lean as the command line is (:func:`forensics.lean.pyarrow_without_pandas`: pyarrow does
-not import pandas there). Each run's result carries its worker's process id and peak resident
-memory (:class:`Done`): ``FleetResult.workers`` says how many processes did the work and how much
-memory each needed at most.
+not import pandas there). Each run's result carries its worker's process id, peak resident memory
+and CPU time (:class:`Worker`): ``FleetResult.workers`` says how many processes did the work, how
+much memory each needed at most and how much CPU the fleet cost.
 """
 
 from __future__ import annotations
@@ -28,33 +28,43 @@ from typing import Any
 from ..errors import UsageError
 from .scan import RunTask, error_row, scan_run
 
-__all__ = ["ENGINES", "Done", "run_local", "run_ray"]
+__all__ = ["ENGINES", "Done", "Worker", "Workers", "ray_init", "run_local", "run_ray"]
 
 ENGINES = ("local", "ray")
 #: Times a local pool is started again after a worker process died (killed, out of memory).
 POOL_RESTARTS = 3
 
 OnResult = Callable[[dict[str, Any]], None]
-#: Per worker process id: its peak resident memory in bytes (as its runs reported it).
-Workers = dict[int, int]
+@dataclass(frozen=True)
+class Worker:
+    """A worker process as its last run left it: its id, peak resident memory (bytes) and the
+    CPU seconds it has used (its start-up included)."""
+
+    pid: int
+    peak_rss: int
+    cpu_s: float
+
+
+#: The workers of a fleet, by process id.
+Workers = dict[int, Worker]
 
 
 @dataclass(frozen=True)
 class Done:
-    """A run's row, and the worker process that scanned it: its id and peak memory (bytes)."""
+    """A run's row, and the worker process that scanned it."""
 
     row: dict[str, Any]
-    pid: int
-    peak_rss: int
+    worker: Worker
 
 
-def _peak_rss() -> int:
-    """This process's peak resident memory in bytes (Linux reports kilobytes, macOS bytes)."""
+def _this_worker() -> Worker:
+    """This process: its peak resident memory (Linux reports kilobytes, macOS bytes) and CPU time."""
     import resource
     import sys
 
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    peak = use.ru_maxrss if sys.platform == "darwin" else use.ru_maxrss * 1024
+    return Worker(os.getpid(), int(peak), use.ru_utime + use.ru_stime)
 
 
 def warm_worker() -> None:
@@ -70,7 +80,7 @@ def warm_worker() -> None:
 def work(task: RunTask) -> Done:
     """What a worker runs for one task: :func:`scan_run`, with its process id and peak memory."""
     warm_worker()  # nothing after the first run of this process
-    return Done(scan_run(task), os.getpid(), _peak_rss())
+    return Done(scan_run(task), _this_worker())
 
 
 def default_workers() -> int:
@@ -78,7 +88,10 @@ def default_workers() -> int:
 
 
 def _record(done: Done, workers: Workers) -> dict[str, Any]:
-    workers[done.pid] = max(workers.get(done.pid, 0), done.peak_rss)
+    """The row; its worker noted (a later run of the same process has the larger figures)."""
+    last = workers.get(done.worker.pid)
+    if last is None or done.worker.cpu_s >= last.cpu_s:
+        workers[done.worker.pid] = done.worker
     return done.row
 
 
@@ -144,7 +157,7 @@ RAY_QUIET: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                              "logging_level": "ERROR"}
 
 
-def _ray_init(ray: Any, address: str | None, workers: int | None) -> None:
+def ray_init(ray: Any, address: str | None, workers: int | None) -> None:
     """Start (or reach) Ray without a word on the terminal: its start-up banner ("Started a local
     Ray instance") goes to the logging it is told not to configure, and whatever it writes to
     stderr while starting is held back and shown only when it fails."""
@@ -178,7 +191,7 @@ def run_ray(tasks: Sequence[RunTask], address: str | None = None, workers: int |
         raise UsageError("--engine ray needs Ray: pip install 'rl-forensics[ray]'") from None
     started = not ray.is_initialized()
     if started:
-        _ray_init(ray, address, workers)
+        ray_init(ray, address, workers)
     try:
         remote = ray.remote(num_cpus=1, max_retries=1)(work)
         refs = [remote.remote(task) for task in tasks]
