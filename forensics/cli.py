@@ -707,7 +707,7 @@ def fleet(paths: tuple[Path, ...], out_dir: Path, engine: str, address: str | No
 
     policy = load_policy(policy_path) if policy_path is not None else None
     cfg = build_config(config_path, kl_target, kl_unit, strict, None, maps)
-    runs = find_runs(paths, exclude=[out_dir])
+    runs = find_runs(paths, exclude=[out_dir], fmt=fmt)
     progress = FleetProgress(len(runs), enabled=not quiet)
     try:
         result = run_fleet(paths, out_dir, engine=engine, address=address, workers=workers, config=cfg,

@@ -103,7 +103,7 @@ def run_fleet(paths: Iterable[Path | str], out: Path | str, *, engine: str = "lo
     """
     out, paths = Path(out), list(paths)
     _check_choices(engine, reports, plotly_js)
-    runs = find_runs(paths, exclude=[out]) if runs is None else runs
+    runs = find_runs(paths, exclude=[out], fmt=fmt) if runs is None else runs
     if not runs:
         raise InputError("no runs found (run folders with steps.* or trainer_state.json, or log "
                          "files of a known format)", path=", ".join(str(p) for p in paths))

@@ -209,13 +209,15 @@ def _root_runs(root: Path, skip: set[Path], prefix: list[str]) -> list[tuple[Pat
     return [(p, "/".join([*prefix, *p.relative_to(root).parts]), err) for p, err in walker.walk(root)]
 
 
-def find_runs(paths: Iterable[Path | str], exclude: Iterable[Path | str] = ()) -> list[Run]:
+def find_runs(paths: Iterable[Path | str], exclude: Iterable[Path | str] = (), fmt: str | None = None) -> list[Run]:
     """The runs under ``paths``, in order (each path's runs sorted by name).
 
     Names are paths relative to the path they were found under (prefixed with that path's own
     name when several paths are given); a path that is itself a run is named by its last part.
     A path that does not exist is an :class:`~forensics.errors.InputError`. A file that looks
     like a log by its name but cannot be read, or is a FIFO or a device, is a run with its error.
+    A multi-run W&B chart export is a run per run it holds, unless ``fmt`` (every run read as
+    that format) is another format.
     """
     roots = [Path(p) for p in paths]
     skip = {Path(p).resolve() for p in exclude}
@@ -231,7 +233,8 @@ def find_runs(paths: Iterable[Path | str], exclude: Iterable[Path | str] = ()) -
                 unique, i = f"{name}~{i}", i + 1
             used.add(unique)
             target = _scan_target(path) if path.is_dir() and not error else path
-            runs.extend(_members(Run(unique, str(target), error), used))
+            run = Run(unique, str(target), error)
+            runs.extend(_members(run, used) if fmt in (None, "wandb-csv") else [run])
     return runs
 
 
