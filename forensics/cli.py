@@ -722,7 +722,9 @@ def fleet(paths: tuple[Path, ...], out_dir: Path, engine: str, address: str | No
         if policy is not None:
             gate = f"; gate: {sum(r['gate'] == 'passed' for r in rows)} passed, " \
                    f"{sum(r['gate'] in ('failed', 'error') for r in rows)} failed"
-        echo(f"{len(rows)} runs scanned ({engine}): {result.unreadable} could not be read{gate}")
+        peak = max((w.peak_rss for w in result.workers.values()), default=0)
+        workers_note = f", {len(result.workers)} workers, at most {peak / 2**20:.0f} MB each" if result.workers else ""
+        echo(f"{len(rows)} runs scanned ({engine}{workers_note}): {result.unreadable} could not be read{gate}")
         for r in rows[:5]:
             what = f"error: {r['error']}" if r["error"] else (
                 f"health {r['health']:.2f}, {r['findings']['critical']} critical, "
