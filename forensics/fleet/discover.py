@@ -248,13 +248,11 @@ def _members(run: Run, used: set[str]) -> list[Run]:
     """``run``, or one run per run of a multi-run W&B chart export."""
     if run.error or not Path(run.path).is_file():
         return [run]
+    members = chart_runs(Path(run.path))  # [] at the cost of a few bytes read for any other log
     try:
-        if detect_format(Path(run.path)) != "wandb-csv":
+        if len(members) < 2 or detect_format(Path(run.path)) != "wandb-csv":
             return [run]
     except (ForensicsError, OSError):
-        return [run]
-    members = chart_runs(Path(run.path))
-    if len(members) < 2:
         return [run]
     out = []
     for i, member in enumerate(members):

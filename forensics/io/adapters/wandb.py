@@ -73,8 +73,11 @@ def _runs_of(header: list[str]) -> list[str]:
 
 def chart_runs(path: Path) -> list[str]:
     """The runs a W&B chart export holds, in column order (``[]``: not a chart export, or no
-    header)."""
+    header). Any other file costs one read of its first bytes."""
     try:
+        with open_binary(Path(path)) as fh:
+            if not fh.read(16).removeprefix(BOM).startswith((b"Step,", b'"Step",')):
+                return []
         for _, cells in _csv_rows(Path(path)):
             header = cells if isinstance(cells, list) else []
             return _runs_of(header) if header[:1] == ["Step"] else []
