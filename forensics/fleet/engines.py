@@ -35,6 +35,8 @@ ENGINES = ("local", "ray")
 POOL_RESTARTS = 3
 
 OnResult = Callable[[dict[str, Any]], None]
+
+
 @dataclass(frozen=True)
 class Worker:
     """A worker process as its last run left it: its id, peak resident memory (bytes) and the
@@ -78,7 +80,7 @@ def warm_worker() -> None:
 
 
 def work(task: RunTask) -> Done:
-    """What a worker runs for one task: :func:`scan_run`, with its process id and peak memory."""
+    """What a worker runs for one task: :func:`scan_run`, and this worker's figures."""
     warm_worker()  # nothing after the first run of this process
     return Done(scan_run(task), _this_worker())
 
