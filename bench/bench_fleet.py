@@ -19,7 +19,7 @@ this process:
   ``run_fleet(engine="ray")`` (startup included): the same, and the overhead per run:
   ``(wall - startup) * workers / runs - per-run cost``;
 
-and prints a projection for a cluster of C cores: ``startup + runs * (cost + overhead) / C``.
+and prints a projection for a cluster of C cores: ``startup + runs * CPU a run / C``.
 Both engines must give the same fleet.csv (checked). The load average is printed before and after:
 other work on the machine slows every figure.
 
@@ -197,8 +197,9 @@ def per_run_cost(runs: list[Any], out: Path, reports: str, n: int) -> float:
 
 
 def run_engine(engine: str, root: Path, runs: list[Any], out: Path, args: argparse.Namespace,
-               cost: float) -> tuple[float, float, float] | None:
-    """One fleet on ``engine``: ``(wall, startup, overhead per run)``, printed; None: Ray absent."""
+               cost: float) -> tuple[float, float] | None:
+    """One fleet on ``engine``, printed: ``(startup, CPU a run in the workers and the driver)``;
+    None: Ray absent."""
     from forensics.fleet import run_fleet
 
     shutil.rmtree(out / engine, ignore_errors=True)
@@ -234,17 +235,19 @@ def run_engine(engine: str, root: Path, runs: list[Any], out: Path, args: argpar
           + f"; CPU in the workers {worker_cpu:.1f} s = {worker_cpu / len(runs) * 1000:.0f} ms a run (their "
           f"start-up included): {args.workers} cores of its own would scan {len(runs) * args.workers / worker_cpu:.1f} "
           f"runs/s; this process (the fleet's driver) {own / len(runs) * 1000:.1f} ms CPU a run; {load()}")
-    return wall, startup, overhead
+    return startup, (worker_cpu + own) / len(runs)
 
 
-def projection(results: dict[str, tuple[float, float, float]], cost: float, cores: list[int]) -> None:
+def projection(results: dict[str, tuple[float, float]], cores: list[int]) -> None:
+    """A cluster of C cores, each a worker of its own: ``startup + runs x CPU a run / C`` (the CPU
+    a run, not the wall time here, which other work on this machine inflates)."""
     engine = "ray" if "ray" in results else "local"
-    _, startup, overhead = results[engine]
+    startup, per_run = results[engine]
     print(f"projection on a {'Ray cluster' if engine == 'ray' else 'machine'} of C cores: {startup:.0f} s + runs x "
-          f"({cost * 1000:.0f} + {max(overhead, 0) * 1000:.0f}) ms / C")
+          f"{per_run * 1000:.0f} ms (CPU a run, workers and driver) / C")
     for c in cores:
         for n_runs in (1_000, 10_000):
-            t = startup + n_runs * (cost + max(overhead, 0)) / c
+            t = startup + n_runs * per_run / c
             print(f"  {n_runs:>6,} runs on {c:>4} cores: {t:7.1f} s ({n_runs / t:6.1f} runs/s)")
 
 
@@ -285,7 +288,7 @@ def main() -> None:
         same = (out / "fleet-local.csv").read_bytes() == (out / "fleet-ray.csv").read_bytes()
         print(f"fleet.csv identical on both engines: {same}")
     if results:
-        projection(results, cost, args.cluster_cores)
+        projection(results, args.cluster_cores)
 
 
 if __name__ == "__main__":
