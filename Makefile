@@ -68,7 +68,7 @@ bench: $(STAMP)
 bench-full: $(STAMP)
 	$(PY) bench/bench_scan.py --full
 
-# 1,000 runs of 10,000 steps on the local pool and on Ray: runs per second, overhead per run
+# 1,000 small runs of six formats on the local pool and on Ray: runs per second (budget 15), memory and CPU per worker
 bench-fleet: $(STAMP)
 	$(PY) bench/bench_fleet.py
 

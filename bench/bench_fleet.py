@@ -1,51 +1,170 @@
-"""Benchmark: a fleet of runs (default 1,000 runs of 10,000 steps) on the local pool and on Ray.
+"""Benchmark: a fleet of small runs of mixed formats (default 1,000) on the local pool and on Ray.
 
-Writes the runs once under ``bench/data/fleet_<runs>x<steps>/`` (Parquet step logs of 20
-metrics, each run its own seed; one in ten with a gradient explosion), then measures, in this
-process:
+Budget (issue 25): at least 15 runs/s on a 2-core machine with the local pool, and at least as
+many on a local Ray instance, each run's report.html included (``--reports html``, the fleet's
+default, with the one plotly.js the fleet shares).
+
+Writes the runs once under ``bench/data/fleet_mixed_<runs>/``: logs of 200 to 1,500 steps (each
+run its own length and seed; one in ten with a gradient explosion from 60% of the run on), in six
+formats in turn: a run folder with ``steps.jsonl``, a plain CSV file, a Hugging Face output folder
+(``trainer_state.json`` with TRL's keys), a veRL file-logger JSONL, a run folder with
+``steps.parquet``, and W&B chart exports holding four runs each (a row per run). Then measures, in
+this process:
 
 * the **per-run cost**: ``scan_run`` (scan, reports, row) of the first runs one after the other,
   in this process, warm (imports done): seconds of CPU and wall per run;
-* the **local pool**: ``run_fleet(engine="local")``: wall time, runs per second;
+* the **local pool**: ``run_fleet(engine="local")`` (worker start-up included): wall time, runs
+  per second, the worker processes that did the work and the peak memory of each;
 * **Ray**: a local Ray instance started and stopped alone (its startup), then
-  ``run_fleet(engine="ray")`` (startup included): wall time, runs per second, and the overhead per
-  run: ``(wall - startup) * workers / runs - per-run cost``;
+  ``run_fleet(engine="ray")`` (startup included): the same, and the overhead per run:
+  ``(wall - startup) * workers / runs - per-run cost``;
 
-and prints a projection for a cluster of C cores: ``startup + runs * (cost + overhead) / C``.
-Per-run reports are written without report.html by default (``--html`` renders them too, and
-prints their cost per run). Both engines must give the same fleet.csv (checked).
+and prints a projection for a cluster of C cores: ``startup + runs * CPU a run / C``.
+Both engines must give the same fleet.csv (checked). The load average is printed before and after:
+other work on the machine slows every figure.
 
-Usage: ``python bench/bench_fleet.py [--runs N] [--steps S] [--workers W] [--html]``.
+Usage: ``python bench/bench_fleet.py [--runs N] [--workers W] [--reports none|html|all]
+[--engines local ray]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import shutil
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-DATA = Path(__file__).resolve().parent / "data"
+import numpy as np
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "bench" / "data"
+#: Runs/s the local pool (and Ray) must reach on a 2-core machine.
+BUDGET_RUNS_PER_S = 15.0
+#: Runs in one W&B chart export.
+WANDB_RUNS_PER_EXPORT = 4
+#: TRL's keys for the canonical metrics a GRPO trainer_state.json logs.
+TRL_KEYS = {"reward_mean": "reward", "reward_std": "reward_std", "kl": "kl", "entropy": "entropy",
+            "loss": "loss", "grad_norm": "grad_norm", "learning_rate": "learning_rate",
+            "response_length_mean": "completions/mean_length", "clip_frac": "clip_ratio/region_mean",
+            "step_time": "step_time"}
+#: veRL's keys (its file logger nests them under "data").
+VERL_KEYS = {"entropy": "actor/entropy", "policy_loss": "actor/pg_loss", "approx_kl": "actor/kl_loss",
+             "kl_coef": "actor/kl_coef", "grad_norm": "actor/grad_norm", "learning_rate": "actor/lr",
+             "reward_mean": "critic/score/mean", "advantage_mean": "critic/advantages/mean",
+             "response_length_mean": "response_length/mean", "truncation_rate": "response_length/clip_ratio",
+             "step_time": "timing_s/step"}
+#: The metrics a W&B chart export holds for each run.
+WANDB_METRICS = ("reward_mean", "kl", "entropy", "grad_norm", "learning_rate", "response_length_mean",
+                 "loss", "clip_frac")
 
 
-def make_runs(runs: int, steps: int) -> Path:
-    import numpy as np
+def _series(i: int, steps: int) -> dict[str, np.ndarray]:
+    """Run ``i``'s step stream (20 canonical metrics); one run in ten explodes from 60% on."""
+    from bench.shapes import step_chunks
 
-    from bench.shapes import step_chunks, write_parquet
+    cols = next(step_chunks(steps, 20, False, seed=1000 + i))
+    cols.pop("timestamp", None)
+    if i % 10 == 3:
+        cols["grad_norm"] = np.where(cols["step"] >= int(steps * 0.6), cols["grad_norm"] * 40, cols["grad_norm"])
+    return cols
 
-    root = DATA / f"fleet_{runs}x{steps}"
+
+def _rows(cols: dict[str, np.ndarray], keys: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    names = keys or {k: k for k in cols if k != "step"}
+    lists = {k: cols[k].tolist() for k in names}
+    return [{"step": s, **{names[k]: round(lists[k][j], 6) for k in names}}
+            for j, s in enumerate(cols["step"].tolist())]
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+
+
+def _steps_jsonl(root: Path, i: int, cols: dict[str, np.ndarray]) -> None:
+    _write_jsonl(root / "jsonl" / f"run_{i:04d}" / "steps.jsonl", _rows(cols))
+
+
+def _plain_csv(root: Path, i: int, cols: dict[str, np.ndarray]) -> None:
+    path = root / "csv" / f"run_{i:04d}.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = _rows(cols)
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(list(rows[0]))
+        w.writerows(list(r.values()) for r in rows)
+
+
+def _trainer_state(root: Path, i: int, cols: dict[str, np.ndarray]) -> None:
+    path = root / "hf" / f"run_{i:04d}" / "trainer_state.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log = _rows(cols, TRL_KEYS)
+    steps = len(log)
+    for r in log:
+        r["epoch"] = round(r["step"] / steps, 6)
+    path.write_bytes(orjson.dumps({"global_step": steps, "max_steps": steps, "logging_steps": 1,
+                                   "log_history": log}, option=orjson.OPT_INDENT_2))
+
+
+def _verl_jsonl(root: Path, i: int, cols: dict[str, np.ndarray]) -> None:
+    rows = [{"step": r.pop("step"), "data": r} for r in _rows(cols, VERL_KEYS)]
+    _write_jsonl(root / "verl" / f"run_{i:04d}.jsonl", rows)
+
+
+def _steps_parquet(root: Path, i: int, cols: dict[str, np.ndarray]) -> None:
+    from bench.shapes import write_parquet
+
+    write_parquet(root / "parquet" / f"run_{i:04d}" / "steps.parquet", iter([cols]))
+
+
+def _wandb_exports(root: Path, members: list[tuple[int, dict[str, np.ndarray]]]) -> None:
+    """W&B chart exports of :data:`WANDB_RUNS_PER_EXPORT` runs each (``Step``, ``<run> - <metric>``)."""
+    for k in range(0, len(members), WANDB_RUNS_PER_EXPORT):
+        group = members[k:k + WANDB_RUNS_PER_EXPORT]
+        steps = sorted({s for _, c in group for s in c["step"].tolist()})
+        header = ["Step"] + [f"run-{i:04d} - {m}" for i, _ in group for m in WANDB_METRICS]
+        values = {(i, m): dict(zip(c["step"].tolist(), c[m].tolist())) for i, c in group for m in WANDB_METRICS}
+        path = root / "wandb_exports" / f"export_{k // WANDB_RUNS_PER_EXPORT:03d}.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(header)
+            for s in steps:
+                w.writerow([s] + [_cell(values[(i, m)].get(s)) for i, _ in group for m in WANDB_METRICS])
+
+
+def _cell(v: float | None) -> str:
+    return "" if v is None else f"{v:.6g}"
+
+
+#: The formats in turn (run i is written by WRITERS[i % 6]; None: into a W&B chart export).
+WRITERS: tuple[Callable[[Path, int, dict[str, np.ndarray]], None] | None, ...] = (
+    _steps_jsonl, _plain_csv, _trainer_state, _verl_jsonl, _steps_parquet, None)
+
+
+def make_runs(runs: int) -> Path:
+    """The fleet's logs (written once; ``.complete`` marks a finished set)."""
+    root = DATA / f"fleet_mixed_{runs}"
     done = root / ".complete"
     if done.exists():
         return root
+    shutil.rmtree(root, ignore_errors=True)
+    lengths = np.random.default_rng(7).integers(200, 1501, runs)
+    members = []
     for i in range(runs):
-        chunks = list(step_chunks(steps, 20, False, seed=1000 + i))
-        if i % 10 == 3:  # a gradient explosion from 60% of the run on
-            at = int(steps * 0.6)
-            for c in chunks:
-                hit = c["step"] >= at
-                c["grad_norm"] = np.where(hit, c["grad_norm"] * 40, c["grad_norm"])
-        write_parquet(root / f"run_{i:04d}" / "steps.parquet", iter(chunks))
+        cols = _series(i, int(lengths[i]))
+        writer = WRITERS[i % len(WRITERS)]
+        if writer is None:
+            members.append((i, cols))
+        else:
+            writer(root, i, cols)
+    _wandb_exports(root, members)
     done.write_text("")
     return root
 
@@ -55,80 +174,122 @@ def cpu() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg()) + f" on {os.cpu_count()} cores"
+
+
+def per_run_cost(runs: list[Any], out: Path, reports: str, n: int) -> float:
+    """Wall seconds per run of ``scan_run`` one after the other in this process (warm)."""
+    from forensics.fleet.scan import RunTask, scan_run
+    from forensics.report.html import write_plotly_asset
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_plotly_asset(out)
+    scan_run(RunTask(runs[-1], str(out / "warm"), reports=reports))
+    picked = runs[:: max(1, len(runs) // n)][:n]  # every format
+    c, w = cpu(), time.perf_counter()
+    for r in picked:
+        scan_run(RunTask(r, str(out / "serial"), reports=reports))
+    cost, cost_cpu = (time.perf_counter() - w) / len(picked), (cpu() - c) / len(picked)
+    print(f"per run, serial in one process ({len(picked)} runs, every format): {cost * 1000:.0f} ms wall, "
+          f"{cost_cpu * 1000:.0f} ms CPU")
+    return cost
+
+
+def run_engine(engine: str, root: Path, runs: list[Any], out: Path, args: argparse.Namespace,
+               cost: float) -> tuple[float, float] | None:
+    """One fleet on ``engine``, printed: ``(startup, CPU a run in the workers and the driver)``;
+    None: Ray absent."""
+    from forensics.fleet import run_fleet
+    from forensics.report.html import PLOTLY_FILE
+
+    shutil.rmtree(out / engine, ignore_errors=True)
+    startup = 0.0
+    if engine == "ray":
+        try:
+            import ray
+        except ImportError:
+            print("ray: not installed (pip install 'rl-forensics[ray]'): skipped")
+            return None
+        from forensics.fleet.engines import ray_init
+
+        w = time.perf_counter()
+        ray_init(ray, None, args.workers)
+        ray.shutdown()
+        startup = time.perf_counter() - w
+    w, own = time.perf_counter(), time.process_time()
+    res = run_fleet([root], out / engine, engine=engine, workers=args.workers, reports=args.reports, runs=runs)
+    wall, own = time.perf_counter() - w, time.process_time() - own
+    overhead = (wall - startup) * args.workers / len(runs) - cost
+    shutil.copy(out / engine / "fleet.csv", out / f"fleet-{engine}.csv")
+    copies = len(list((out / engine).rglob(PLOTLY_FILE)))
+    shutil.rmtree(out / engine)
+    rate = len(runs) / wall
+    workers = sorted(res.workers.values(), key=lambda wk: -wk.peak_rss)
+    worker_cpu = sum(wk.cpu_s for wk in workers)
+    print(f"{engine:5}: {len(runs)} runs in {wall:6.1f} s = {rate:5.1f} runs/s "
+          f"({'meets' if rate >= BUDGET_RUNS_PER_S else 'BELOW'} the budget of {BUDGET_RUNS_PER_S:.0f}; startup "
+          f"{startup:.1f} s; overhead per run beyond the serial cost, per worker: {overhead * 1000:.0f} ms); "
+          f"{res.unreadable} unreadable; {PLOTLY_FILE} copies: {copies}")
+    print(f"       {len(workers)} worker process(es) did the work; peak memory per worker: "
+          + ", ".join(f"{wk.peak_rss / 2**20:.0f} MB" for wk in workers)
+          + f"; CPU in the workers {worker_cpu:.1f} s = {worker_cpu / len(runs) * 1000:.0f} ms a run (their "
+          f"start-up included): {args.workers} cores of its own would scan {len(runs) * args.workers / worker_cpu:.1f} "
+          f"runs/s; this process (the fleet's driver) {own / len(runs) * 1000:.1f} ms CPU a run; {load()}")
+    return startup, (worker_cpu + own) / len(runs)
+
+
+def projection(results: dict[str, tuple[float, float]], cores: list[int]) -> None:
+    """A cluster of C cores, each a worker of its own: ``startup + runs x CPU a run / C`` (the CPU
+    a run, not the wall time here, which other work on this machine inflates)."""
+    engine = "ray" if "ray" in results else "local"
+    startup, per_run = results[engine]
+    print(f"projection on a {'Ray cluster' if engine == 'ray' else 'machine'} of C cores: {startup:.0f} s + runs x "
+          f"{per_run * 1000:.0f} ms (CPU a run, workers and driver) / C")
+    for c in cores:
+        for n_runs in (1_000, 10_000):
+            t = startup + n_runs * per_run / c
+            print(f"  {n_runs:>6,} runs on {c:>4} cores: {t:7.1f} s ({n_runs / t:6.1f} runs/s)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=1000)
-    ap.add_argument("--steps", type=int, default=10_000)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--serial", type=int, default=20, help="runs timed one after the other")
-    ap.add_argument("--html", action="store_true", help="also render each run's report.html")
+    ap.add_argument("--serial", type=int, default=24, help="runs timed one after the other")
+    ap.add_argument("--reports", choices=("none", "html", "all"), default="html")
+    ap.add_argument("--engines", nargs="+", choices=("local", "ray"), default=["local", "ray"])
     ap.add_argument("--cluster-cores", type=int, nargs="*", default=[64, 512])
     args = ap.parse_args()
+    # this checkout's forensics (and bench.shapes), here and in every worker (Ray's inherit the environment)
+    sys.path.insert(0, str(ROOT))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
-    from forensics.fleet import find_runs, run_fleet
-    from forensics.fleet.scan import RunTask, scan_run
+    import forensics
+    from forensics.fleet import find_runs
+
+    print(f"forensics {forensics.__version__} from {Path(forensics.__file__).parent}")
 
     t0 = time.perf_counter()
-    root = make_runs(args.runs, args.steps)
-    size = sum(p.stat().st_size for p in root.rglob("*.parquet")) / 1e6
-    print(f"data: {args.runs} runs of {args.steps:,} steps under {root} ({size:,.0f} MB, "
-          f"{time.perf_counter() - t0:.1f} s to prepare); workers {args.workers}, "
-          f"html {'on' if args.html else 'off'}")
+    root = make_runs(args.runs)
+    size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 1e6
     runs = find_runs([root])
+    print(f"data: {len(runs)} runs of 200-1,500 steps in 6 formats under {root} ({size:,.0f} MB, "
+          f"{time.perf_counter() - t0:.1f} s to prepare and find); workers {args.workers}, reports "
+          f"{args.reports}; {load()}")
     out = DATA / "fleet_out"
-
-    # per-run cost, in this process, warm
     shutil.rmtree(out, ignore_errors=True)
-    scan_run(RunTask(runs[0], str(out / "warm"), html=args.html))
-    n = min(args.serial, len(runs))
-    c, w = cpu(), time.perf_counter()
-    for r in runs[:n]:
-        scan_run(RunTask(r, str(out / "serial"), html=args.html))
-    cost_cpu, cost = (cpu() - c) / n, (time.perf_counter() - w) / n
-    print(f"per run, serial in one process: {cost * 1000:.0f} ms wall, {cost_cpu * 1000:.0f} ms CPU")
-    if not args.html:
-        c, w = cpu(), time.perf_counter()
-        for r in runs[:n]:
-            scan_run(RunTask(r, str(out / "serial-html"), html=True))
-        print(f"  with report.html rendered: {(time.perf_counter() - w) / n * 1000:.0f} ms wall, "
-              f"{(cpu() - c) / n * 1000:.0f} ms CPU a run")
-
+    cost = per_run_cost(runs, out / "serial", args.reports, args.serial)
     results = {}
-    for engine in ("local", "ray"):
-        shutil.rmtree(out / engine, ignore_errors=True)
-        startup = 0.0
-        if engine == "ray":
-            try:
-                import ray
-            except ImportError:
-                print("ray: not installed (pip install 'rl-forensics[ray]'): skipped")
-                continue
-            w = time.perf_counter()
-            ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False)
-            ray.shutdown()
-            startup = time.perf_counter() - w
-        w = time.perf_counter()
-        res = run_fleet([root], out / engine, engine=engine, workers=args.workers, html=args.html,
-                        runs=runs)
-        wall = time.perf_counter() - w
-        overhead = (wall - startup) * args.workers / len(runs) - cost
-        results[engine] = (wall, startup, overhead)
-        shutil.copy(out / engine / "fleet.csv", out / f"fleet-{engine}.csv")
-        shutil.rmtree(out / engine)  # 1,000 runs' reports: gigabytes
-        print(f"{engine:5}: {len(runs)} runs in {wall:6.1f} s = {len(runs) / wall:5.1f} runs/s "
-              f"(startup {startup:.1f} s; overhead per run beyond the serial cost, per worker: "
-              f"{overhead * 1000:.0f} ms); {res.unreadable} unreadable")
+    for engine in args.engines:
+        got = run_engine(engine, root, runs, out, args, cost)
+        if got is not None:
+            results[engine] = got
     if len(results) == 2:
         same = (out / "fleet-local.csv").read_bytes() == (out / "fleet-ray.csv").read_bytes()
         print(f"fleet.csv identical on both engines: {same}")
-        wall, startup, overhead = results["ray"]
-        print(f"projection on a Ray cluster of C cores: {startup:.0f} s + runs x "
-              f"({cost * 1000:.0f} + {max(overhead, 0) * 1000:.0f}) ms / C")
-        for cores in args.cluster_cores:
-            for n_runs in (1_000, 10_000):
-                t = startup + n_runs * (cost + max(overhead, 0)) / cores
-                print(f"  {n_runs:>6,} runs on {cores:>4} cores: {t:7.1f} s ({n_runs / t:6.1f} runs/s)")
+    if results:
+        projection(results, args.cluster_cores)
 
 
 if __name__ == "__main__":

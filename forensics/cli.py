@@ -209,25 +209,50 @@ def _verbosity(f: Callable[..., Any]) -> Callable[..., Any]:
                         "to stderr; the exit code tells the outcome).")(f)
 
 
+# The options several commands take, declared once (each decorator makes a fresh option).
+_CONFIG = click.option("--config", "config_path", type=click.Path(path_type=Path),
+                       help="TOML config: [run] metadata, [columns] key names, tracker parameters, [scan] options.")
+_MAP = click.option("--map", "maps", multiple=True, metavar="SRC=CANONICAL[:UNIT]",
+                    help="Your own key name for a canonical metric (repeatable; before the built-in "
+                    "aliases; e.g. --map iteration=step --map gnorm=grad_norm --map kl_sum=kl:sequence). "
+                    "`forensics rules --metrics` lists the names.")
+_KL_TARGET = click.option("--kl-target", type=Checked(run_field("kl_target")),
+                          help="Target KL (in the unit of --kl-unit).")
+_KL_UNIT = click.option("--kl-unit", type=click.Choice(["token", "sequence"]),
+                        help="Unit of --kl-target (default token).")
+_STRICT = click.option("--strict", is_flag=True, help="A malformed row is fatal (exit 3; in a fleet, that "
+                       "run is a row with the error).")
+_META = click.option("--meta", type=click.Path(path_type=Path),
+                     help="Run metadata JSON (default: run.json beside steps.*).")
+_RUN = click.option("--run", "run", metavar="NAME", help="The run to read in a file that holds several (a "
+                    "W&B chart export; default: the first, and the summary names the others).")
+
+#: The options that mean the same to every command reading logs the way scan does (scan, gate,
+#: diff, fleet, watch): the config, the input format, your key names, the KL target.
+COMMON_OPTIONS = (_CONFIG, _input_format_option, _MAP, _KL_TARGET, _KL_UNIT)
+
+
+def _apply(f: Callable[..., Any], options: Sequence[Callable[[Callable[..., Any]], Callable[..., Any]]]
+           ) -> Callable[..., Any]:
+    """``f`` with ``options`` (listed in ``--help`` in this order)."""
+    for opt in reversed(options):
+        f = opt(f)
+    return f
+
+
+def common_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """:data:`COMMON_OPTIONS` (passed on as keyword arguments)."""
+    return _apply(f, COMMON_OPTIONS)
+
+
 def scan_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """Options shared by every command that scans logs (passed on as ``**opts``)."""
-    opts: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
+    """Options shared by every command that scans one log (passed on as ``**opts``)."""
+    return _apply(f, [
         click.option("--samples", type=click.Path(path_type=Path),
                      help="Per-response sample stream (JSONL or Parquet)."),
-        click.option("--meta", type=click.Path(path_type=Path),
-                     help="Run metadata JSON (default: run.json beside steps.*)."),
-        click.option("--config", "config_path", type=click.Path(path_type=Path),
-                     help="TOML config: [run] metadata, [columns] key names, tracker parameters, [scan] options."),
-        _input_format_option,
-        click.option("--map", "maps", multiple=True, metavar="SRC=CANONICAL[:UNIT]",
-                     help="Your own key name for a canonical metric (repeatable; before the built-in "
-                     "aliases; e.g. --map iteration=step --map gnorm=grad_norm --map kl_sum=kl:sequence). "
-                     "`forensics rules --metrics` lists the names."),
-        click.option("--kl-target", type=Checked(run_field("kl_target")),
-                     help="Target KL (in the unit of --kl-unit)."),
-        click.option("--kl-unit", type=click.Choice(["token", "sequence"]),
-                     help="Unit of --kl-target (default token)."),
-        click.option("--strict", is_flag=True, help="A malformed row is fatal (exit 3)."),
+        _META,
+        *COMMON_OPTIONS,
+        _STRICT,
         click.option("--gpus", type=Checked(run_field("gpus")), help="GPUs the run used: the cost of "
                      "waste in GPU-hours (the log's wall clock x GPUs)."),
         click.option("--gpu-hours", type=Checked(run_field("gpu_hours")), help="GPU-hours the whole run "
@@ -239,10 +264,19 @@ def scan_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--max-bytes", type=click.IntRange(min=1), metavar="N",
                      help="Most bytes read from stdin, a pipe, a FIFO or a device (default 1 GiB); past it "
                      "the scan stops with exit 3."),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
+    ])
+
+
+#: What each ``--plotly-js`` choice means (scan and report offer inline and file; fleet all three).
+_PLOTLY_HELP = {"inline": "report.html is one self-contained file (~1.3 MB)",
+                "file": "plotly-basic.min.js is written once per folder and report.html refers to it",
+                "shared": "one plotly-basic.min.js in the output folder serves every run's report.html"}
+
+
+def plotly_js_option(*choices: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--plotly-js``: how report.html carries plotly.js; the first choice is the default."""
+    return click.option("--plotly-js", "plotly_js", type=click.Choice(choices), default=choices[0],
+                        show_default=True, help="; ".join(f"{c}: {_PLOTLY_HELP[c]}" for c in choices) + ".")
 
 
 def build_config(config_path: Path | None, kl_target: float | None, kl_unit: str | None,
@@ -267,7 +301,7 @@ def run_scan(path: Path, opts: dict[str, Any], show_progress: bool = True):  # t
                                offset=compressed_offset)
     try:
         analysis = scan_path(path, samples=opts.get("samples"), meta=opts.get("meta"), config=cfg,
-                             fmt=opts.get("fmt"), progress=tick)
+                             fmt=opts.get("fmt"), progress=tick, run=opts.get("run"))
     except BaseException:  # Ctrl-C (exit 130) or an error: the bar stays short of 100%
         done(finished=False)
         raise
@@ -306,6 +340,7 @@ def _emit(text: str, output: Path | None, quiet: bool, what: str = "", outputs: 
               "and the reports. The scan owns the files it writes there: an earlier scan's files that "
               "this one does not write are removed, nothing else is touched.")
 @scan_options
+@_RUN
 @_deprecated_format_option
 @click.option("--top", type=click.IntRange(min=0), default=8, show_default=True,
               help="Findings shown in the terminal summary.")
@@ -313,9 +348,7 @@ def _emit(text: str, output: Path | None, quiet: bool, what: str = "", outputs: 
               show_default=True, help="The per-step table: metrics.csv up to 100,000 steps and "
               "metrics.parquet above (auto), or csv, parquet or both.")
 @_verbosity
-@click.option("--plotly-js", "plotly_js", type=click.Choice(["inline", "file"]), default="inline",
-              show_default=True, help="inline: report.html is one self-contained file (~1.3 MB); "
-              "file: plotly-basic.min.js is written once per folder and report.html refers to it.")
+@plotly_js_option("inline", "file")
 def scan(path: Path, out_dir: Path, top: int, metrics_fmt: str, quiet: bool, verbose: bool, plotly_js: str,
          old_fmt: str | None, **opts: Any) -> None:
     """Scan a training log and write reports (analysis.json, CSVs, report.html, ...).
@@ -495,9 +528,7 @@ def _not_an_analysis_error(path: Path) -> type[ForensicsError]:
               help="Folder for report.html / report.md (default: beside ANALYSIS).")
 @click.option("--format", "out_fmt", type=_OutputChoice(["html", "md", "both"]), default="both",
               show_default=True, help="What is written.")
-@click.option("--plotly-js", "plotly_js", type=click.Choice(["inline", "file"]), default="inline",
-              show_default=True, help="inline: report.html is one self-contained file (~1.3 MB); "
-              "file: plotly-basic.min.js is written once per folder and report.html refers to it.")
+@plotly_js_option("inline", "file")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing on success.")
 def report(analysis_path: Path, out_dir: Path | None, out_fmt: str, plotly_js: str, quiet: bool) -> None:
     """Render report.html and report.md from a saved analysis (the logs are not re-read).
@@ -542,6 +573,7 @@ def report(analysis_path: Path, out_dir: Path | None, out_fmt: str, plotly_js: s
 @click.option("-o", "--output", "output", type=click.Path(path_type=Path),
               help="Write the output to this file instead of stdout.")
 @scan_options
+@_RUN
 @_verbosity
 def gate(path: Path, policy_path: Path | None, out_fmt: str, output: Path | None, quiet: bool,
          verbose: bool, **opts: Any) -> None:
@@ -645,36 +677,43 @@ def diff(run_a: Path, run_b: Path, out_fmt: str, output: Path | None, tolerance:
               help="Gate policy TOML: each run gets a verdict; exit 1 if any run fails.")
 @click.option("--workers", type=click.IntRange(min=1),
               help="Runs scanned at once (default: one per CPU; with a Ray cluster, Ray decides).")
-@click.option("--config", "config_path", type=click.Path(path_type=Path),
-              help="TOML config for every run: [run] metadata, tracker parameters, [scan].")
-@click.option("--strict", is_flag=True, help="A malformed row makes that run unreadable.")
+@common_options
+@_STRICT
 @click.option("--metrics", "metrics_fmt", type=click.Choice(METRICS_CHOICES), default="auto",
               show_default=True, help="Each run's per-step table (as for scan).")
-@click.option("--no-html", is_flag=True, help="No report.html/report.md per run (thousands of "
-              "runs); `forensics report OUT/<run>` renders one later.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing on success (no progress; the exit code "
-              "tells the gate's verdict).")
+@click.option("--reports", type=click.Choice(["html", "none", "all"]), default="html", show_default=True,
+              help="Each run's reports besides its data files (analysis.json, summary.json, the tables): "
+              "html: report.html, linked from fleet.html; none: no page (thousands of runs; `forensics "
+              "report OUTPUT/<run>` renders one later); all: report.html and report.md.")
+@click.option("--no-html", is_flag=True, hidden=True)
+@plotly_js_option("shared", "file", "inline")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing on success (no progress, on either engine; the "
+              "exit code tells the gate's verdict).")
 def fleet(paths: tuple[Path, ...], out_dir: Path, engine: str, address: str | None,
-          policy_path: Path | None, workers: int | None, config_path: Path | None, strict: bool,
-          metrics_fmt: str, no_html: bool, quiet: bool) -> None:
+          policy_path: Path | None, workers: int | None, config_path: Path | None, fmt: str | None,
+          maps: tuple[str, ...], kl_target: float | None, kl_unit: str | None, strict: bool,
+          metrics_fmt: str, reports: str, no_html: bool, plotly_js: str, quiet: bool) -> None:
     """Scan every run under PATH... and write one table of them all, worst first.
 
     A run is a folder with steps.* or trainer_state.json (or a TensorBoard folder), or a log
-    file of a known format. A run that cannot be read is a row with its error. Exit 0, or with
-    --policy the gate's verdict over the fleet: 1 if any run fails it (or cannot be read).
+    file of a known format; a W&B chart export that holds several runs is a row per run. A run
+    that cannot be read is a row with its error. The options read every run as scan reads one.
+    Exit 0, or with --policy the gate's verdict over the fleet: 1 if any run fails it (or cannot
+    be read).
     """
     from .fleet import find_runs, run_fleet, sort_rows
     from .progress import FleetProgress
     from .verdicts.gate import load_policy
 
     policy = load_policy(policy_path) if policy_path is not None else None
-    cfg = build_config(config_path, None, None, strict, None)
-    runs = find_runs(paths, exclude=[out_dir])
+    cfg = build_config(config_path, kl_target, kl_unit, strict, None, maps)
+    runs = find_runs(paths, exclude=[out_dir], fmt=fmt)
     progress = FleetProgress(len(runs), enabled=not quiet)
     try:
-        result = run_fleet(paths, out_dir, engine=engine, address=address, workers=workers,
-                           config=cfg, policy=policy, metrics=metrics_fmt, html=not no_html, runs=runs,
-                           policy_name=str(policy_path) if policy_path else None, on_result=progress)
+        result = run_fleet(paths, out_dir, engine=engine, address=address, workers=workers, config=cfg,
+                           policy=policy, metrics=metrics_fmt, reports="none" if no_html else reports,
+                           plotly_js=plotly_js, fmt=fmt, runs=runs, on_result=progress,
+                           policy_name=str(policy_path) if policy_path else None)
     finally:
         progress.close()
     if not quiet:
@@ -683,7 +722,9 @@ def fleet(paths: tuple[Path, ...], out_dir: Path, engine: str, address: str | No
         if policy is not None:
             gate = f"; gate: {sum(r['gate'] == 'passed' for r in rows)} passed, " \
                    f"{sum(r['gate'] in ('failed', 'error') for r in rows)} failed"
-        echo(f"{len(rows)} runs scanned ({engine}): {result.unreadable} could not be read{gate}")
+        peak = max((w.peak_rss for w in result.workers.values()), default=0)
+        workers_note = f", {len(result.workers)} workers, at most {peak / 2**20:.0f} MB each" if result.workers else ""
+        echo(f"{len(rows)} runs scanned ({engine}{workers_note}): {result.unreadable} could not be read{gate}")
         for r in rows[:5]:
             what = f"error: {r['error']}" if r["error"] else (
                 f"health {r['health']:.2f}, {r['findings']['critical']} critical, "
@@ -733,16 +774,9 @@ def convert(src: Path, out_path: Path, fmt: str | None, old_fmt: str | None, str
 
 @main.command()
 @click.argument("path", type=click.Path(path_type=Path))
-@_input_format_option
 @_deprecated_format_option
-@click.option("--meta", type=click.Path(path_type=Path),
-              help="Run metadata JSON (default: run.json beside the log, as for scan).")
-@click.option("--config", "config_path", type=click.Path(path_type=Path),
-              help="TOML config: [run] metadata, [columns] key names, tracker parameters.")
-@click.option("--map", "maps", multiple=True, metavar="SRC=CANONICAL[:UNIT]",
-              help="Your own key name for a canonical metric (repeatable), as for scan.")
-@click.option("--kl-target", type=Checked(run_field("kl_target")), help="Target KL (in the unit of --kl-unit).")
-@click.option("--kl-unit", type=click.Choice(["token", "sequence"]), help="Unit of --kl-target.")
+@_META
+@common_options
 @click.option("--interval", type=Checked(Allowed(float, ge=0.01, le=86400)), default=2.0, show_default=True,
               help="Seconds between polls.")
 @click.option("--once", is_flag=True, help="Read what is there now, report, and exit.")

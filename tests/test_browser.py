@@ -3,7 +3,9 @@ renders the demo report and two real-log reports at 1400 x 900 and 800 x 900 and
 nothing overflows the page sideways, that the first screen holds the verdict (and, for the demo,
 the first domino's values and what to do), that every plot drew (with plotly.js's basic bundle),
 that a finding's "show on the plot" link zooms its plot, that hovering a plot shows the step and
-the values there, and that no rule id or parameter name is broken over two lines.
+the values there, and that no rule id or parameter name is broken over two lines. A fleet's table fits
+1400 px with its deciding columns in view, and its runs' pages draw with the one plotly.js the
+fleet shares.
 
 `make test` (and so CI) installs Chromium with apt where it may; the test is skipped, saying why,
 only where no Chromium or no Playwright can be found. ``python -m tests.test_browser docs`` writes
@@ -199,6 +201,46 @@ def _zoom_link_works(page: Any) -> None:
     page.wait_for_timeout(300)
     rng = page.evaluate(f"document.getElementById('{fig}').layout.xaxis.range")
     assert rng == pytest.approx([x0, x1])
+
+
+_FLEET_LAYOUT = """() => {
+  const heads = {};
+  document.querySelectorAll('#runs th').forEach(th => {
+    heads[th.textContent.trim()] = th.getBoundingClientRect().right;
+  });
+  return {scroll: document.documentElement.scrollWidth, width: window.innerWidth, heads: heads};
+}"""
+
+
+def test_fleet_table_fits_1400_px_with_verdict_gate_and_first_domino_in_view(browser: Any, tmp_path: Path) -> None:
+    """fleet.html at 1400 px: the page does not scroll sideways, and the columns that decide
+    (verdict, health, gate, first domino) are on screen; the area scores scroll inside the table.
+    A run's report.html draws its plots with the one plotly.js the fleet shares."""
+    from forensics.fleet import run_fleet
+
+    runs = tmp_path / "runs"
+    for name in ("ppo_lr_high", "ppo_nan_overflow", "grpo_healthy_s0"):
+        shutil.copytree(FIXTURES / "runs" / name, runs / "sweep_with_a_long_name" / f"{name}_lr3e-4_seed0_long")
+    out = tmp_path / "fleet"
+    policy = Path(__file__).resolve().parents[1] / "examples" / "gate-policy.toml"
+    from forensics.verdicts.gate import load_policy
+
+    run_fleet([runs], out, workers=1, policy=load_policy(policy), policy_name=str(policy))
+    page = browser.new_page()
+    try:
+        page.set_viewport_size({"width": 1400, "height": 900})
+        page.goto((out / "fleet.html").as_uri())
+        got = page.evaluate(_FLEET_LAYOUT)
+        assert got["scroll"] <= got["width"], got
+        for col in ("run", "verdict", "health", "gate", "first domino", "critical"):
+            assert got["heads"][col] <= got["width"], (col, got["heads"])
+        assert "critical" in page.locator("#runs tbody tr").first.inner_text()
+        page.locator("#runs tbody a").first.click()
+        page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length > 0", timeout=20000)
+        assert page.url.endswith("/report.html")
+    finally:
+        page.close()
+    assert sorted(p.name for p in out.rglob("plotly.min.js")) == ["plotly.min.js"]  # one copy
 
 
 def screenshots(out: Path) -> list[Path]:

@@ -6,6 +6,7 @@ import csv
 import importlib.util
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -116,7 +117,7 @@ def test_unreadable_runs_are_rows_not_crashes_and_the_gate_decides_the_exit(tmp_
     out = tmp_path / "out"
     res = CliRunner().invoke(main, ["fleet", str(root), "-o", str(out), "--workers", "2"])
     assert res.exit_code == 0, res.output
-    assert "6 runs scanned (local): 1 could not be read" in res.output
+    assert re.search(r"6 runs scanned \(local, [12] workers, at most \d+ MB each\): 1 could not be read", res.output)
     data = json.loads((out / "fleet.json").read_text())
     first = data["runs"][0]  # unreadable first
     assert first["run"] == "sweep/broken" and "no usable rows" in first["error"]
@@ -133,7 +134,7 @@ def test_unreadable_runs_are_rows_not_crashes_and_the_gate_decides_the_exit(tmp_
     assert gates == {"broken": "error", "lr<b>high&": "failed", "seed0": "passed"}
     assert res.output == ""  # -q: nothing on success (the exit code tells the gate's verdict)
     res = CliRunner().invoke(main, ["fleet", str(root / "sweep" / "seed0"), "-o", str(tmp_path / "ok"),
-                                    "--policy", "examples/gate-policy.toml", "--no-html"])
+                                    "--policy", "examples/gate-policy.toml", "--reports", "none"])
     assert res.exit_code == 0, res.output
     row = json.loads((tmp_path / "ok" / "fleet.json").read_text())["runs"][0]
     assert row["report"] == "seed0/analysis.json" and not (tmp_path / "ok" / "seed0" / "report.html").exists()
@@ -190,3 +191,134 @@ def test_scan_progress_percent_and_eta_from_the_file_size(tmp_path: Path) -> Non
     assert scan_progress([log], stream=io.StringIO(), min_bytes=0)[0] is None  # not a terminal
     assert scan_progress([log], stream=_Tty(), min_bytes=0, enabled=False)[0] is None  # -q
     assert scan_progress([log], stream=_Tty())[0] is None  # small: no bar
+
+
+# --- issue 24 item 5, issue 25 item 2: the common options, one plotly.js, warm lean workers ---
+
+def test_the_runs_pages_share_one_plotly_js_written_once_into_the_fleet_folder(local_fleet: Path,
+                                                                               tmp_path: Path) -> None:
+    assert [p.relative_to(local_fleet) for p in local_fleet.rglob("plotly.min.js")] == [Path("plotly.min.js")]
+    page = (local_fleet / "ppo_lr_high" / "report.html").read_text()
+    assert '<script src="../plotly.min.js"></script>' in page and len(page) < 2_000_000  # not inlined
+    # a run named two folders deep refers two folders up
+    shutil.copytree(RUNS / "ppo_lr_high", tmp_path / "runs" / "sweep" / "a")
+    shutil.copytree(RUNS / "ppo_kl_off", tmp_path / "runs" / "sweep" / "b")
+    run_fleet([tmp_path / "runs"], tmp_path / "out", workers=1)
+    assert '<script src="../../plotly.min.js">' in (tmp_path / "out" / "sweep" / "a" / "report.html").read_text()
+    assert len(list((tmp_path / "out").rglob("plotly.min.js"))) == 1
+
+
+def test_reports_none_writes_no_page_and_all_writes_both(tmp_path: Path) -> None:
+    for name in ("ppo_lr_high", "grpo_healthy_s0"):
+        shutil.copytree(RUNS / name, tmp_path / "runs" / name)
+    res = run_fleet([tmp_path / "runs"], tmp_path / "none", workers=1, reports="none")
+    assert sorted(p.name for p in (tmp_path / "none").rglob("*.html")) == ["fleet.html"]
+    assert not list((tmp_path / "none").rglob("plotly.min.js")) and not list((tmp_path / "none").rglob("*.md"))
+    assert {r["report"] for r in res.rows} == {"ppo_lr_high/analysis.json", "grpo_healthy_s0/analysis.json"}
+    run_fleet([tmp_path / "runs"], tmp_path / "all", workers=1, reports="all")
+    assert (tmp_path / "all" / "ppo_lr_high" / "report.md").is_file()
+    assert (tmp_path / "all" / "ppo_lr_high" / "report.html").is_file()
+    inline = run_fleet([tmp_path / "runs"], tmp_path / "inline", workers=1, reports="html", plotly_js="inline")
+    assert not list((tmp_path / "inline").rglob("plotly.min.js")) and inline.unreadable == 0
+
+
+def test_local_workers_are_reused_across_runs(tmp_path: Path) -> None:
+    runs = [Run(f"r{i:02d}", str(RUNS / "grpo_healthy_s0")) for i in range(20)]
+    res = run_fleet([RUNS], tmp_path / "out", workers=2, reports="none", runs=runs)
+    assert len(res.rows) == 20 and res.unreadable == 0
+    assert 1 <= len(res.workers) <= 2  # two processes, started once, scanned all 20 runs
+    assert all(w.peak_rss > 10 * 2**20 and w.cpu_s > 0 for w in res.workers.values())
+
+
+def test_a_worker_is_lean_pyarrow_never_loads_pandas(tmp_path: Path) -> None:
+    """What a worker runs (warm_worker, then scan_run) on a Parquet run leaves pandas unloaded,
+    as the command line does (forensics.lean)."""
+    import subprocess
+    import sys
+
+    from bench.shapes import step_chunks, write_parquet
+
+    write_parquet(tmp_path / "run" / "steps.parquet", step_chunks(300, 20, False, seed=1))
+    code = ("import sys; from forensics.fleet.engines import work; from forensics.fleet.scan import RunTask; "
+            "from forensics.fleet.discover import Run; "
+            f"d = work(RunTask(Run('run', {str(tmp_path / 'run')!r}), {str(tmp_path / 'out')!r}, reports='none')); "
+            "assert d.row['error'] is None, d.row; print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def _option(command: str, name: str) -> dict[str, object]:
+    opt = next(p for p in main.commands[command].params if name in p.opts)
+    return {"opts": opt.opts, "help": getattr(opt, "help", None), "type": repr(opt.type), "multiple": opt.multiple}
+
+
+def test_fleet_takes_the_common_options_as_scan_declares_them() -> None:
+    for name in ("--config", "--input-format", "--map", "--kl-target", "--kl-unit", "--strict"):
+        assert _option("fleet", name) == _option("scan", name), name
+    for command in ("gate", "watch"):
+        assert _option(command, "--map") == _option("scan", "--map")
+    fleet_js = next(p for p in main.commands["fleet"].params if "--plotly-js" in p.opts)
+    assert fleet_js.default == "shared" and list(fleet_js.type.choices) == ["shared", "file", "inline"]
+
+
+def test_fleet_common_options_reach_every_run(tmp_path: Path) -> None:
+    rows = healthy_rows(200, seed=4)
+    for r in rows:
+        r["gnorm"] = r.pop("grad_norm")
+    (tmp_path / "runs").mkdir()
+    write_jsonl(tmp_path / "runs" / "a.jsonl", rows)
+    write_jsonl(tmp_path / "runs" / "b.jsonl", rows)
+    args = ["fleet", str(tmp_path / "runs"), "-o", str(tmp_path / "out"), "-q", "--workers", "1",
+            "--map", "gnorm=grad_norm", "--kl-target", "6.0", "--input-format", "jsonl", "--reports", "none"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0 and res.output == "", res.output
+    d = json.loads((tmp_path / "out" / "a.jsonl" / "analysis.json").read_text())
+    mapping = next(iter(d["column_mapping"].values()))["mapping"]
+    assert mapping["gnorm"] == "grad_norm" and d["run"]["kl_target"] == 6.0
+    res = CliRunner().invoke(main, [*args[:-6], "--input-format", "tensorboard", "-o", str(tmp_path / "tb")])
+    rows_tb = json.loads((tmp_path / "tb" / "fleet.json").read_text())["runs"]
+    assert res.exit_code == 0 and all(r["error"] for r in rows_tb)  # every run read as the format given
+
+
+WANDB = FORMATS / "wandb_chart_export.csv"
+
+
+def test_a_multi_run_wandb_export_is_a_fleet_row_per_run(tmp_path: Path) -> None:
+    shutil.copy(WANDB, tmp_path / "export.csv")
+    runs = find_runs([tmp_path])
+    assert [(r.name, r.member) for r in runs] == [("export.csv/grpo-qwen-7b", "grpo-qwen-7b"),
+                                                  ("export.csv/baseline", "baseline")]
+    res = run_fleet([tmp_path], tmp_path / "out", workers=1, reports="none")
+    assert res.unreadable == 0
+    a, b = (json.loads((tmp_path / "out" / r.name / "analysis.json").read_text()) for r in runs)
+    assert a["steps"] != b["steps"] or a["findings"] != b["findings"]  # two runs, not one twice
+
+
+def test_scan_run_picks_one_run_of_an_export_and_names_the_others(tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, ["scan", str(WANDB), "-o", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    assert "the export holds 2 runs ('grpo-qwen-7b', 'baseline'): read 'grpo-qwen-7b' only (the first)" \
+        in " ".join(res.output.split())
+    res = CliRunner().invoke(main, ["scan", str(WANDB), "--run", "baseline", "-o", str(tmp_path / "b")])
+    assert res.exit_code == 0, res.output
+    notes = json.loads((tmp_path / "b" / "analysis.json").read_text())["inputs"][0]["notes"]
+    assert any("read 'baseline' only" in n for n in notes), notes
+    res = CliRunner().invoke(main, ["scan", str(WANDB), "--run", "basline", "-o", str(tmp_path / "c")])
+    assert res.exit_code == 2
+    assert "did you mean 'baseline'" in res.output and "'grpo-qwen-7b', 'baseline'" in res.output
+    res = CliRunner().invoke(main, ["scan", str(RUNS / "ppo_lr_high"), "--run", "x", "-o", str(tmp_path / "d")])
+    assert res.exit_code == 2 and "holds one run" in res.output
+
+
+@pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install 'rl-forensics[ray]')")
+def test_quiet_ray_fleet_prints_nothing(tmp_path: Path) -> None:
+    """-q on Ray: not a byte on stdout or stderr (Ray's start-up banner and logs held back)."""
+    import subprocess
+    import sys
+
+    shutil.copytree(RUNS / "ppo_lr_high", tmp_path / "runs" / "a")
+    out = subprocess.run([sys.executable, "-m", "forensics", "fleet", str(tmp_path / "runs"), "-o",
+                          str(tmp_path / "out"), "-q", "--engine", "ray", "--workers", "1", "--reports", "none"],
+                         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")

@@ -691,6 +691,7 @@ def scan_path(
     gpus: float | None = None,
     gpu_hours: float | None = None,
     gpu_price: float | None = None,
+    run: str | None = None,
 ) -> Analysis:
     """Scan a step file or a run folder and return the analysis: what ``forensics scan`` does.
 
@@ -702,6 +703,7 @@ def scan_path(
         beside the step log).
     config : a :class:`~forensics.config.Config`; or ``config_path``, a TOML file (``--config``).
     fmt : the input format (``--input-format``; default: detected from content).
+    run : the run to read in a file that holds several (a W&B chart export; ``--run``).
     kl_target, kl_unit, strict, batch_rows : as ``--kl-target``, ``--kl-unit``, ``--strict``,
         ``--batch-rows``.
     columns : your own key names, source key -> canonical name (``[columns]``); ``maps`` the same
@@ -721,7 +723,7 @@ def scan_path(
         meta_path = Path(meta)
     run_meta = load_run_meta(meta_path) if meta_path else RunMeta()
     scan = Scan(config, run_meta, trackers)
-    source = open_source(steps_path, fmt, strict=config.strict)
+    source = open_source(steps_path, fmt, strict=config.strict, run=run)
     source.report.notes[:0] = notes
     sample_source = None if samples_path is None else open_source(samples_path, None, strict=config.strict)
     return _feed_sources(scan, source, sample_source, config, progress, str(steps_path),

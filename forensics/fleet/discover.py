@@ -10,6 +10,9 @@ A run is one of:
   folder that is not a run folder. A pretty-printed JSON file (``config.json``) is not taken for
   JSON lines: its first line must be a whole JSON object.
 
+A W&B chart export that holds several runs (``<run> - <metric>`` columns) is one run of the fleet
+per run it holds, named ``<file>/<run>``.
+
 Hidden entries, report folders (holding ``analysis.json``) and the fleet's own output folder
 are skipped. A path given by name is always a run, even one that cannot be read: its row will
 say why.
@@ -26,6 +29,7 @@ from pathlib import Path
 import orjson
 
 from ..errors import ForensicsError, InputError
+from ..io.adapters.wandb import chart_runs
 from ..io.formats import FORMATS, detect_format
 
 __all__ = ["Run", "find_runs", "is_run_folder"]
@@ -46,12 +50,14 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character de
 
 @dataclass(frozen=True)
 class Run:
-    """A run to scan: its name in the fleet (``OUT/<name>/``), the path ``scan_path`` reads and,
-    when discovery already knows it cannot be scanned (a FIFO, an unreadable log), why."""
+    """A run to scan: its name in the fleet (``OUT/<name>/``), the path ``scan_path`` reads,
+    when discovery already knows it cannot be scanned (a FIFO, an unreadable log) why, and the
+    run to read in a file that holds several (``member``, a W&B chart export's run name)."""
 
     name: str
     path: str
     error: str = ""
+    member: str | None = None
 
 
 def _special(mode: int) -> str:
@@ -83,14 +89,34 @@ def is_run_folder(path: Path) -> bool:
     if any(n.startswith("steps.") and not n.endswith(".tmp") for n in names) \
             or "trainer_state.json" in names:
         return True
-    return any(f.detect(path, b"") for f in FORMATS)
+    return _read_whole(path)
+
+
+def _read_whole(folder: Path) -> bool:
+    """Whether a format reads ``folder`` as one log (TensorBoard, a W&B run, Parquet parts). A
+    folder of Parquet parts holds them itself (or in ``key=value`` partitions): the Parquet files
+    of the run folders below a folder do not make it one run."""
+    for f in FORMATS:
+        if f.name == "parquet-parts":
+            if _holds_parts(folder) and f.detect(folder, b""):
+                return True
+        elif f.detect(folder, b""):
+            return True
+    return False
+
+
+def _holds_parts(folder: Path) -> bool:
+    try:
+        return any(e.name.endswith(".parquet") or (e.is_dir() and "=" in e.name) for e in os.scandir(folder))
+    except OSError:
+        return False
 
 
 def _scan_target(folder: Path) -> Path:
     """What ``scan_path`` is given for a run folder (its trainer_state.json when that is all)."""
     names = os.listdir(folder)
     if not any(n.startswith("steps.") for n in names) and "trainer_state.json" in names \
-            and not any(f.detect(folder, b"") for f in FORMATS):
+            and not _read_whole(folder):
         return folder / "trainer_state.json"
     return folder
 
@@ -183,13 +209,15 @@ def _root_runs(root: Path, skip: set[Path], prefix: list[str]) -> list[tuple[Pat
     return [(p, "/".join([*prefix, *p.relative_to(root).parts]), err) for p, err in walker.walk(root)]
 
 
-def find_runs(paths: Iterable[Path | str], exclude: Iterable[Path | str] = ()) -> list[Run]:
+def find_runs(paths: Iterable[Path | str], exclude: Iterable[Path | str] = (), fmt: str | None = None) -> list[Run]:
     """The runs under ``paths``, in order (each path's runs sorted by name).
 
     Names are paths relative to the path they were found under (prefixed with that path's own
     name when several paths are given); a path that is itself a run is named by its last part.
     A path that does not exist is an :class:`~forensics.errors.InputError`. A file that looks
     like a log by its name but cannot be read, or is a FIFO or a device, is a run with its error.
+    A multi-run W&B chart export is a run per run it holds, unless ``fmt`` (every run read as
+    that format) is another format.
     """
     roots = [Path(p) for p in paths]
     skip = {Path(p).resolve() for p in exclude}
@@ -205,5 +233,32 @@ def find_runs(paths: Iterable[Path | str], exclude: Iterable[Path | str] = ()) -
                 unique, i = f"{name}~{i}", i + 1
             used.add(unique)
             target = _scan_target(path) if path.is_dir() and not error else path
-            runs.append(Run(unique, str(target), error))
+            run = Run(unique, str(target), error)
+            runs.extend(_members(run, used) if fmt in (None, "wandb-csv") else [run])
     return runs
+
+
+def _member_name(run: str, i: int) -> str:
+    """A W&B run name as one folder name: no separators, never hidden, never empty."""
+    name = run.replace("/", "_").replace("\\", "_").replace("\0", "").strip().lstrip(".")
+    return name or f"run{i + 1}"
+
+
+def _members(run: Run, used: set[str]) -> list[Run]:
+    """``run``, or one run per run of a multi-run W&B chart export."""
+    if run.error or not Path(run.path).is_file():
+        return [run]
+    members = chart_runs(Path(run.path))  # [] at the cost of a few bytes read for any other log
+    try:
+        if len(members) < 2 or detect_format(Path(run.path)) != "wandb-csv":
+            return [run]
+    except (ForensicsError, OSError):
+        return [run]
+    out = []
+    for i, member in enumerate(members):
+        name, n = f"{run.name}/{_member_name(member, i)}", 2
+        while name in used:
+            name, n = f"{run.name}/{_member_name(member, i)}~{n}", n + 1
+        used.add(name)
+        out.append(Run(name, run.path, member=member))
+    return out

@@ -22,6 +22,14 @@ def _health_class(v: Any) -> str:
     return "bad" if v < 0.5 else "warn" if v < 0.8 else "ok"
 
 
+#: The verdicts worst first (sorting the verdict column).
+VERDICT_ORDER = ("unreadable", "critical", "warning", "unchecked", "healthy")
+
+
+def _verdict_rank(v: Any) -> str:
+    return str(VERDICT_ORDER.index(v)) if v in VERDICT_ORDER else ""
+
+
 def render_fleet_html(data: dict[str, Any], areas: list[str]) -> str:
     """The page for a fleet dict (:func:`forensics.fleet.table.fleet_dict`)."""
     from jinja2 import Environment, PackageLoader, select_autoescape
@@ -31,4 +39,5 @@ def render_fleet_html(data: dict[str, Any], areas: list[str]) -> str:
                       trim_blocks=True, lstrip_blocks=True)
     env.filters["link"] = _link
     env.filters["hclass"] = _health_class
+    env.filters["vrank"] = _verdict_rank
     return env.get_template("fleet.html.j2").render(d=data, areas=areas)

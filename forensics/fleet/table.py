@@ -24,7 +24,7 @@ __all__ = ["FLEET_CSV", "FLEET_HTML", "FLEET_JSON", "fleet_dict", "rule_counts",
            "write_fleet"]
 
 FLEET_CSV, FLEET_JSON, FLEET_HTML = "fleet.csv", "fleet.json", "fleet.html"
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: each run's verdict
 
 
 def _health_key(v: Any) -> float:
@@ -72,7 +72,7 @@ def _areas(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def csv_columns(rows: Sequence[dict[str, Any]]) -> list[str]:
-    return ["run", "path", "format", "algorithm", "rows", "health", "stability", "convergence",
+    return ["run", "path", "verdict", "format", "algorithm", "rows", "health", "stability", "convergence",
             *(f"health_{a}" for a in _areas(rows)), *SEVERITIES, "first_domino_rule",
             "first_domino_step", "gate", "gate_failing", "error", "report", "rules"]
 

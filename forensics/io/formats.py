@@ -133,8 +133,17 @@ def detect_head(path: Path, head: bytes) -> str | None:
     return None
 
 
-def open_source(path: Path, fmt: str | None = None, *, strict: bool = False) -> Source:
-    """Open ``path`` with the named format, or the detected one.
+def _select_run(source: Source, run: str, shown: str, fmt: str) -> None:
+    select = getattr(source, "select_run", None)
+    if select is None:
+        raise UsageError(f"--run {run!r}: {shown} is a {fmt} log, which holds one run; --run picks a run "
+                         "of a file that holds several (a W&B chart export)")
+    select(run)
+
+
+def open_source(path: Path, fmt: str | None = None, *, strict: bool = False, run: str | None = None) -> Source:
+    """Open ``path`` with the named format, or the detected one; ``run`` names the run to read
+    in a file that holds several (a W&B chart export; ``--run``).
 
     ``path`` may be ``-`` (standard input) or a pipe: it is read once, to the end (see
     :func:`forensics.io.inputs.local_path`); the report names it as given.
@@ -148,6 +157,8 @@ def open_source(path: Path, fmt: str | None = None, *, strict: bool = False) -> 
             local = local_path(path, consume=True)
             source = f.open(local, strict)
             source.report.strict = strict
+            if run is not None:
+                _select_run(source, run, shown, name)
             if local != path:
                 source.report.path = shown
                 source.report.notes.append("read from a stream (stdin or a pipe): copied once, to its end, "

@@ -311,14 +311,18 @@ def _link(path: Path, target: str) -> None:
 
 
 def write_reports(analysis: Analysis, out_dir: Path | str, *, script: str = "inline", metrics: str = "auto",
-                  rendered: bool = True, outputs: Outputs | None = None) -> dict[str, Path]:
+                  rendered: bool | tuple[str, ...] = True, outputs: Outputs | None = None,
+                  plotly_src: str | None = None) -> dict[str, Path]:
     """Write the reports into ``out_dir`` (a str or a Path); return their paths by kind.
 
-    ``script``: how report.html carries plotly.js (see :func:`forensics.report.html.render_html`).
+    ``script``: how report.html carries plotly.js (see :func:`forensics.report.html.render_html`);
+    ``plotly_src`` (with ``script="file"``): where the page finds a library that the caller writes
+    (a fleet's one copy, ``../plotly-basic.min.js``), instead of a copy beside it.
     ``metrics`` chooses the per-step table: ``auto`` writes metrics.csv up to
     :data:`METRICS_PARQUET_ROWS` steps and metrics.parquet above; ``csv``, ``parquet`` or
     ``both`` on request. ``rendered=False`` leaves out report.html and report.md (a fleet of
-    thousands of runs; ``forensics report`` renders them later from analysis.json).
+    thousands of runs; ``forensics report`` renders them later from analysis.json); a tuple
+    names the pages to render (``("html",)``).
 
     ``outputs`` knows the inputs (see :mod:`forensics.io.output`): every file is checked against
     them before any is written (an output that would replace an input, a link or a special file
@@ -344,13 +348,15 @@ def write_reports(analysis: Analysis, out_dir: Path | str, *, script: str = "inl
     try:
         with _locked(store):
             _clean_stale(out_dir, store)
-            written = _publish(analysis, out_dir, store, (script, tables, rendered), outputs)
+            pages = ("html", "md") if rendered is True else tuple(rendered or ())
+            written = _publish(analysis, out_dir, store, ((script, plotly_src), tables, pages), outputs)
     except OSError as exc:
         raise UsageError(f"cannot write reports to {out_dir}: {exc.strerror or exc}") from None
     return {kind: out_dir / p.name for kind, p in written.items()}
 
 
-def _publish(analysis: Analysis, out_dir: Path, store: Path, how: tuple[str, tuple[str, ...], bool],
+def _publish(analysis: Analysis, out_dir: Path, store: Path,
+             how: tuple[tuple[str, str | None], tuple[str, ...], tuple[str, ...]],
              outputs: Outputs) -> dict[str, Path]:
     """Write a generation, link its names, switch ``current`` to it (the commit), then tidy."""
     previous = _owned(out_dir)
@@ -403,8 +409,8 @@ def _remove_owned(target: Path, outputs: Outputs) -> None:
         target.unlink(missing_ok=True)
 
 
-def _write_files(analysis: Analysis, out_dir: Path, script: str, tables: tuple[str, ...],
-                 rendered: bool, outputs: Outputs) -> dict[str, Path]:
+def _write_files(analysis: Analysis, out_dir: Path, script: tuple[str, str | None], tables: tuple[str, ...],
+                 pages: tuple[str, ...], outputs: Outputs) -> dict[str, Path]:
     paths = {
         "analysis": out_dir / ANALYSIS_FILE,
         "summary": out_dir / SUMMARY_FILE,
@@ -422,8 +428,9 @@ def _write_files(analysis: Analysis, out_dir: Path, script: str, tables: tuple[s
         write_metrics_parquet(analysis, paths["metrics_parquet"], outputs)
     write_findings_csv(analysis, paths["findings"], outputs)
     paths.update(write_training_files(d, out_dir, outputs))
-    if rendered:
-        paths.update(write_rendered(orjson.loads(text), out_dir, script=script, outputs=outputs))
+    if pages:
+        paths.update(write_rendered(orjson.loads(text), out_dir, pages, script=script[0], outputs=outputs,
+                                    plotly_src=script[1]))
     return paths
 
 
@@ -466,17 +473,20 @@ def write_training_files(d: dict[str, Any], out_dir: Path, outputs: Outputs | No
 
 
 def write_rendered(data: dict[str, Any], out_dir: Path, formats: tuple[str, ...] = ("html", "md"),
-                   script: str = "inline", outputs: Outputs | None = None) -> dict[str, Path]:
+                   script: str = "inline", outputs: Outputs | None = None,
+                   plotly_src: str | None = None) -> dict[str, Path]:
     """Write report.html and/or report.md for an analysis dict (a scan or a saved analysis.json);
-    ``script="file"`` shares plotly.js as one file per folder instead of inlining it."""
-    from .html import render_html, write_plotly_asset
+    ``script="file"`` shares plotly.js as one file per folder instead of inlining it (or, with
+    ``plotly_src``, refers to the copy the caller writes there)."""
+    from .html import PLOTLY_FILE, render_html, write_plotly_asset
     from .markdown import render_markdown
 
     outputs = outputs or Outputs()
     out: dict[str, Path] = {}
     if "html" in formats:
-        out["html"] = outputs.write_text(out_dir / HTML_FILE, render_html(data, script=script))
-        if script == "file":  # shared by every report in the folder
+        page = render_html(data, script=script, plotly_src=plotly_src or PLOTLY_FILE)
+        out["html"] = outputs.write_text(out_dir / HTML_FILE, page)
+        if script == "file" and plotly_src is None:  # shared by every report in the folder
             write_plotly_asset(out_dir, outputs.write_text)
     if "md" in formats:
         out["markdown"] = outputs.write_text(out_dir / MARKDOWN_FILE, render_markdown(data))

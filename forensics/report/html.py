@@ -639,3 +639,17 @@ def write_html(d: dict[str, Any], path: Path, script: str = "inline") -> Path:
     if script == "file":
         write_plotly_asset(path.parent)
     return path
+
+
+def write_library(folder: Path, outputs: Any = None) -> Path:
+    """Write the plotting library a ``script="file"`` page refers to (:data:`PLOTLY_FILE`) into
+    ``folder``, unless it holds one already: one copy serves every page that refers to it (a
+    folder's reports, or a whole fleet's). ``outputs`` (:class:`~forensics.io.output.Outputs`)
+    writes it safely (never over an input or a link)."""
+    lib = folder / PLOTLY_FILE
+    if not lib.exists():
+        if outputs is None:
+            lib.write_text(_plotly_js(), encoding="utf-8")
+        else:
+            outputs.write_text(lib, _plotly_js())
+    return lib

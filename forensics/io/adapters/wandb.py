@@ -2,8 +2,10 @@
 
 Chart export (panel menu, Export, CSV): ``Step``, ``<run> - <metric>``, ``<run> - <metric>__MIN``,
 ``<run> - <metric>__MAX``. The run name is stripped; ``__MIN``/``__MAX`` columns are carried
-through under ``<metric>__MIN``/``<metric>__MAX``; several runs in one export: the first is read
-and the others are named in a note. Exports may be sampled or bucketed (noted).
+through under ``<metric>__MIN``/``<metric>__MAX``. Several runs in one export: ``--run NAME``
+(:meth:`WandbChartSource.select_run`) reads one of them, by default the first, and a note names the
+others (``forensics fleet`` reads each as a row of its own, see :func:`chart_runs`). Exports may be
+sampled or bucketed (noted).
 
 API history (``run.history()``/``scan_history()`` saved as CSV or JSONL): ``_step``,
 ``_runtime``, ``_timestamp`` plus the logged keys. The step is ``train/global_step`` when logged
@@ -21,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ...errors import InputError, StrictModeError
+from ...errors import InputError, StrictModeError, UsageError, did_you_mean
 from ..csv_dialect import csv_records
 from ..inputs import BOM
 from ..readers.jsonl import parse_json_object
@@ -37,7 +39,7 @@ from ._common import (
     step_value,
 )
 
-__all__ = ["WandbChartSource", "WandbHistorySource", "detect_chart", "detect_history"]
+__all__ = ["WandbChartSource", "WandbHistorySource", "chart_runs", "detect_chart", "detect_history"]
 
 _STEP_KEYS = ("train/global_step", "trainer/global_step", "global_step", "_step")
 _SHARED = ("_step", "wandb/_step", "_runtime", "_timestamp", "epoch", "train/epoch", "eval/epoch")
@@ -57,6 +59,31 @@ def _header(head: bytes) -> list[str]:
 def detect_chart(path: Path, head: bytes) -> bool:
     cols = _header(head)
     return len(cols) >= 2 and cols[0] == "Step" and any(" - " in c for c in cols[1:])
+
+
+def _runs_of(header: list[str]) -> list[str]:
+    """The run names of a chart export's header (``<run> - <metric>`` columns), in order."""
+    runs: dict[str, None] = {}
+    for c in header[1:]:
+        run, sep, _ = c.rpartition(" - ")
+        if sep:
+            runs.setdefault(run)
+    return list(runs)
+
+
+def chart_runs(path: Path) -> list[str]:
+    """The runs a W&B chart export holds, in column order (``[]``: not a chart export, or no
+    header). Any other file costs one read of its first bytes."""
+    try:
+        with open_binary(Path(path)) as fh:
+            if not fh.read(16).removeprefix(BOM).startswith((b"Step,", b'"Step",')):
+                return []
+        for _, cells in _csv_rows(Path(path)):
+            header = cells if isinstance(cells, list) else []
+            return _runs_of(header) if header[:1] == ["Step"] else []
+    except (InputError, OSError):
+        return []
+    return []
 
 
 def detect_history(path: Path, head: bytes) -> bool:
@@ -103,6 +130,17 @@ class _WandbSource(RowSource):
 
 class WandbChartSource(_WandbSource):
     format_name = "wandb-csv"
+    #: The run to read (:meth:`select_run`); None: the first.
+    run: str | None = None
+
+    def select_run(self, name: str) -> None:
+        """Read the run ``name`` of a multi-run export; a name the export does not hold is a
+        :class:`~forensics.errors.UsageError` listing those it does."""
+        runs = chart_runs(self.path)
+        if name not in runs:
+            raise UsageError(f"--run {name!r}: the W&B export {self.path} has no such run"
+                             f"{did_you_mean(name, runs)}; it holds {_listed(runs)}")
+        self.run = name
 
     def rows(self) -> Iterator[Row]:
         it = self._records()
@@ -110,12 +148,8 @@ class WandbChartSource(_WandbSource):
             _, header = next(it)
         except StopIteration:
             return
-        runs: dict[str, None] = {}
-        for c in header[1:]:
-            run, sep, _ = c.rpartition(" - ")
-            if sep:
-                runs.setdefault(run)
-        run = next(iter(runs), "")
+        runs = _runs_of(header)
+        run = self.run if self.run is not None else next(iter(runs), "")
         cols: list[tuple[int, str]] = []
         for i, c in enumerate(header):
             r, sep, metric = c.rpartition(" - ")
@@ -124,8 +158,10 @@ class WandbChartSource(_WandbSource):
         self.report.notes.append(f"W&B chart export of run {run!r}; values may be sampled or bucketed "
                                  "by the W&B UI")
         if len(runs) > 1:
-            self.report.notes.append(f"{len(runs) - 1} other run(s) in the export not read: "
-                                     + ", ".join(repr(r) for r in list(runs)[1:6]))
+            self.report.notes.append(
+                f"the export holds {len(runs)} runs ({_listed(runs)}): read {run!r} only"
+                + ("" if self.run is not None else " (the first)")
+                + "; --run NAME reads another, `forensics fleet` reads each as its own row")
         empty = 0
         for line, cells in it:
             if not any(cells):
@@ -149,6 +185,11 @@ class WandbChartSource(_WandbSource):
             yield line, row
         if empty:
             self.report.notes.append(f"{empty} row(s) with no value for run {run!r} left out")
+
+
+def _listed(runs: list[str], most: int = 8) -> str:
+    shown = ", ".join(repr(r) for r in runs[:most])
+    return shown + (f" and {len(runs) - most} more" if len(runs) > most else "") if runs else "no run"
 
 
 class WandbHistorySource(_WandbSource):
