@@ -240,7 +240,7 @@ def test_fleet_table_fits_1400_px_with_verdict_gate_and_first_domino_in_view(bro
         assert page.url.endswith("/report.html")
     finally:
         page.close()
-    assert sorted(p.name for p in out.rglob("plotly.min.js")) == ["plotly.min.js"]  # one copy
+    assert sorted(p.name for p in out.rglob("plotly-basic.min.js")) == ["plotly-basic.min.js"]  # one copy
 
 
 def screenshots(out: Path) -> list[Path]:

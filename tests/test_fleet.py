@@ -197,15 +197,15 @@ def test_scan_progress_percent_and_eta_from_the_file_size(tmp_path: Path) -> Non
 
 def test_the_runs_pages_share_one_plotly_js_written_once_into_the_fleet_folder(local_fleet: Path,
                                                                                tmp_path: Path) -> None:
-    assert [p.relative_to(local_fleet) for p in local_fleet.rglob("plotly.min.js")] == [Path("plotly.min.js")]
+    assert [p.relative_to(local_fleet) for p in local_fleet.rglob("plotly-basic.min.js")] == [Path("plotly-basic.min.js")]
     page = (local_fleet / "ppo_lr_high" / "report.html").read_text()
-    assert '<script src="../plotly.min.js"></script>' in page and len(page) < 2_000_000  # not inlined
+    assert '<script src="../plotly-basic.min.js"></script>' in page and len(page) < 500_000  # not inlined
     # a run named two folders deep refers two folders up
     shutil.copytree(RUNS / "ppo_lr_high", tmp_path / "runs" / "sweep" / "a")
     shutil.copytree(RUNS / "ppo_kl_off", tmp_path / "runs" / "sweep" / "b")
     run_fleet([tmp_path / "runs"], tmp_path / "out", workers=1)
-    assert '<script src="../../plotly.min.js">' in (tmp_path / "out" / "sweep" / "a" / "report.html").read_text()
-    assert len(list((tmp_path / "out").rglob("plotly.min.js"))) == 1
+    assert '<script src="../../plotly-basic.min.js">' in (tmp_path / "out" / "sweep" / "a" / "report.html").read_text()
+    assert len(list((tmp_path / "out").rglob("plotly-basic.min.js"))) == 1
 
 
 def test_reports_none_writes_no_page_and_all_writes_both(tmp_path: Path) -> None:
@@ -213,13 +213,13 @@ def test_reports_none_writes_no_page_and_all_writes_both(tmp_path: Path) -> None
         shutil.copytree(RUNS / name, tmp_path / "runs" / name)
     res = run_fleet([tmp_path / "runs"], tmp_path / "none", workers=1, reports="none")
     assert sorted(p.name for p in (tmp_path / "none").rglob("*.html")) == ["fleet.html"]
-    assert not list((tmp_path / "none").rglob("plotly.min.js")) and not list((tmp_path / "none").rglob("*.md"))
+    assert not list((tmp_path / "none").rglob("plotly-basic.min.js")) and not list((tmp_path / "none").rglob("*.md"))
     assert {r["report"] for r in res.rows} == {"ppo_lr_high/analysis.json", "grpo_healthy_s0/analysis.json"}
     run_fleet([tmp_path / "runs"], tmp_path / "all", workers=1, reports="all")
     assert (tmp_path / "all" / "ppo_lr_high" / "report.md").is_file()
     assert (tmp_path / "all" / "ppo_lr_high" / "report.html").is_file()
     inline = run_fleet([tmp_path / "runs"], tmp_path / "inline", workers=1, reports="html", plotly_js="inline")
-    assert not list((tmp_path / "inline").rglob("plotly.min.js")) and inline.unreadable == 0
+    assert not list((tmp_path / "inline").rglob("plotly-basic.min.js")) and inline.unreadable == 0
 
 
 def test_local_workers_are_reused_across_runs(tmp_path: Path) -> None:
