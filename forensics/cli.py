@@ -518,7 +518,7 @@ def report(analysis_path: Path, out_dir: Path | None, out_fmt: str, plotly_js: s
     outputs = _inputs(file, file.parent / "metrics.csv")
     data = load_analysis(file)
     if not data.get("plots"):  # an analysis saved without plot series: use metrics.csv beside it
-        from .analysis.series import plots_from_frame
+        from .analysis.diagnosis.series import plots_from_frame
         from .verdicts.diff import read_metrics_csv
 
         frame = read_metrics_csv(file.parent / "metrics.csv")

@@ -34,11 +34,11 @@ from ..io.formats import open_source
 from ..io.memory import trim
 from ..io.readers import RawBatch, ReadReport
 from ..schema import ColumnMapping, UserColumn
-from .consequence import Consequences, apply_consequences
 from .context import infer_context
-from .diagnosis import diagnose
+from .diagnosis.consequence import Consequences, apply_consequences
+from .diagnosis.diagnose import diagnose
+from .diagnosis.health import health_scores
 from .findings import STREAM_RULES, Finding
-from .health import health_scores
 from .result import Analysis
 from .store import MetricsStore
 from .trackers import TRACKERS, Tracker, build_params

@@ -43,13 +43,13 @@ import numpy as np
 from ...config import param
 from ...io.canonical import Batch
 from ...schema import REWARD_COMPONENT_PREFIX
-from ..episodes import Episode, Episodes
 from ..findings import RuleSpec, Severity
-from ..run_values import RunValues
 from ..spans import append_span, step_span
-from ..stats import Context, History, PrefixSums, TrailingRunMedian, shift, window_median
+from ..stats.episodes import Episode, Episodes
+from ..stats.grouping import StepGrouper
+from ..stats.run_values import RunValues
+from ..stats.trailing import Context, History, PrefixSums, TrailingRunMedian, shift, window_median
 from .base import Tracker, TrackerResult
-from .grouping import StepGrouper
 
 #: Rows in a stagnation half up to which the halves' prefix sums are kept for every row.
 HALF_ROWS = 2048
@@ -61,7 +61,7 @@ DIFF_TO_SIGMA = 0.6745 * np.sqrt(2.0)
 
 
 def block_median(x: np.ndarray, window: int, min_periods: int) -> np.ndarray:
-    """:func:`forensics.analysis.stats.window_median`, skipping the work for a series with no finite value."""
+    """:func:`forensics.analysis.stats.trailing.window_median`, skipping the work for a series with no finite value."""
     if not np.isfinite(x).any():
         return np.full(len(x), np.nan)
     return window_median(x, window, min_periods)

@@ -29,11 +29,11 @@ import numpy as np
 
 from ...config import param
 from ...io.canonical import Batch
-from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
-from ..run_values import RunValues
 from ..spans import step_span
-from ..stats import Context, History, aligned_blocks, block_quantiles, shift, window_median
+from ..stats.episodes import Episodes
+from ..stats.run_values import RunValues
+from ..stats.trailing import Context, History, aligned_blocks, block_quantiles, shift, window_median
 from .base import Tracker, TrackerResult
 from .rewards import block_median
 

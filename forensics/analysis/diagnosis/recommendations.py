@@ -40,8 +40,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..config import algorithm_family
-from .health_check import (
+from ...config import algorithm_family
+from ..spans import step_span
+from ..trackers.health_check import (
     ISSUES,
     PRIORITIES,
     RULE_TABLE,
@@ -50,11 +51,10 @@ from .health_check import (
     _window_text,
     monitoring,
 )
-from .spans import step_span
-from .trainer_keys import PARAMETERS, Trainer, set_key, trainer_for
+from ..trainer_keys import PARAMETERS, Trainer, set_key, trainer_for
 
 if TYPE_CHECKING:
-    from .result import Analysis
+    from ..result import Analysis
 
 __all__ = ["ACTIONS", "TEXT_ONLY", "Action", "advice_sections", "applicable_actions", "windows_with_findings"]
 

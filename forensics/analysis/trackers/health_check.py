@@ -103,9 +103,9 @@ from typing import Any
 
 import numpy as np
 
-from ..config import algorithm_family, param
-from .moments import Moments
-from .trainer_keys import set_key
+from ...config import algorithm_family, param
+from ..stats.moments import Moments
+from ..trainer_keys import set_key
 
 __all__ = [
     "CONFIG_KEYS",
