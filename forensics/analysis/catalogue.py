@@ -21,7 +21,7 @@ def _flow(para: str) -> str:
 
 
 def _severity_principle() -> list[str]:
-    """The severity principle, from the module that applies it (analysis.consequence)."""
+    """The severity principle, from the module that applies it (analysis.diagnosis.consequence)."""
     from .diagnosis import consequence
 
     doc = (consequence.__doc__ or "").strip().split("\n\n")

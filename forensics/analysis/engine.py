@@ -331,7 +331,7 @@ class Scan:
                          f"(a log that adds keys as it goes; first: {first}); the trackers read every row")
 
     def _judge_consequences(self, findings: list[Finding], results: list[TrackerResult]) -> None:
-        """Severity from consequence (analysis.consequence), then the changed trackers re-scored."""
+        """Severity from consequence (analysis.diagnosis.consequence), then the changed trackers re-scored."""
         if not self.rows:
             return
         extent = Consequences(int(self.first_step or 0), int(self.last_step or 0), self.rows)

@@ -6,7 +6,7 @@ and what followed from it. Recommendations follow the same order:
 1. the first domino and the chain that follows it (the root's remedy first: a learning rate
    multiplied by 30 is restored before anything else is tuned),
 2. the other warning and critical findings, most severe first,
-3. the issues of the window table (:mod:`forensics.analysis.health_check`), last: a window
+3. the issues of the window table (:mod:`forensics.analysis.trackers.health_check`), last: a window
    issue that no finding supports is never more urgent than ``short_term``.
 
 Each source proposes actions (:data:`ACTIONS`: a rule's remedy as parameter changes; a test checks
