@@ -247,7 +247,7 @@ def scan_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def build_config(config_path: Path | None, kl_target: float | None, kl_unit: str | None,
                  strict: bool, batch_rows: int | None, maps: Sequence[str] = (), **run: Any) -> Any:
-    from .analysis.engine import make_config
+    from .config import make_config
 
     return make_config(config_path=config_path, kl_target=kl_target, kl_unit=kl_unit, strict=strict,
                        batch_rows=batch_rows, maps=maps, **run)
@@ -255,18 +255,20 @@ def build_config(config_path: Path | None, kl_target: float | None, kl_unit: str
 
 def run_scan(path: Path, opts: dict[str, Any], show_progress: bool = True):  # type: ignore[no-untyped-def]
     """Scan ``path`` with the scan options of a command (``scan_options``)."""
-    from .analysis.engine import run_inputs, scan_path
+    from .analysis.engine import scan_path
     from .io.inputs import compressed_offset, set_stream_limit
+    from .io.locate import locate
     from .progress import scan_progress
 
     set_stream_limit(opts.get("max_bytes"))
     cfg = build_config(opts.get("config_path"), opts.get("kl_target"), opts.get("kl_unit"),
                        bool(opts.get("strict")), opts.get("batch_rows"), opts.get("maps") or (),
                        gpus=opts.get("gpus"), gpu_hours=opts.get("gpu_hours"), gpu_price=opts.get("gpu_price"))
-    tick, done = scan_progress(run_inputs(path, opts.get("samples")), enabled=show_progress,
+    run = locate(path)  # once: the progress bar sizes what the scan reads
+    tick, done = scan_progress(run.inputs(opts.get("samples")), enabled=show_progress,
                                offset=compressed_offset)
     try:
-        analysis = scan_path(path, samples=opts.get("samples"), meta=opts.get("meta"), config=cfg,
+        analysis = scan_path(run, samples=opts.get("samples"), meta=opts.get("meta"), config=cfg,
                              fmt=opts.get("fmt"), progress=tick)
     except BaseException:  # Ctrl-C (exit 130) or an error: the bar stays short of 100%
         done(finished=False)

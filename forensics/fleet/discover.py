@@ -2,13 +2,18 @@
 
 A run is one of:
 
-* a **run folder**: it holds ``steps.*`` (the canonical streams, with ``samples.*`` and
-  ``run.json`` beside), a Hugging Face ``trainer_state.json``, or it is a log folder a format
-  reads whole (TensorBoard event files). Its subfolders are not searched further (a Hugging Face
-  output folder's ``checkpoint-*/trainer_state.json`` are earlier copies of the same log);
-* a **log file** that a format is detected for (:func:`forensics.io.formats.detect_format`), in a
-  folder that is not a run folder. A pretty-printed JSON file (``config.json``) is not taken for
-  JSON lines: its first line must be a whole JSON object.
+* a **run folder** (:func:`forensics.io.locate.is_run_folder`, what ``forensics scan`` reads
+  as one run): it holds ``steps.*`` (the canonical streams, with ``samples.*`` and ``run.json``
+  beside; or in its ``forensics/`` sub-folder), a Hugging Face ``trainer_state.json`` (or a
+  ``checkpoint-*/`` holding one), a W&B run, or it is a log folder a format reads whole
+  (TensorBoard event files). Its subfolders are not searched further (a Hugging Face output
+  folder's ``checkpoint-*/trainer_state.json`` are earlier copies of the same log);
+* a **log file** (:func:`forensics.io.locate.log_error`), in a folder that is not a run folder.
+  A pretty-printed JSON file (``config.json``) is not taken for JSON lines: its first line must
+  be a whole JSON object.
+
+A folder means the same to ``scan``, ``watch`` and ``fleet`` (:mod:`forensics.io.locate`): a
+run folder's run is read as ``forensics scan FOLDER`` reads it.
 
 Hidden entries, report folders (holding ``analysis.json``) and the fleet's own output folder
 are skipped. A path given by name is always a run, even one that cannot be read: its row will
@@ -23,20 +28,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
-
-from ..errors import ForensicsError, InputError
-from ..io.formats import FORMATS, detect_format
+from ..errors import InputError
+from ..io.locate import LOG_NAMES, is_run_folder, log_error
 
 __all__ = ["Run", "find_runs", "is_run_folder"]
 
-#: File names that are never a step log of their own (the sample stream, metadata, our reports).
-NOT_LOGS = ("samples.", "run.json", "manifest.json", "analysis.json", "summary.json",
-            "recommendations.", "fleet.")
-
-
-#: Names that look like a training log: such a file is a row of the fleet even when it cannot be read.
-LOG_NAMES = (".jsonl", ".jsonl.gz", ".ndjson", ".csv", ".tsv", ".parquet", ".log", ".wandb")
 #: Most entries discovery lists under the paths given (a bound on the work of one fleet).
 MAX_ENTRIES = 1_000_000
 
@@ -70,47 +66,6 @@ def _steps_error(folder: Path) -> str:
             if kind:
                 return f"{name} is {kind}: fleet reads only regular files"
     return ""
-
-
-def is_run_folder(path: Path) -> bool:
-    """A folder holding ``steps.*`` or ``trainer_state.json``, or one a format reads whole."""
-    if not path.is_dir():
-        return False
-    try:
-        names = os.listdir(path)
-    except OSError:
-        return False
-    if any(n.startswith("steps.") and not n.endswith(".tmp") for n in names) \
-            or "trainer_state.json" in names:
-        return True
-    return any(f.detect(path, b"") for f in FORMATS)
-
-
-def _scan_target(folder: Path) -> Path:
-    """What ``scan_path`` is given for a run folder (its trainer_state.json when that is all)."""
-    names = os.listdir(folder)
-    if not any(n.startswith("steps.") for n in names) and "trainer_state.json" in names \
-            and not any(f.detect(folder, b"") for f in FORMATS):
-        return folder / "trainer_state.json"
-    return folder
-
-
-def _log_error(path: Path) -> str | None:
-    """None: not a log; "": a log; else why a file that looks like a log (by name) cannot be read."""
-    if path.name.startswith(NOT_LOGS):
-        return None
-    named = path.name.lower().endswith(LOG_NAMES) or path.name.startswith("events.out.tfevents")
-    try:
-        fmt = detect_format(path)
-        if fmt != "jsonl" or named:
-            return ""
-        with open(path, "rb") as fh:
-            first = fh.readline(1 << 20).strip()
-        return "" if isinstance(orjson.loads(first), dict) else None
-    except (ForensicsError, OSError, orjson.JSONDecodeError) as exc:
-        if not named or isinstance(exc, orjson.JSONDecodeError):
-            return None
-        return str(exc) if isinstance(exc, ForensicsError) else f"cannot be read: {exc.strerror or exc}"
 
 
 class _Walker:
@@ -161,7 +116,7 @@ class _Walker:
         elif linked and not entry.resolve().is_relative_to(self.root):
             return  # a link out of the root
         elif stat.S_ISREG(st.st_mode):
-            error = _log_error(entry)
+            error = log_error(entry)
             if error is not None:
                 yield entry, error
         elif entry.name.lower().endswith(LOG_NAMES):
@@ -204,6 +159,5 @@ def find_runs(paths: Iterable[Path | str], exclude: Iterable[Path | str] = ()) -
             while unique in used:
                 unique, i = f"{name}~{i}", i + 1
             used.add(unique)
-            target = _scan_target(path) if path.is_dir() and not error else path
-            runs.append(Run(unique, str(target), error))
+            runs.append(Run(unique, str(path), error))
     return runs

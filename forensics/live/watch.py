@@ -23,8 +23,9 @@ of one poll in step order. ``--jsonl`` appends each alert as a JSON line, ``--no
 to a webhook (:mod:`forensics.live.notify`: a background thread, never blocking the loop),
 ``--fail-on`` stops at the first finding of that severity (exit 1).
 
-The path is found as a scan finds it (:func:`forensics.analysis.engine._find_run_files`): a run
-folder's ``steps.*`` with its ``run.json``, a trainer's output_dir's ``trainer_state.json``. A
+The path is found as a scan and a fleet find it (:func:`forensics.io.locate.locate`): a run
+folder's ``steps.*`` with its ``run.json``, a trainer's output_dir's ``trainer_state.json``, the
+one log of a folder. A
 path that does not exist, or a folder with no log, is an error at once (exit 3) unless
 ``wait`` is set, when it is waited for.
 """
@@ -53,6 +54,7 @@ from ..io.canonical import Canonicalizer
 from ..io.formats import HEAD_BYTES, detect_format, detect_head, open_source
 from ..io.inputs import BOM, GZIP_MAGIC, STDIN, is_stream
 from ..io.limits import MAX_HEAD_BYTES, MAX_LINE_BYTES
+from ..io.locate import locate
 from ..io.output import Outputs
 from ..io.readers import RawBatch, ReadReport
 from ..io.readers.arrow import budget_groups, rows_to_raw
@@ -277,8 +279,6 @@ class Watcher:
         :class:`InputError` when ``must`` (:meth:`run` without ``wait``), else waited for."""
         if self.located:
             return True
-        from ..analysis.engine import _find_run_files
-
         if str(self.given) == STDIN or is_stream(self.given):
             self.located = True
             return True
@@ -289,15 +289,15 @@ class Watcher:
             raise InputError("no such file or directory (forensics watch --wait waits for a log that does "
                              "not exist yet)", path=str(self.given))
         try:
-            steps, _samples, meta = _find_run_files(self.given)
+            run = locate(self.given)
         except InputError as exc:
             if (self.wait or not must) and self.given.is_dir():
                 self.why_not = exc
                 return False
             raise
-        self.path = steps
-        if self.meta_path is None and meta is not None:
-            self.meta_path = meta
+        self.path = run.steps
+        if self.meta_path is None and run.meta is not None:
+            self.meta_path = run.meta
         self.located = True
         return True
 
