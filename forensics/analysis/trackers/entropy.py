@@ -28,9 +28,9 @@ from ...io.canonical import Batch
 from ..findings import RuleSpec, Severity
 from ..spans import step_span
 from ..stats.episodes import Episodes
+from ..stats.noise import block_median, diff_sigma
 from ..stats.trailing import Context, shift
 from .base import Tracker, TrackerResult
-from .rewards import block_median, diff_sigma
 
 __all__ = ["Entropy"]
 

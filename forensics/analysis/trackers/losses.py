@@ -45,9 +45,9 @@ from ...io.canonical import Batch
 from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
 from ..stats.episodes import Episodes
+from ..stats.noise import DIFF_TO_SIGMA
 from ..stats.trailing import BlockScale, Context, History, TrailingRunMedian, shift, window_median
 from .base import Tracker, TrackerResult
-from .rewards import DIFF_TO_SIGMA
 
 __all__ = ["LOSS_SERIES", "Losses", "lag1_autocorr"]
 

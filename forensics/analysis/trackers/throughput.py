@@ -32,10 +32,10 @@ from ...io.canonical import Batch
 from ..findings import RuleSpec, Severity
 from ..spans import step_span
 from ..stats.episodes import Episodes
+from ..stats.noise import block_median
 from ..stats.run_values import RunValues
 from ..stats.trailing import Context, History, aligned_blocks, block_quantiles, shift, window_median
 from .base import Tracker, TrackerResult
-from .rewards import block_median
 
 __all__ = ["TOTAL_STEP_KEYS", "Throughput"]
 
