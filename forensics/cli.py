@@ -325,7 +325,8 @@ def scan(path: Path, out_dir: Path, top: int, metrics_fmt: str, quiet: bool, ver
     PATH is a log file of any supported format (--input-format lists them), a run folder
     (steps.*, samples.*, run.json), a transformers/TRL output_dir (trainer_state.json at its
     root or in the newest checkpoint-*/, preferred over a TensorBoard runs/ folder beside it), a
-    TensorBoard folder or a W&B run folder (wandb/run-*/).
+    TensorBoard folder, a W&B run folder (wandb/run-*/), or a folder holding one log (a veRL
+    train.log).
     """
     from .report import render_summary, write_reports
     from .report.files import REPORT_FILES
@@ -661,8 +662,8 @@ def fleet(paths: tuple[Path, ...], out_dir: Path, engine: str, address: str | No
           metrics_fmt: str, no_html: bool, quiet: bool) -> None:
     """Scan every run under PATH... and write one table of them all, worst first.
 
-    A run is a folder with steps.* or trainer_state.json (or a TensorBoard folder), or a log
-    file of a known format. A run that cannot be read is a row with its error. Exit 0, or with
+    A run is a run folder, read as scan reads it (steps.*, a transformers/TRL output_dir, a
+    TensorBoard or W&B folder), or a log file of a known format in any other folder. A run that cannot be read is a row with its error. Exit 0, or with
     --policy the gate's verdict over the fleet: 1 if any run fails it (or cannot be read).
     """
     from .fleet import find_runs, run_fleet, sort_rows
