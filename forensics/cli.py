@@ -663,8 +663,9 @@ def fleet(paths: tuple[Path, ...], out_dir: Path, engine: str, address: str | No
     """Scan every run under PATH... and write one table of them all, worst first.
 
     A run is a run folder, read as scan reads it (steps.*, a transformers/TRL output_dir, a
-    TensorBoard or W&B folder), or a log file of a known format in any other folder. A run that cannot be read is a row with its error. Exit 0, or with
-    --policy the gate's verdict over the fleet: 1 if any run fails it (or cannot be read).
+    TensorBoard or W&B folder), or a log file of a known format in any other folder. A run that
+    cannot be read is a row with its error. Exit 0, or with --policy the gate's verdict over the
+    fleet: 1 if any run fails it (or cannot be read).
     """
     from .fleet import find_runs, run_fleet, sort_rows
     from .progress import FleetProgress

@@ -28,8 +28,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError
-from ..io.locate import LOG_NAMES, is_run_folder, log_error
+from ..errors import ForensicsError, InputError
+from ..io.locate import LOG_NAMES, is_run_folder, locate, log_error
 
 __all__ = ["Run", "find_runs", "is_run_folder"]
 
@@ -55,16 +55,21 @@ def _special(mode: int) -> str:
 
 
 def _steps_error(folder: Path) -> str:
-    """Why a run folder's ``steps.*`` cannot be scanned ("" when they can): only regular files
-    are read (a FIFO would block the fleet)."""
-    for name in sorted(os.listdir(folder)):
-        if name.startswith("steps.") and not name.endswith(".tmp"):
-            try:
-                kind = _special(os.stat(folder / name).st_mode)
-            except OSError as exc:
-                return f"{name}: cannot be read: {exc.strerror or exc}"
-            if kind:
-                return f"{name} is {kind}: fleet reads only regular files"
+    """Why the logs a run folder's scan reads (:func:`forensics.io.locate.locate`) cannot be
+    scanned ("" when they can): only regular files are read (a FIFO would block the fleet)."""
+    try:
+        files = locate(folder)
+    except ForensicsError as exc:
+        return str(exc)
+    for path in (files.steps, files.samples):
+        if path is None or path.is_dir():
+            continue
+        try:
+            kind = _special(os.stat(path).st_mode)
+        except OSError as exc:
+            return f"{path.name}: cannot be read: {exc.strerror or exc}"
+        if kind:
+            return f"{path.name} is {kind}: fleet reads only regular files"
     return ""
 
 
