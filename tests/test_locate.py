@@ -98,3 +98,12 @@ def test_the_cli_locates_a_run_once(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     res = CliRunner().invoke(main, ["scan", str(run), "-o", str(tmp_path / "o"), "-q"])
     assert res.exit_code == 0, res.output
     assert calls == [run]
+
+
+def test_a_report_folder_is_no_run(tmp_path: Path) -> None:
+    """A scan's own output holds CSVs a format reads: scanning it again is refused, not read as logs."""
+    res = CliRunner().invoke(main, ["scan", str(FIXTURES / "runs" / "ppo_lr_high"), "-o", str(tmp_path / "rep"), "-q"])
+    assert res.exit_code == 0, res.output
+    with pytest.raises(InputError, match="a report folder"):
+        locate(tmp_path / "rep")
+    assert find_runs([tmp_path / "rep"]) == []  # fleet skips a report folder too

@@ -15,7 +15,8 @@ sample stream and the run metadata. A file stands alone (``samples.*`` and ``run
    folder's console and summary, then any other folder format (Parquet parts);
 5. otherwise the one log file the folder holds (a veRL ``train.log``, a ``metrics.jsonl``):
    a file whose format is detected, or that is named like a log (:func:`log_error`). A folder
-   of several logs is an error that names them (``forensics fleet`` scans each).
+   of several logs is an error that names them (``forensics fleet`` scans each); a report folder
+   (it holds ``analysis.json``) is no run.
 
 Folders 1-4 are *run folders* (:func:`is_run_folder`): ``forensics fleet`` takes each as one run
 and does not search inside it; in any other folder it takes each log file (5) as a run.
@@ -169,6 +170,9 @@ def log_error(path: Path) -> str | None:
 
 def _one_log(path: Path) -> RunFiles:
     """The one log file of a folder that is not a run folder (5)."""
+    if (path / "analysis.json").is_file():  # our own output: its CSVs are no training log
+        raise InputError("a report folder (it holds analysis.json), not a run: forensics report, diff and gate "
+                         "read it; give scan the run's log", path=str(path))
     logs = [p for p in sorted(path.iterdir())
             if not p.name.startswith(".") and p.is_file() and log_error(p) is not None]
     if len(logs) == 1:
