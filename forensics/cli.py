@@ -281,7 +281,7 @@ def plotly_js_option(*choices: str) -> Callable[[Callable[..., Any]], Callable[.
 
 def build_config(config_path: Path | None, kl_target: float | None, kl_unit: str | None,
                  strict: bool, batch_rows: int | None, maps: Sequence[str] = (), **run: Any) -> Any:
-    from .analysis.engine import make_config
+    from .config import make_config
 
     return make_config(config_path=config_path, kl_target=kl_target, kl_unit=kl_unit, strict=strict,
                        batch_rows=batch_rows, maps=maps, **run)
@@ -289,18 +289,20 @@ def build_config(config_path: Path | None, kl_target: float | None, kl_unit: str
 
 def run_scan(path: Path, opts: dict[str, Any], show_progress: bool = True):  # type: ignore[no-untyped-def]
     """Scan ``path`` with the scan options of a command (``scan_options``)."""
-    from .analysis.engine import run_inputs, scan_path
+    from .analysis.engine import scan_path
     from .io.inputs import compressed_offset, set_stream_limit
+    from .io.locate import locate
     from .progress import scan_progress
 
     set_stream_limit(opts.get("max_bytes"))
     cfg = build_config(opts.get("config_path"), opts.get("kl_target"), opts.get("kl_unit"),
                        bool(opts.get("strict")), opts.get("batch_rows"), opts.get("maps") or (),
                        gpus=opts.get("gpus"), gpu_hours=opts.get("gpu_hours"), gpu_price=opts.get("gpu_price"))
-    tick, done = scan_progress(run_inputs(path, opts.get("samples")), enabled=show_progress,
+    files = locate(path)  # once: the progress bar sizes what the scan reads
+    tick, done = scan_progress(files.inputs(opts.get("samples")), enabled=show_progress,
                                offset=compressed_offset)
     try:
-        analysis = scan_path(path, samples=opts.get("samples"), meta=opts.get("meta"), config=cfg,
+        analysis = scan_path(files, samples=opts.get("samples"), meta=opts.get("meta"), config=cfg,
                              fmt=opts.get("fmt"), progress=tick, run=opts.get("run"))
     except BaseException:  # Ctrl-C (exit 130) or an error: the bar stays short of 100%
         done(finished=False)
@@ -356,7 +358,8 @@ def scan(path: Path, out_dir: Path, top: int, metrics_fmt: str, quiet: bool, ver
     PATH is a log file of any supported format (--input-format lists them), a run folder
     (steps.*, samples.*, run.json), a transformers/TRL output_dir (trainer_state.json at its
     root or in the newest checkpoint-*/, preferred over a TensorBoard runs/ folder beside it), a
-    TensorBoard folder or a W&B run folder (wandb/run-*/).
+    TensorBoard folder, a W&B run folder (wandb/run-*/), or a folder holding one log (a veRL
+    train.log).
     """
     from .report import render_summary, write_reports
     from .report.files import REPORT_FILES
@@ -549,7 +552,7 @@ def report(analysis_path: Path, out_dir: Path | None, out_fmt: str, plotly_js: s
     outputs = _inputs(file, file.parent / "metrics.csv")
     data = load_analysis(file)
     if not data.get("plots"):  # an analysis saved without plot series: use metrics.csv beside it
-        from .analysis.series import plots_from_frame
+        from .analysis.diagnosis.series import plots_from_frame
         from .verdicts.diff import read_metrics_csv
 
         frame = read_metrics_csv(file.parent / "metrics.csv")
@@ -695,11 +698,11 @@ def fleet(paths: tuple[Path, ...], out_dir: Path, engine: str, address: str | No
           metrics_fmt: str, reports: str, no_html: bool, plotly_js: str, quiet: bool) -> None:
     """Scan every run under PATH... and write one table of them all, worst first.
 
-    A run is a folder with steps.* or trainer_state.json (or a TensorBoard folder), or a log
-    file of a known format; a W&B chart export that holds several runs is a row per run. A run
-    that cannot be read is a row with its error. The options read every run as scan reads one.
-    Exit 0, or with --policy the gate's verdict over the fleet: 1 if any run fails it (or cannot
-    be read).
+    A run is a run folder, read as scan reads it (steps.*, a transformers/TRL output_dir, a
+    TensorBoard or W&B folder), or a log file of a known format in any other folder; a W&B chart
+    export that holds several runs is a row per run. A run that cannot be read is a row with its
+    error. The options read every run as scan reads one. Exit 0, or with --policy the gate's
+    verdict over the fleet: 1 if any run fails it (or cannot be read).
     """
     from .fleet import find_runs, run_fleet, sort_rows
     from .progress import FleetProgress

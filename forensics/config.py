@@ -33,14 +33,18 @@ import json
 import math
 import re
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, ForensicsError, InputError, closest, did_you_mean
 
+if TYPE_CHECKING:
+    from .schema import UserColumn
+
 __all__ = ["ALGORITHMS", "DIFF_TOLERANCE", "LM_MIN_PARAMS", "MAX_COUNT", "Allowed", "Config", "RunMeta",
-           "algorithm_family", "allowed_of", "closest", "did_you_mean", "load_config", "load_run_meta",
+           "algorithm_family", "allowed_of", "closest", "did_you_mean", "load_config", "load_run_meta", "make_config",
            "normalise_algorithm", "param", "read_json", "read_toml", "run_field", "scan_option"]
 
 #: The algorithms forensics knows, by name, and the family that decides which rules apply:
@@ -585,3 +589,58 @@ def _read_rules_file(path: Path) -> list[dict[str, Any]]:
 def params_doc(params_cls: type) -> list[tuple[str, Any, str]]:
     """``(name, default, meaning)`` for every parameter of a tracker."""
     return [(f.name, f.default, f.metadata.get("doc", "")) for f in dataclasses.fields(params_cls)]
+
+
+def make_config(config: Config | None = None, *, config_path: Path | str | None = None,
+                kl_target: float | None = None, kl_unit: str | None = None, strict: bool | None = None,
+                batch_rows: int | None = None, columns: dict[str, str] | dict[str, UserColumn] | None = None,
+                maps: Iterable[str] = (), gpus: float | None = None, gpu_hours: float | None = None,
+                gpu_price: float | None = None) -> Config:
+    """A scan's configuration from the options the command line takes.
+
+    ``config`` (or the TOML file ``config_path``) is the base; ``kl_target``/``kl_unit`` and
+    ``gpus``/``gpu_hours``/``gpu_price`` (the cost of waste) override its ``[run]``, ``strict``
+    and ``batch_rows`` its ``[scan]``; ``columns`` (source key ->
+    canonical name, or :class:`~forensics.schema.UserColumn`) and ``maps`` (``"SRC=CANONICAL[:UNIT]"``,
+    as ``--map`` takes them) add to its ``[columns]``, winning over it.
+
+    >>> cfg = make_config(kl_target=6.0, kl_unit="sequence", columns={"gnorm": "grad_norm"})
+    >>> cfg.run.kl_target, cfg.run.kl_target_unit, cfg.columns["gnorm"].canonical
+    (6.0, 'sequence', 'grad_norm')
+    """
+    from .errors import UsageError
+    from .schema import UserColumn, merge_user_columns, parse_map_option, user_column
+
+    if config is not None and config_path is not None:
+        raise UsageError("give a config or a config path, not both")
+    cfg = dataclasses.replace(config) if config is not None else load_config(
+        Path(config_path) if config_path is not None else None)
+    overrides: dict[str, Any] = {}
+    if kl_target is not None:
+        if isinstance(kl_target, bool) or not isinstance(kl_target, (int, float)) \
+                or not math.isfinite(kl_target) or kl_target <= 0:
+            raise UsageError(f"kl_target must be a positive number, not {kl_target!r}")
+        overrides["kl_target"] = float(kl_target)
+    if kl_unit is not None:
+        if kl_unit not in ("token", "sequence"):
+            raise UsageError(f"kl_unit must be 'token' or 'sequence', not {kl_unit!r}")
+        overrides["kl_target_unit"] = kl_unit
+    overrides.update({k: v for k, v in (("gpus", gpus), ("gpu_hours", gpu_hours), ("gpu_price", gpu_price))
+                      if v is not None})
+    if overrides:
+        cfg.run = cfg.run.merged(RunMeta(**overrides))  # checked there, as [run] values are
+    if strict is not None:
+        cfg.strict = bool(strict) or cfg.strict
+    if batch_rows is not None:
+        if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+            raise UsageError(f"batch_rows must be a positive integer, not {batch_rows!r}")
+        cfg.batch_rows = batch_rows
+    given: dict[str, UserColumn] = {}
+    for src, target in (columns or {}).items():
+        given[src] = target if isinstance(target, UserColumn) else user_column(src, target, None, "columns=")
+    for text in maps:
+        col = parse_map_option(text)
+        given[col.source] = col
+    if given:
+        cfg.columns = merge_user_columns(cfg.columns, given)
+    return cfg

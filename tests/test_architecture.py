@@ -199,8 +199,7 @@ def test_what_the_schema_says_a_tracker_reads_is_its_requires() -> None:
 
 
 # -- the diagnosis computed once ------------------------------------------------------------------
-DIAGNOSIS = {"forensics.analysis.timeline", "forensics.analysis.recommendations", "forensics.analysis.series",
-             "forensics.analysis.cost", "forensics.analysis.diagnosis"}
+DIAGNOSIS = {f"forensics.analysis.diagnosis.{m}" for m in ("timeline", "recommendations", "series", "cost", "diagnose")}
 
 
 def test_the_analysis_only_serialises_its_diagnosis() -> None:
@@ -221,7 +220,152 @@ def test_reports_import_nothing_from_the_trackers() -> None:
 
 def test_renderers_do_not_compute_the_diagnosis() -> None:
     graph = import_graph(type_only=True)
-    computing = DIAGNOSIS - {"forensics.analysis.cost", "forensics.analysis.timeline"}  # their formatters are shared
+    # the formatters of the cost and the timeline are shared
+    computing = DIAGNOSIS - {"forensics.analysis.diagnosis.cost", "forensics.analysis.diagnosis.timeline"}
     wrong = [f"{m} -> {d}" for m, deps in graph.items() if m.startswith("forensics.report")
              for d in deps if d in computing]
     assert wrong == []
+
+
+# -- the floors of analysis/: each imports only the floors below it ---------------------------------
+#: Floor of each module of ``forensics.analysis`` (a package's modules share its floor), lowest first.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("forensics.analysis.stats",),
+    ("forensics.analysis.findings", "forensics.analysis.spans", "forensics.analysis.context",
+     "forensics.analysis.store", "forensics.analysis.trainer_keys"),
+    ("forensics.analysis.trackers",),
+    ("forensics.analysis.diagnosis",),
+    ("forensics.analysis.result", "forensics.analysis.catalogue"),
+    ("forensics.analysis.engine",),
+)
+
+
+def _floor(module: str) -> int | None:
+    for level, homes in enumerate(FLOORS):
+        if any(module == h or module.startswith(h + ".") for h in homes):
+            return level
+    return None
+
+
+def test_every_analysis_module_has_a_floor() -> None:
+    modules = [m for m in import_graph() if m.startswith("forensics.analysis.")]
+    assert [m for m in modules if _floor(m) is None] == []
+
+
+def test_analysis_floors_import_only_downward() -> None:
+    """stats < the ground (findings, context ...) < trackers < diagnosis < result < engine: a
+    statistic knows no tracker, a tracker no diagnosis, the diagnosis no scan loop."""
+    wrong = []
+    for module, deps in import_graph().items():
+        level = _floor(module)
+        if level is None:
+            continue
+        wrong += [f"{module} -> {d}" for d in deps if (_floor(d) or 0) > level]
+    assert wrong == []
+
+
+def test_floor_check_sees_an_upward_import() -> None:
+    assert _floor("forensics.analysis.stats.trailing") < _floor("forensics.analysis.trackers.rewards")
+    assert _floor("forensics.analysis.trackers.windows") < _floor("forensics.analysis.diagnosis.health")
+
+
+def test_statistics_import_nothing_from_trackers_or_diagnosis() -> None:
+    graph = import_graph(type_only=True)
+    wrong = [f"{m} -> {d}" for m, deps in graph.items() if m.startswith("forensics.analysis.stats")
+             for d in deps if d.startswith(("forensics.analysis.trackers", "forensics.analysis.diagnosis"))]
+    assert wrong == []
+
+
+# -- run discovery lives in io ---------------------------------------------------------------------
+def test_scan_watch_fleet_and_the_cli_locate_runs_with_io() -> None:
+    graph = import_graph()
+    for module in ("forensics.analysis.engine", "forensics.live.watch", "forensics.fleet.discover", "forensics.cli"):
+        assert "forensics.io.locate" in graph[module], module
+
+
+#: What searches a folder for a run's logs: only io may use it.
+FOLDER_DETECTORS = {"FORMATS", "detect", "find_run", "wandb_offline", "tensorboard", "trainer_state_of",
+                    "CALLBACK_DIR"}
+
+
+def _code_strings(tree: ast.AST) -> set[str]:
+    """The string constants of a module, docstrings left out."""
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docs}
+
+
+def test_no_module_outside_io_searches_a_folder_for_a_run() -> None:
+    """Which file of a folder is the run's log (a trainer's output_dir, a W&B run, the callback's
+    folder) is decided in forensics/io/locate.py only: no other module imports the folder
+    detectors or names ``trainer_state.json``."""
+    wrong = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.relative_to(PACKAGE).parts[0] == "io":
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and "io" in (node.module or "").split("."):
+                named = {a.name for a in node.names} & FOLDER_DETECTORS
+                if named:
+                    wrong.append(f"{path.name}: imports {sorted(named)}")
+        if "trainer_state.json" in _code_strings(tree):
+            wrong.append(f"{path.name}: names trainer_state.json")
+    assert wrong == []
+
+
+# -- docs/architecture.md is true to the code ------------------------------------------------------
+ROOT = PACKAGE.parent
+ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text()
+_REPO_DIRS = ("forensics/", "tests/", "docs/", "fixtures/", "scripts/", "bench/", "examples/")
+
+
+def _ticked() -> list[str]:
+    return re.findall(r"`([^`\s]+)`", ARCHITECTURE)
+
+
+def test_every_path_named_in_the_architecture_page_exists() -> None:
+    paths = [t for t in _ticked() if t.startswith(_REPO_DIRS) and not set(t) & set("<*")]
+    assert len(paths) > 20
+    assert [p for p in paths if not (ROOT / p).exists()] == []
+    files = {p.name for p in [*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py")]}
+    bare = [t for t in _ticked() if re.fullmatch(r"[a-z_]+\.py", t)]
+    assert [b for b in bare if b not in files] == []
+
+
+def _resolves(name: str) -> bool:
+    """Whether the dotted ``name`` is a module, or an attribute of one, of this package."""
+    import importlib
+
+    obj = importlib.import_module("forensics")
+    parts = name.split(".")
+    for i, attr in enumerate(parts[1:], start=2):
+        if hasattr(obj, attr):
+            obj = getattr(obj, attr)
+            continue
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ModuleNotFoundError:
+            return False
+    return True
+
+
+def test_every_module_named_in_the_architecture_page_exists() -> None:
+    names = set(re.findall(r"\bforensics(?:\.[A-Za-z_]\w*)+", ARCHITECTURE))
+    assert len(names) > 15
+    assert [n for n in sorted(names) if not _resolves(n)] == []
+    assert not _resolves("forensics.analysis.engine.NoSuchThing")
+
+
+def test_every_table_the_architecture_page_sends_a_contributor_to_is_there() -> None:
+    """Each table or function the page names beside a file ("`ALIASES` of `forensics/schema.py`",
+    "`locate` in `forensics/io/locate.py`") is defined in that file."""
+    found = re.findall(r"`(\w+)`(?:\s+or\s+`(\w+)`)?\s+(?:of|in)\s+`((?:forensics|tests)/[\w/]+\.py)`",
+                       ARCHITECTURE)
+    pairs = [(name, file) for a, b, file in found for name in (a, b) if name]
+    assert len(pairs) >= 10
+    missing = [(name, file) for name, file in pairs
+               if not re.search(rf"^\s*(?:def |class )?{name}\b", (ROOT / file).read_text(), re.M)]
+    assert missing == []

@@ -21,7 +21,6 @@ from forensics.verdicts.evaluation import (
     evaluate_corpora,
     load_runs,
     render_table,
-    run_target,
 )
 
 from .conftest import FIXTURES, RLDK, VERL
@@ -78,14 +77,19 @@ def _corpus(root: Path, runs: list[Path]) -> Path:
     return root
 
 
-def test_run_target_prefers_the_step_stream_then_the_trainer_file(tmp_path: Path) -> None:
-    assert run_target(FIXTURES / "runs" / "ppo_lr_high") == FIXTURES / "runs" / "ppo_lr_high"
+def test_a_labelled_run_is_read_as_scan_reads_its_folder(tmp_path: Path) -> None:
+    """The step stream, else the trainer's own file: io's locate, not a rule of the evaluation's own."""
+    from forensics.io.locate import locate
+
+    assert locate(FIXTURES / "runs" / "ppo_lr_high").steps.name == "steps.jsonl"
     trl = tmp_path / "trl_run"
     trl.mkdir()
+    (trl / "manifest.json").write_text("{}")
     (trl / "trainer_state.json").write_text('{"log_history": []}')
-    assert run_target(trl) == trl / "trainer_state.json"
-    with pytest.raises(InputError, match=r"no steps.jsonl nor trainer_state.json"):
-        run_target(tmp_path)
+    assert locate(trl).steps == trl / "trainer_state.json"
+    (trl / "trainer_state.json").unlink()
+    with pytest.raises(InputError, match=r"no training log"):
+        locate(trl)
 
 
 def test_corpora_are_scored_apart_and_together(tmp_path: Path) -> None:

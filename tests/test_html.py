@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from forensics.analysis.diagnosis.series import MAX_POINTS, envelope, plots_from_frame
 from forensics.analysis.engine import scan_path
-from forensics.analysis.series import MAX_POINTS, envelope, plots_from_frame
 from forensics.cli import main
 from forensics.report.files import to_json
 from forensics.report.html import build_figures, render_html

@@ -11,8 +11,8 @@ import pytest
 
 from bench.shapes import sample_chunks, step_chunks, write_parquet
 from forensics.analysis.engine import scan_path
-from forensics.analysis.stats import spearman
-from forensics.analysis.trackers.segments import StepRuns, segment_moments, segment_spearman
+from forensics.analysis.stats.segments import StepRuns, segment_moments, segment_spearman
+from forensics.analysis.stats.trailing import spearman
 
 from .conftest import write_jsonl
 

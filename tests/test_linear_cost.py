@@ -26,7 +26,8 @@ import numpy as np
 import pytest
 
 from bench.shapes import sample_chunks, step_chunks, write_parquet
-from forensics.analysis import diagnosis, engine, store
+from forensics.analysis import engine, store
+from forensics.analysis.diagnosis import diagnose as diagnosis
 from forensics.analysis.trackers import TRACKERS
 from forensics.config import Config
 from forensics.report import files
@@ -225,7 +226,7 @@ def test_sample_stream_work_is_linear(tmp_path: Path, meter: OpMeter) -> None:
 def test_plots_streamed_part_by_part_equal_the_whole_column_envelope() -> None:
     """The plots section reads the per-step store a part at a time (bounded memory at 10M rows)
     and picks the same points as :func:`envelope` over the whole column: ties, NaN, spikes."""
-    from forensics.analysis.series import _stream_plots, envelope, paired_sample
+    from forensics.analysis.diagnosis.series import _stream_plots, envelope, paired_sample
 
     rng = np.random.default_rng(3)
     n = 25_000

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import yaml
 
+from forensics.analysis.diagnosis.recommendations import ACTIONS, TEXT_ONLY, applicable_actions
 from forensics.analysis.engine import scan_path
-from forensics.analysis.recommendations import ACTIONS, TEXT_ONLY, applicable_actions
 from forensics.analysis.trackers import all_rules
 from forensics.config import Config, RunMeta
 from forensics.report.files import write_reports
@@ -315,7 +315,7 @@ def test_kl_penalty_off_is_fixed_alone_and_read_from_the_log() -> None:
 
 # -- advice in the trainer's language -----------------------------------------------------------------
 def test_remedies_declare_the_algorithms_they_apply_to() -> None:
-    from forensics.analysis.recommendations import fit_remedy
+    from forensics.analysis.diagnosis.recommendations import fit_remedy
 
     def finding(rule: str) -> dict[str, Any]:
         return {"rule": rule, "severity": "warning", "onset_step": 1, "evidence": {}}

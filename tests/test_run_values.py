@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from forensics.analysis.run_values import RunValues
-from forensics.analysis.stats import trend_spearman
+from forensics.analysis.stats.run_values import RunValues
+from forensics.analysis.stats.trailing import trend_spearman
 
 QS = [0.0, 0.01, 0.25, 0.5, 0.9, 0.99, 1.0]
 

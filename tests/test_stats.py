@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from forensics.analysis.episodes import Episodes
-from forensics.analysis.stats import (
+from forensics.analysis.stats.episodes import Episodes
+from forensics.analysis.stats.grouping import StepGrouper
+from forensics.analysis.stats.trailing import (
     BlockStats,
     History,
     pearson,
@@ -21,7 +22,6 @@ from forensics.analysis.stats import (
     trend_spearman,
     window_median,
 )
-from forensics.analysis.trackers.grouping import StepGrouper
 
 RNG = np.random.default_rng(42)
 
@@ -133,7 +133,7 @@ def test_trailing_run_median_refreshes_a_bounded_number_of_times(monkeypatch: py
     """The histogram pass of a refresh happens after each of the first 64 blocks, then once per
     1/64 growth: about 64 + 64 ln(blocks / 64) times (a 10M-row scan paid it once per 20-row
     block before: 500,000 passes per series), the same whatever the batches."""
-    from forensics.analysis import stats
+    from forensics.analysis.stats import trailing as stats
 
     calls = {"n": 0}
     median = stats.RunMedian.median

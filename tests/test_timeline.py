@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from forensics.analysis.diagnosis.timeline import CAUSAL_RULES, build_timeline
 from forensics.analysis.engine import scan_path
-from forensics.analysis.timeline import CAUSAL_RULES, build_timeline
 from forensics.report import files  # noqa: F401 - registers the timeline section
 
 from .conftest import healthy_rows, write_jsonl

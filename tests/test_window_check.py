@@ -12,8 +12,8 @@ import pytest
 from scipy.signal import lfilter
 
 from forensics.analysis.engine import Scan, scan_path
-from forensics.analysis.health_check import HealthCheck, HealthCheckParams, config_patch, window_stats
-from forensics.analysis.moments import Moments, accumulate, segment_moments
+from forensics.analysis.stats.moments import Moments, accumulate, segment_moments
+from forensics.analysis.trackers.health_check import HealthCheck, HealthCheckParams, config_patch, window_stats
 from forensics.config import Config
 from forensics.io.readers import ReadReport
 from forensics.io.readers.base import RawBatch

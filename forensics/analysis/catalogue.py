@@ -22,8 +22,8 @@ def _flow(para: str) -> str:
 
 
 def _severity_principle() -> list[str]:
-    """The severity principle, from the module that applies it (analysis.consequence)."""
-    from . import consequence
+    """The severity principle, from the module that applies it (analysis.diagnosis.consequence)."""
+    from .diagnosis import consequence
 
     doc = (consequence.__doc__ or "").strip().split("\n\n")
     excursions = ", ".join(f"`{r}`" for r in sorted(consequence.EXCURSIONS))

@@ -23,32 +23,30 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from ..config import Config, RunMeta, load_run_meta
+from ..config import Config, RunMeta, load_run_meta, make_config
 from ..errors import InputError
 from ..io.canonical import Batch, Canonicalizer
-from ..io.formats import open_source
+from ..io.formats import batch_rows_for, open_source
+from ..io.locate import RunFiles, locate
 from ..io.memory import trim
 from ..io.readers import RawBatch, ReadReport
-from ..schema import ColumnMapping, UserColumn
-from .consequence import Consequences, apply_consequences
+from ..schema import ColumnMapping
 from .context import infer_context
-from .diagnosis import diagnose
+from .diagnosis.consequence import Consequences, apply_consequences
+from .diagnosis.diagnose import diagnose
+from .diagnosis.health import health_scores
 from .findings import STREAM_RULES, Finding
-from .health import health_scores
 from .result import Analysis
 from .store import MetricsStore
 from .trackers import TRACKERS, Tracker, build_params
 from .trackers.base import TrackerResult, tracker_score
 from .trackers.custom import CustomRules, config_rules
 
-if TYPE_CHECKING:  # pandas is imported when a DataFrame is asked for, not by every scan
-    pass
-
-__all__ = ["Scan", "make_config", "map_not_found_text", "run_inputs", "scan_frame", "scan_path"]
+__all__ = ["Scan", "map_not_found_text", "scan_frame", "scan_path"]
 
 @dataclass
 class Replay:
@@ -331,7 +329,7 @@ class Scan:
                          f"(a log that adds keys as it goes; first: {first}); the trackers read every row")
 
     def _judge_consequences(self, findings: list[Finding], results: list[TrackerResult]) -> None:
-        """Severity from consequence (analysis.consequence), then the changed trackers re-scored."""
+        """Severity from consequence (analysis.diagnosis.consequence), then the changed trackers re-scored."""
         if not self.rows:
             return
         extent = Consequences(int(self.first_step or 0), int(self.last_step or 0), self.rows)
@@ -433,158 +431,6 @@ class Scan:
         return out
 
 
-#: Sub-folder where the trainer callback (forensics.live.transformers) writes the canonical
-#: streams inside a trainer's output_dir.
-CALLBACK_DIR = "forensics"
-
-
-def _checkpoint_number(p: Path) -> int:
-    try:
-        return int(p.name.rpartition("-")[2])
-    except ValueError:
-        return -1
-
-
-def trainer_state_of(folder: Path) -> Path | None:
-    """A transformers/TRL output_dir's ``trainer_state.json``: the one at its root or the one in
-    its newest ``checkpoint-N/`` (highest N), whichever was written last (a resumed run's root
-    file may be older than its latest checkpoint)."""
-    cands = []
-    root = folder / "trainer_state.json"
-    if root.is_file():
-        cands.append(root)
-    ckpts = sorted((p for p in folder.glob("checkpoint-*") if (p / "trainer_state.json").is_file()),
-                   key=_checkpoint_number)
-    if ckpts:
-        cands.append(ckpts[-1] / "trainer_state.json")
-    if not cands:
-        return None
-    return max(cands, key=lambda p: (p.stat().st_mtime, p != root))
-
-
-def _run_folder_files(path: Path) -> tuple[Path, Path | None, Path | None] | None:
-    steps = [p for p in sorted(path.iterdir())
-             if p.name.startswith("steps.") and not p.name.endswith(".tmp")]
-    if not steps:
-        return None
-    samples = [p for p in sorted(path.iterdir())
-               if p.name.startswith("samples.") and not p.name.endswith(".tmp")]
-    meta = path / "run.json"
-    return steps[0], samples[0] if samples else None, meta if meta.exists() else None
-
-
-def _find_run_files(path: Path, notes: list[str] | None = None) -> tuple[Path, Path | None, Path | None]:
-    """The step log, sample stream and run metadata of ``path``: a file stands alone (samples.*
-    and run.json beside a steps.* file count); a folder is searched in this order:
-
-    1. a run folder: ``steps.*`` (a ``steps.parquet.parts/`` left by a killed writer too; a
-       ``*.tmp`` is a write that never finished), ``samples.*``, ``run.json``;
-    2. the same in its ``forensics/`` sub-folder (what the trainer callback writes);
-    3. a transformers/TRL output_dir: ``trainer_state.json`` at its root or in the newest
-       ``checkpoint-N/``, preferred over a TensorBoard ``runs/`` folder beside it (the trainer's
-       own log, at full precision);
-    4. a W&B run folder (``wandb/run-*/``, ``offline-run-*``) whose ``.wandb`` file can be
-       decoded (the ``wandb`` package is installed), then TensorBoard event files, then a W&B run
-       folder's console and summary, then any other folder format (Parquet parts).
-
-    ``notes`` (when given) gets a line naming what was chosen over what.
-    """
-    if not path.is_dir():
-        if not path.name.startswith("steps."):
-            return path, None, None
-        cands = sorted(path.parent.glob("samples.*"))
-        meta_file = path.parent / "run.json"
-        return path, cands[0] if cands else None, meta_file if meta_file.exists() else None
-    found = _run_folder_files(path)
-    if found is not None:
-        return found
-    sub = path / CALLBACK_DIR
-    if sub.is_dir() and (found := _run_folder_files(sub)) is not None:
-        if notes is not None:
-            notes.append(f"read {sub.name}/{found[0].name}, the streams the forensics trainer callback wrote")
-        return found
-    from ..io.adapters import tensorboard, wandb_offline
-    from ..io.formats import FORMATS
-
-    state = trainer_state_of(path)
-    tb = tensorboard.detect(path, b"")
-    wb = wandb_offline.find_run(path)
-    if state is not None:
-        if notes is not None:
-            others = [what for what, there in (("TensorBoard event files", tb), ("a W&B run", wb)) if there]
-            notes.append(f"read {state.relative_to(path)} (the trainer's own log)"
-                         + (f"; not read: {', '.join(others)} in the same folder" if others else ""))
-        return state, None, None
-    if wb is not None and (wandb_offline.binary_readable(wb) or not tb):
-        if notes is not None and tb:
-            notes.append(f"read the W&B run {wb.name}; TensorBoard event files in the same folder not read")
-        return wb, None, None
-    if tb or any(f.detect(path, b"") for f in FORMATS):
-        return path, None, None
-    raise InputError("folder has no training log forensics reads: no steps.jsonl or steps.parquet, no "
-                     "trainer_state.json (at its root or in a checkpoint-*/), no TensorBoard event files, no "
-                     "W&B run (wandb/run-*/)", path=str(path))
-
-
-def make_config(config: Config | None = None, *, config_path: Path | str | None = None,
-                kl_target: float | None = None, kl_unit: str | None = None, strict: bool | None = None,
-                batch_rows: int | None = None, columns: dict[str, str] | dict[str, UserColumn] | None = None,
-                maps: Iterable[str] = (), gpus: float | None = None, gpu_hours: float | None = None,
-                gpu_price: float | None = None) -> Config:
-    """A scan's configuration from the options the command line takes.
-
-    ``config`` (or the TOML file ``config_path``) is the base; ``kl_target``/``kl_unit`` and
-    ``gpus``/``gpu_hours``/``gpu_price`` (the cost of waste) override its ``[run]``, ``strict``
-    and ``batch_rows`` its ``[scan]``; ``columns`` (source key ->
-    canonical name, or :class:`~forensics.schema.UserColumn`) and ``maps`` (``"SRC=CANONICAL[:UNIT]"``,
-    as ``--map`` takes them) add to its ``[columns]``, winning over it.
-
-    >>> cfg = make_config(kl_target=6.0, kl_unit="sequence", columns={"gnorm": "grad_norm"})
-    >>> cfg.run.kl_target, cfg.run.kl_target_unit, cfg.columns["gnorm"].canonical
-    (6.0, 'sequence', 'grad_norm')
-    """
-    import dataclasses
-    import math
-
-    from ..config import load_config
-    from ..errors import UsageError
-    from ..schema import merge_user_columns, parse_map_option, user_column
-
-    if config is not None and config_path is not None:
-        raise UsageError("give a config or a config path, not both")
-    cfg = dataclasses.replace(config) if config is not None else load_config(
-        Path(config_path) if config_path is not None else None)
-    overrides: dict[str, Any] = {}
-    if kl_target is not None:
-        if isinstance(kl_target, bool) or not isinstance(kl_target, (int, float)) \
-                or not math.isfinite(kl_target) or kl_target <= 0:
-            raise UsageError(f"kl_target must be a positive number, not {kl_target!r}")
-        overrides["kl_target"] = float(kl_target)
-    if kl_unit is not None:
-        if kl_unit not in ("token", "sequence"):
-            raise UsageError(f"kl_unit must be 'token' or 'sequence', not {kl_unit!r}")
-        overrides["kl_target_unit"] = kl_unit
-    overrides.update({k: v for k, v in (("gpus", gpus), ("gpu_hours", gpu_hours), ("gpu_price", gpu_price))
-                      if v is not None})
-    if overrides:
-        cfg.run = cfg.run.merged(RunMeta(**overrides))  # checked there, as [run] values are
-    if strict is not None:
-        cfg.strict = bool(strict) or cfg.strict
-    if batch_rows is not None:
-        if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
-            raise UsageError(f"batch_rows must be a positive integer, not {batch_rows!r}")
-        cfg.batch_rows = batch_rows
-    given: dict[str, UserColumn] = {}
-    for src, target in (columns or {}).items():
-        given[src] = target if isinstance(target, UserColumn) else user_column(src, target, None, "columns=")
-    for text in maps:
-        col = parse_map_option(text)
-        given[col.source] = col
-    if given:
-        cfg.columns = merge_user_columns(cfg.columns, given)
-    return cfg
-
-
 def map_not_found_text(m: dict[str, Any]) -> str:
     """One line for a column map whose key the log does not have (``coverage.columns.maps_not_found``).
 
@@ -623,57 +469,8 @@ def _feed_sources(scan: Scan, source: Any, sample_source: Any, config: Config,
     return scan.finish()
 
 
-#: Most values (rows x columns) in one batch of the step stream. A 20-metric log keeps the full
-#: ``batch_rows``; a 200-metric one (veRL) gets about 10,000 rows a batch: a batch is held
-#: several times while it is analysed, and 65,536 rows of 200 columns peaked near 500 MB.
-BATCH_CELLS = 1 << 21
-
-
-def _row_width(path: Path) -> int | None:
-    """Columns of a Parquet file (its schema) or keys of a JSON-lines log's first row (None:
-    another format, or unknown)."""
-    try:
-        if not path.is_file():
-            return None
-        with open(path, "rb") as fh:
-            head = fh.read(1 << 16)
-        if head.startswith(b"PAR1"):
-            import pyarrow.parquet as pq
-
-            return len(pq.read_schema(path).names)
-        if head.lstrip().startswith(b"{"):
-            return head.lstrip().split(b"\n", 1)[0].count(b'":') or None
-    except Exception:  # an estimate only: the reader reports what is wrong with the file
-        return None
-    return None
-
-
-def batch_rows_for(path: Path, batch_rows: int) -> int:
-    r"""``batch_rows``, fewer for a wide log (at most :data:`BATCH_CELLS` values a batch).
-
-    >>> import tempfile
-    >>> p = Path(tempfile.mkdtemp()) / "steps.jsonl"
-    >>> _ = p.write_text("{" + ", ".join(f'"m{i}": 1' for i in range(256)) + "}\n")
-    >>> batch_rows_for(p, 65_536), batch_rows_for(p, 100)
-    (8192, 100)
-    """
-    width = _row_width(path)
-    return batch_rows if not width else min(batch_rows, max(1024, BATCH_CELLS // width))
-
-
-def run_inputs(path: Path | str, samples: Path | str | None = None) -> list[Path]:
-    """The files a scan of ``path`` reads: the step log, and the sample stream if any (for
-    progress estimates; an unreadable path gives what can be told without reading it)."""
-    try:
-        steps, found, _ = _find_run_files(Path(path))
-    except InputError:
-        return [Path(path)]
-    sample = Path(samples) if samples is not None else found
-    return [steps] + ([sample] if sample is not None else [])
-
-
 def scan_path(
-    path: Path | str,
+    path: Path | str | RunFiles,
     *,
     samples: Path | str | None = None,
     meta: Path | str | None = None,
@@ -697,8 +494,9 @@ def scan_path(
 
     Parameters
     ----------
-    path : a log file, a run folder, a trainer's output_dir, a TensorBoard or W&B run folder
-        (see :func:`_find_run_files` for what is read in a folder).
+    path : a log file, a run folder, a trainer's output_dir, a TensorBoard or W&B run folder, a
+        folder holding one log (see :mod:`forensics.io.locate` for what is read in a folder); or
+        the :class:`~forensics.io.locate.RunFiles` :func:`~forensics.io.locate.locate` found.
     samples, meta : the sample stream and run metadata (default: ``samples.*`` and ``run.json``
         beside the step log).
     config : a :class:`~forensics.config.Config`; or ``config_path``, a TOML file (``--config``).
@@ -715,46 +513,17 @@ def scan_path(
     config = make_config(config, config_path=config_path, kl_target=kl_target, kl_unit=kl_unit,
                          strict=strict, batch_rows=batch_rows, columns=columns, maps=maps, gpus=gpus,
                          gpu_hours=gpu_hours, gpu_price=gpu_price)
-    notes: list[str] = []
-    steps_path, samples_path, meta_path = _find_run_files(Path(path), notes)
-    if samples is not None:
-        samples_path = Path(samples)
-    if meta is not None:
-        meta_path = Path(meta)
+    files = path if isinstance(path, RunFiles) else locate(path)
+    steps_path = files.steps
+    samples_path = Path(samples) if samples is not None else files.samples
+    meta_path = Path(meta) if meta is not None else files.meta
     run_meta = load_run_meta(meta_path) if meta_path else RunMeta()
     scan = Scan(config, run_meta, trackers)
     source = open_source(steps_path, fmt, strict=config.strict, run=run)
-    source.report.notes[:0] = notes
+    source.report.notes[:0] = files.notes
     sample_source = None if samples_path is None else open_source(samples_path, None, strict=config.strict)
     return _feed_sources(scan, source, sample_source, config, progress, str(steps_path),
                          batch_rows_for(steps_path, config.batch_rows))
-
-
-class _FrameSource:
-    """A pandas DataFrame as a :class:`~forensics.io.readers.Source` (rows numbered from 1)."""
-
-    def __init__(self, frame: Any, name: str) -> None:
-        import pyarrow as pa
-
-        named_index = frame.index.name is not None or any(n is not None for n in frame.index.names[1:])
-        try:
-            self.table = pa.Table.from_pandas(frame, preserve_index=named_index)
-        except (pa.ArrowException, TypeError, ValueError) as exc:
-            raise InputError(f"the DataFrame cannot be read: {exc}", path=name) from None
-        self.report = ReadReport(name, format="dataframe")
-
-    def batches(self, batch_rows: int) -> Iterator[RawBatch]:
-        import pyarrow as pa
-
-        from ..io.readers.arrow import table_to_raw
-
-        row = 1
-        for rb in self.table.to_batches(max_chunksize=max(batch_rows, 1)):
-            n = rb.num_rows
-            self.report.rows_read += n
-            self.report.rows_kept += n
-            yield table_to_raw(pa.Table.from_batches([rb]), np.arange(row, row + n, dtype=np.int64))
-            row += n
 
 
 def scan_frame(frame: Any, *, samples: Any = None, meta: RunMeta | dict[str, Any] | None = None,
@@ -780,5 +549,7 @@ def scan_frame(frame: Any, *, samples: Any = None, meta: RunMeta | dict[str, Any
     config = make_config(config, **options)
     run_meta = RunMeta.from_dict(meta, source="meta") if isinstance(meta, dict) else (meta or RunMeta())
     scan = Scan(config, run_meta, trackers)
-    sample_source = None if samples is None else _FrameSource(samples, name + " samples")
-    return _feed_sources(scan, _FrameSource(frame, name), sample_source, config, None, name, config.batch_rows)
+    from ..io.readers.frame import FrameSource
+
+    sample_source = None if samples is None else FrameSource(samples, name + " samples")
+    return _feed_sources(scan, FrameSource(frame, name), sample_source, config, None, name, config.batch_rows)

@@ -2,7 +2,7 @@
 
 An analysis holds what the trackers found, the per-step table and the diagnosis computed from
 them once, in ``Scan.finish`` (the timeline, the recommendations, the downsampled plot series:
-:mod:`forensics.analysis.diagnosis`); ``to_dict`` only serialises, so a saved ``analysis.json``
+:mod:`forensics.analysis.diagnosis.diagnose`); ``to_dict`` only serialises, so a saved ``analysis.json``
 renders every report on its own.
 """
 
@@ -51,7 +51,7 @@ class Analysis:
     #: how much of the log was checked (see Scan._coverage); ``checked`` False: nothing was
     coverage: dict[str, Any] = field(default_factory=dict)
     #: the derived sections (the trackers' sections, timeline, recommendations, plots, cost),
-    #: computed once by ``Scan.finish`` (:func:`forensics.analysis.diagnosis.diagnose`)
+    #: computed once by ``Scan.finish`` (:func:`forensics.analysis.diagnosis.diagnose.diagnose`)
     diagnosis: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -2,13 +2,18 @@
 
 A run is one of:
 
-* a **run folder**: it holds ``steps.*`` (the canonical streams, with ``samples.*`` and
-  ``run.json`` beside), a Hugging Face ``trainer_state.json``, or it is a log folder a format
-  reads whole (TensorBoard event files). Its subfolders are not searched further (a Hugging Face
-  output folder's ``checkpoint-*/trainer_state.json`` are earlier copies of the same log);
-* a **log file** that a format is detected for (:func:`forensics.io.formats.detect_format`), in a
-  folder that is not a run folder. A pretty-printed JSON file (``config.json``) is not taken for
-  JSON lines: its first line must be a whole JSON object.
+* a **run folder** (:func:`forensics.io.locate.is_run_folder`, what ``forensics scan`` reads
+  as one run): it holds ``steps.*`` (the canonical streams, with ``samples.*`` and ``run.json``
+  beside; or in its ``forensics/`` sub-folder), a Hugging Face ``trainer_state.json`` (or a
+  ``checkpoint-*/`` holding one), a W&B run, or it is a log folder a format reads whole
+  (TensorBoard event files). Its subfolders are not searched further (a Hugging Face output
+  folder's ``checkpoint-*/trainer_state.json`` are earlier copies of the same log);
+* a **log file** (:func:`forensics.io.locate.log_error`), in a folder that is not a run folder.
+  A pretty-printed JSON file (``config.json``) is not taken for JSON lines: its first line must
+  be a whole JSON object.
+
+A folder means the same to ``scan``, ``watch`` and ``fleet`` (:mod:`forensics.io.locate`): a
+run folder's run is read as ``forensics scan FOLDER`` reads it.
 
 A W&B chart export that holds several runs (``<run> - <metric>`` columns) is one run of the fleet
 per run it holds, named ``<file>/<run>``.
@@ -26,21 +31,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
-
 from ..errors import ForensicsError, InputError
 from ..io.adapters.wandb import chart_runs
-from ..io.formats import FORMATS, detect_format
+from ..io.formats import detect_format
+from ..io.locate import LOG_NAMES, is_run_folder, locate, log_error
 
 __all__ = ["Run", "find_runs", "is_run_folder"]
 
-#: File names that are never a step log of their own (the sample stream, metadata, our reports).
-NOT_LOGS = ("samples.", "run.json", "manifest.json", "analysis.json", "summary.json",
-            "recommendations.", "fleet.")
-
-
-#: Names that look like a training log: such a file is a row of the fleet even when it cannot be read.
-LOG_NAMES = (".jsonl", ".jsonl.gz", ".ndjson", ".csv", ".tsv", ".parquet", ".log", ".wandb")
 #: Most entries discovery lists under the paths given (a bound on the work of one fleet).
 MAX_ENTRIES = 1_000_000
 
@@ -65,78 +62,22 @@ def _special(mode: int) -> str:
 
 
 def _steps_error(folder: Path) -> str:
-    """Why a run folder's ``steps.*`` cannot be scanned ("" when they can): only regular files
-    are read (a FIFO would block the fleet)."""
-    for name in sorted(os.listdir(folder)):
-        if name.startswith("steps.") and not name.endswith(".tmp"):
-            try:
-                kind = _special(os.stat(folder / name).st_mode)
-            except OSError as exc:
-                return f"{name}: cannot be read: {exc.strerror or exc}"
-            if kind:
-                return f"{name} is {kind}: fleet reads only regular files"
+    """Why the logs a run folder's scan reads (:func:`forensics.io.locate.locate`) cannot be
+    scanned ("" when they can): only regular files are read (a FIFO would block the fleet)."""
+    try:
+        files = locate(folder)
+    except ForensicsError as exc:
+        return str(exc)
+    for path in (files.steps, files.samples):
+        if path is None or path.is_dir():
+            continue
+        try:
+            kind = _special(os.stat(path).st_mode)
+        except OSError as exc:
+            return f"{path.name}: cannot be read: {exc.strerror or exc}"
+        if kind:
+            return f"{path.name} is {kind}: fleet reads only regular files"
     return ""
-
-
-def is_run_folder(path: Path) -> bool:
-    """A folder holding ``steps.*`` or ``trainer_state.json``, or one a format reads whole."""
-    if not path.is_dir():
-        return False
-    try:
-        names = os.listdir(path)
-    except OSError:
-        return False
-    if any(n.startswith("steps.") and not n.endswith(".tmp") for n in names) \
-            or "trainer_state.json" in names:
-        return True
-    return _read_whole(path)
-
-
-def _read_whole(folder: Path) -> bool:
-    """Whether a format reads ``folder`` as one log (TensorBoard, a W&B run, Parquet parts). A
-    folder of Parquet parts holds them itself (or in ``key=value`` partitions): the Parquet files
-    of the run folders below a folder do not make it one run."""
-    for f in FORMATS:
-        if f.name == "parquet-parts":
-            if _holds_parts(folder) and f.detect(folder, b""):
-                return True
-        elif f.detect(folder, b""):
-            return True
-    return False
-
-
-def _holds_parts(folder: Path) -> bool:
-    try:
-        return any(e.name.endswith(".parquet") or (e.is_dir() and "=" in e.name) for e in os.scandir(folder))
-    except OSError:
-        return False
-
-
-def _scan_target(folder: Path) -> Path:
-    """What ``scan_path`` is given for a run folder (its trainer_state.json when that is all)."""
-    names = os.listdir(folder)
-    if not any(n.startswith("steps.") for n in names) and "trainer_state.json" in names \
-            and not _read_whole(folder):
-        return folder / "trainer_state.json"
-    return folder
-
-
-def _log_error(path: Path) -> str | None:
-    """None: not a log; "": a log; else why a file that looks like a log (by name) cannot be read."""
-    if path.name.startswith(NOT_LOGS):
-        return None
-    named = path.name.lower().endswith(LOG_NAMES) or path.name.startswith("events.out.tfevents")
-    try:
-        fmt = detect_format(path)
-        if fmt != "jsonl" or named:
-            return ""
-        with open(path, "rb") as fh:
-            first = fh.readline(1 << 20).strip()
-        return "" if isinstance(orjson.loads(first), dict) else None
-    except (ForensicsError, OSError, orjson.JSONDecodeError) as exc:
-        if not named or isinstance(exc, orjson.JSONDecodeError):
-            return None
-        return str(exc) if isinstance(exc, ForensicsError) else f"cannot be read: {exc.strerror or exc}"
 
 
 class _Walker:
@@ -187,7 +128,7 @@ class _Walker:
         elif linked and not entry.resolve().is_relative_to(self.root):
             return  # a link out of the root
         elif stat.S_ISREG(st.st_mode):
-            error = _log_error(entry)
+            error = log_error(entry)
             if error is not None:
                 yield entry, error
         elif entry.name.lower().endswith(LOG_NAMES):
@@ -232,8 +173,7 @@ def find_runs(paths: Iterable[Path | str], exclude: Iterable[Path | str] = (), f
             while unique in used:
                 unique, i = f"{name}~{i}", i + 1
             used.add(unique)
-            target = _scan_target(path) if path.is_dir() and not error else path
-            run = Run(unique, str(target), error)
+            run = Run(unique, str(path), error)
             runs.extend(_members(run, used) if fmt in (None, "wandb-csv") else [run])
     return runs
 

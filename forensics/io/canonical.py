@@ -397,14 +397,27 @@ class Canonicalizer:
                 report.bad_step(int(lines[j]), reason, "step is not an integer")
         return steps, ok
 
+    def _step_key(self, raw: RawBatch) -> str | None:
+        """The key of ``raw`` the step is read from (None: the rows are numbered)."""
+        stored = self._stored
+        return next((k for k in (*raw.numeric, *raw.text)
+                     if stored[k].name == "step" and stored[k].kind == "mapped"), None)
+
+    def steps(self, raw: RawBatch, report: ReadReport) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(int64 steps, rows that have one)`` of ``raw``, its keys resolved as a scan resolves
+        them (``forensics watch`` picks a re-read's new rows with it); None when ``raw`` has no
+        step key."""
+        self._resolve(raw, report)
+        key = self._step_key(raw)
+        return None if key is None else self._steps(raw, key, report)
+
     def __call__(self, raw: RawBatch, report: ReadReport) -> tuple[Batch, np.ndarray]:
         self._resolve(raw, report)
         set_aside = sum(report.values_set_aside.values())
         stored = self._stored
         transforms = self.mapping.transforms
         n = len(raw)
-        step_key = next((k for k in (*raw.numeric, *raw.text)
-                         if stored[k].name == "step" and stored[k].kind == "mapped"), None)
+        step_key = self._step_key(raw)
         if self.step_from_rows is None:
             self.step_from_rows = step_key is None
             if self.step_from_rows:

@@ -35,14 +35,66 @@ from typing import IO
 from ..errors import InputError
 from .limits import MAX_HEAD_BYTES, MAX_LINE_BYTES
 
-__all__ = ["BOM", "HEAD_BYTES", "MAX_STREAM_BYTES", "STDIN", "bounded_lines", "compressed_offset", "is_stream",
-           "local_path", "open_binary", "read_head", "read_raw_head", "set_stream_limit", "truncation"]
+__all__ = [
+    "BOM",
+    "HEAD_BYTES",
+    "MAX_STREAM_BYTES",
+    "STDIN",
+    "GzipFeed",
+    "bounded_lines",
+    "compressed_offset",
+    "is_stream",
+    "local_path",
+    "open_binary",
+    "read_head",
+    "read_raw_head",
+    "set_stream_limit",
+    "truncation",
+]
 
 HEAD_BYTES = 64 * 1024
 BOM = b"\xef\xbb\xbf"
 GZIP_MAGIC = b"\x1f\x8b"
 #: The path that means standard input.
 STDIN = "-"
+
+
+class GzipFeed:
+    """Decompresses gzip bytes as they come (several members too): what :func:`open_binary`
+    reads a file with, and what ``forensics watch`` feeds a growing file's new bytes to.
+
+    ``broken`` says why decompression stopped (a corrupt member, bytes after the end that are
+    not gzip); every byte decompressed before that point has been returned. ``in_member`` is
+    True while a member is open (its end marker not yet seen).
+
+    >>> import gzip
+    >>> data = gzip.compress(b"a\\n") + gzip.compress(b"b\\n")
+    >>> feed = GzipFeed()
+    >>> feed.feed(data[:9]) + feed.feed(data[9:]), feed.in_member, feed.broken
+    (b'a\\nb\\n', False, '')
+    """
+
+    def __init__(self) -> None:
+        self.dec = zlib.decompressobj(31)
+        self.in_member = False
+        self.broken = ""
+
+    def feed(self, chunk: bytes) -> bytes:
+        out = b""
+        while chunk and not self.broken:
+            try:
+                out += self.dec.decompress(chunk)
+            except zlib.error as exc:
+                self.broken = f"corrupt gzip data ({exc})"
+                break
+            self.in_member = not self.dec.eof
+            if not self.dec.eof:
+                break
+            chunk = self.dec.unused_data
+            self.dec = zlib.decompressobj(31)
+            if chunk and not chunk.startswith(GZIP_MAGIC[: len(chunk)]):
+                self.broken = "bytes after the end of the gzip stream that are not gzip: ignored"
+        return out
 
 
 class _Gunzip(io.RawIOBase):
@@ -54,10 +106,9 @@ class _Gunzip(io.RawIOBase):
 
     def __init__(self, raw: IO[bytes]) -> None:
         self.raw = raw
-        self.dec = zlib.decompressobj(31)
+        self.feed = GzipFeed()
         self.pending = memoryview(b"")
         self.done = False
-        self.in_member = False
         self.truncated = ""
         self.consumed = 0  # compressed bytes read so far (progress, see compressed_offset)
 
@@ -69,27 +120,14 @@ class _Gunzip(io.RawIOBase):
             chunk = self.raw.read(1 << 16)
             self.consumed += len(chunk)
             if not chunk:
-                if self.in_member:
+                if self.feed.in_member:
                     self.truncated = "the gzip stream ends before its end marker (cut off mid-write)"
                 self.done = True
                 return
-            out = b""
-            while chunk:
-                try:
-                    out += self.dec.decompress(chunk)
-                except zlib.error as exc:
-                    self.truncated = f"corrupt gzip data ({exc})"
-                    self.done = True
-                    break
-                self.in_member = not self.dec.eof
-                if not self.dec.eof:
-                    break
-                chunk = self.dec.unused_data
-                self.dec = zlib.decompressobj(31)
-                if chunk and not chunk.startswith(GZIP_MAGIC[: len(chunk)]):
-                    self.truncated = "bytes after the end of the gzip stream that are not gzip: ignored"
-                    self.done = True
-                    break
+            out = self.feed.feed(chunk)
+            if self.feed.broken:
+                self.truncated = self.feed.broken
+                self.done = True
             self.pending = memoryview(out)
 
     def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]

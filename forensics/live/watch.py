@@ -23,8 +23,9 @@ of one poll in step order. ``--jsonl`` appends each alert as a JSON line, ``--no
 to a webhook (:mod:`forensics.live.notify`: a background thread, never blocking the loop),
 ``--fail-on`` stops at the first finding of that severity (exit 1).
 
-The path is found as a scan finds it (:func:`forensics.analysis.engine._find_run_files`): a run
-folder's ``steps.*`` with its ``run.json``, a trainer's output_dir's ``trainer_state.json``. A
+The path is found as a scan and a fleet find it (:func:`forensics.io.locate.locate`): a run
+folder's ``steps.*`` with its ``run.json``, a trainer's output_dir's ``trainer_state.json``, the
+one log of a folder. A
 path that does not exist, or a folder with no log, is an error at once (exit 3) unless
 ``wait`` is set, when it is waited for.
 """
@@ -37,7 +38,6 @@ import os
 import select
 import sys
 import time
-import zlib
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -49,15 +49,15 @@ from ..analysis.engine import Scan
 from ..analysis.findings import Finding, Severity
 from ..config import Config, RunMeta, load_run_meta
 from ..errors import FormatError, InputError, UsageError
+from ..io.adapters import LINE_PARSERS
 from ..io.canonical import Canonicalizer
 from ..io.formats import HEAD_BYTES, detect_format, detect_head, open_source
-from ..io.inputs import BOM, GZIP_MAGIC, STDIN, is_stream
+from ..io.inputs import BOM, GZIP_MAGIC, STDIN, GzipFeed, is_stream
 from ..io.limits import MAX_HEAD_BYTES, MAX_LINE_BYTES
+from ..io.locate import locate
 from ..io.output import Outputs
 from ..io.readers import RawBatch, ReadReport
 from ..io.readers.arrow import budget_groups, rows_to_raw
-from ..io.readers.jsonl import parse_json_object
-from ..schema import resolve_columns
 from .notify import Notifier
 
 __all__ = ["LiveFindings", "Watcher"]
@@ -153,58 +153,6 @@ def format_finding(f: Finding, event: dict[str, Any] | None = None) -> str:
     return text
 
 
-class _JsonlParser:
-    """Generic JSONL, one object per line (the canonical step stream, RLDK-style rows)."""
-
-    def __init__(self, report: ReadReport, strict: bool = False) -> None:
-        self.report = report
-
-    def line(self, lineno: int, text: str) -> list[tuple[int, dict[str, Any]]]:
-        s = text.strip()
-        if not s:
-            return []
-        obj, reason = parse_json_object(s)
-        if obj is None:
-            self.report.rows_read += 1
-            self.report.skip(lineno, reason, "malformed line")
-            return []
-        return [(lineno, obj)]
-
-    def flush(self) -> list[tuple[int, dict[str, Any]]]:
-        return []
-
-    def finish_notes(self) -> None:
-        pass
-
-
-def _line_parsers() -> dict[str, Any]:
-    from ..io.adapters import LINE_PARSERS
-
-    return {"jsonl": _JsonlParser, **LINE_PARSERS}
-
-
-class _Gunzip:
-    """Incremental gzip decompression of a growing file (several members too)."""
-
-    def __init__(self) -> None:
-        self.dec = zlib.decompressobj(31)
-        self.broken = ""
-
-    def feed(self, data: bytes) -> bytes:
-        out = b""
-        while data and not self.broken:
-            try:
-                out += self.dec.decompress(data)
-            except zlib.error as exc:
-                self.broken = f"corrupt gzip data ({exc}): the rest of the file is not read"
-                break
-            if not self.dec.eof:
-                break
-            data = self.dec.unused_data
-            self.dec = zlib.decompressobj(31)
-        return out
-
-
 class Watcher:
     """Polls one file (or stream); :meth:`poll` reads what is new, feeds it and returns the new
     findings.
@@ -255,7 +203,7 @@ class Watcher:
         self.skipping = False  # inside a line longer than MAX_LINE_BYTES
         self.ident: tuple[int, int] | None = None
         self.idle_flushed = True
-        self.gunzip: _Gunzip | None = None
+        self.gunzip: GzipFeed | None = None
         self.first_bytes = True
         # stream mode (stdin, a FIFO, a pipe)
         self.stream = is_stream(self.path)
@@ -265,6 +213,7 @@ class Watcher:
         self.head = b""  # what a stream held before its format was known
         # re-read mode
         self.signature: tuple[int, float] | None = None
+        self.step_reader = Canonicalizer("step", self.config.columns)
         self.last_step: int | None = None
         self.fed_bad_lines: set[int] = set()
         self.src_skipped: Counter[str] = Counter()
@@ -277,8 +226,6 @@ class Watcher:
         :class:`InputError` when ``must`` (:meth:`run` without ``wait``), else waited for."""
         if self.located:
             return True
-        from ..analysis.engine import _find_run_files
-
         if str(self.given) == STDIN or is_stream(self.given):
             self.located = True
             return True
@@ -289,15 +236,15 @@ class Watcher:
             raise InputError("no such file or directory (forensics watch --wait waits for a log that does "
                              "not exist yet)", path=str(self.given))
         try:
-            steps, _samples, meta = _find_run_files(self.given)
+            run = locate(self.given)
         except InputError as exc:
             if (self.wait or not must) and self.given.is_dir():
                 self.why_not = exc
                 return False
             raise
-        self.path = steps
-        if self.meta_path is None and meta is not None:
-            self.meta_path = meta
+        self.path = run.steps
+        if self.meta_path is None and run.meta is not None:
+            self.meta_path = run.meta
         self.located = True
         return True
 
@@ -376,7 +323,7 @@ class Watcher:
         if self.fmt is None:
             text = self.head
             if text[:2] == GZIP_MAGIC:
-                text = _Gunzip().feed(text)
+                text = GzipFeed().feed(text)
             text = text.removeprefix(BOM)
             if not text.strip():
                 self.why_not = FormatError("stream is empty" if self.eof else "nothing read from the stream yet",
@@ -395,9 +342,8 @@ class Watcher:
         self.started = True
         self.report.format = self.fmt or ""
         self.status(f"watching {self.path} (format {self.fmt})")
-        parsers = _line_parsers()
-        if self.fmt in parsers:
-            self.parser = parsers[self.fmt](self.report, self.config.strict)
+        if self.fmt in LINE_PARSERS:
+            self.parser = LINE_PARSERS[self.fmt](self.report, self.config.strict)
         elif self.stream:
             raise InputError(f"format {self.fmt} is read whole: it can be watched as a file, not as a stream "
                              "(stdin, FIFO or pipe)", path=str(self.path))
@@ -505,7 +451,7 @@ class Watcher:
         if data and self.first_bytes:
             self.first_bytes = False
             if data[:2] == GZIP_MAGIC:
-                self.gunzip = _Gunzip()
+                self.gunzip = GzipFeed()
         if data and self.gunzip is not None:
             data = self.gunzip.feed(data)
             if self.gunzip.broken and self.gunzip.broken not in self.report.notes:
@@ -562,11 +508,8 @@ class Watcher:
         self.signature = sig
         source = open_source(self.path, self.fmt, strict=self.config.strict)
         fed: list[int] = []
-        step_key: str | None = None
         for raw in source.batches(self.batch_rows):
-            if step_key is None:
-                step_key = resolve_columns([*raw.numeric, *raw.text]).source_of("step") or ""
-            new = self._after_last_step(raw, step_key)
+            new = self._after_last_step(raw)
             if new is None:
                 continue
             self.report.rows_read += len(new)
@@ -590,12 +533,14 @@ class Watcher:
             if note not in self.report.notes:
                 self.report.notes.append(note)
 
-    def _after_last_step(self, raw: RawBatch, step_key: str) -> RawBatch | None:
+    def _after_last_step(self, raw: RawBatch) -> RawBatch | None:
         """The rows of a re-read not fed before: a step beyond the last one fed, or (once) a row
-        whose step is unusable, which the scan then reports."""
-        if not step_key or (step_key not in raw.numeric and step_key not in raw.text):
+        whose step is unusable, which the scan then reports. The step is read from the key the
+        scan reads it from (the scan's :class:`Canonicalizer`, the config's column maps included)."""
+        found = self.step_reader.steps(raw, ReadReport(""))
+        if found is None:
             return raw if self.last_step is None else None
-        steps, ok = Canonicalizer()._steps(raw, step_key, ReadReport(""))
+        steps, ok = found
         keep = ok.copy()
         if self.last_step is not None:
             keep &= steps > self.last_step

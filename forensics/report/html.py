@@ -53,8 +53,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..analysis.cost import cost_lines
-from ..analysis.timeline import timeline_from_dict
+from ..analysis.diagnosis.cost import cost_lines
+from ..analysis.diagnosis.timeline import timeline_from_dict
 from .jsonsafe import jsonable
 from .verdict import evidence_rows, verdict
 

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..analysis.cost import cost_lines
-from ..analysis.timeline import timeline_from_dict
+from ..analysis.diagnosis.cost import cost_lines
+from ..analysis.diagnosis.timeline import timeline_from_dict
 from .html import _run_title, _trainer_text
 from .verdict import verdict
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.cost import cost_lines
+from ..analysis.diagnosis.cost import cost_lines
 from ..analysis.findings import Severity
 from ..analysis.result import Analysis
 from ..analysis.spans import with_span

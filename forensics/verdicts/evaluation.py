@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["LabelledRun", "Quality", "corpus_available", "evaluate", "evaluate_corpora", "load_runs",
-           "real_log_lines", "render_table", "run_target", "scan_labelled_logs", "scan_real_logs", "scan_runs"]
+           "real_log_lines", "render_table", "scan_labelled_logs", "scan_real_logs", "scan_runs"]
 
 A_TP, A_FN, A_FP = 1.0, 1.0, 0.11
 ALARM_SEVERITIES = ("warning", "critical")
@@ -219,30 +219,6 @@ def load_runs(root: Path) -> list[tuple[Path, dict[str, Any]]]:
     return out
 
 
-#: Files a trainer writes that hold a labelled run's metrics, scanned when the folder has no
-#: forensics step stream (``steps.jsonl``).
-TRAINER_FILES = ("trainer_state.json",)
-
-
-def run_target(folder: Path) -> Path:
-    """What to scan for a labelled run: the folder when it holds a forensics step stream, else the
-    trainer's own file (``trainer_state.json``).
-
-    Raises
-    ------
-    InputError
-        When the folder has neither.
-    """
-    from ..errors import InputError
-
-    if (folder / "steps.jsonl").exists():
-        return folder
-    for name in TRAINER_FILES:
-        if (folder / name).exists():
-            return folder / name
-    raise InputError(f"labelled run has no steps.jsonl nor {' nor '.join(TRAINER_FILES)}", path=str(folder))
-
-
 #: A corpus of logs kept outside the repository, labelled by one file (see fixtures/real).
 LABELS_FILE = "labels.json"
 
@@ -312,7 +288,7 @@ def scan_runs(root: Path) -> list[LabelledRun]:
         return scan_labelled_logs(root)[0]
     runs = []
     for folder, m in load_runs(root):
-        analysis = scan_path(run_target(folder))
+        analysis = scan_path(folder)  # read as forensics scan reads it (forensics.io.locate)
         runs.append(LabelledRun(
             name=m.get("name", folder.name), fault=m.get("fault"), onset_step=m.get("onset_step"),
             expected_rules=list(m.get("expected_rules", [])),

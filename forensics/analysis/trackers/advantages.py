@@ -17,12 +17,12 @@ import numpy as np
 
 from ...config import param
 from ...io.canonical import Batch
-from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
 from ..spans import step_span
-from ..stats import skew_kurtosis
+from ..stats.episodes import Episodes
+from ..stats.grouping import StepGrouper
+from ..stats.trailing import skew_kurtosis
 from .base import Tracker, TrackerResult
-from .grouping import StepGrouper
 
 __all__ = ["Advantages"]
 

@@ -9,8 +9,8 @@ import numpy as np
 
 from ...config import RunMeta
 from ...io.canonical import Batch
-from ..episodes import Episode
 from ..findings import Finding, RuleSpec, Severity, group_recurrences
+from ..stats.episodes import Episode
 
 __all__ = ["Tracker", "TrackerResult", "severity_weight", "tracker_score"]
 

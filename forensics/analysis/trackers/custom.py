@@ -41,9 +41,9 @@ import numpy as np
 from ...config import Allowed, Config, RunMeta, show_value
 from ...errors import ConfigError, did_you_mean
 from ...io.canonical import Batch
-from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
-from ..stats import History
+from ..stats.episodes import Episodes
+from ..stats.trailing import History
 from .base import Tracker, TrackerResult
 
 __all__ = ["KINDS", "RULE_KEYS", "CustomRule", "CustomRules", "config_rules", "parse_rules"]

@@ -25,12 +25,12 @@ import numpy as np
 
 from ...config import param
 from ...io.canonical import Batch
-from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
 from ..spans import step_span
-from ..stats import Context, shift
+from ..stats.episodes import Episodes
+from ..stats.noise import block_median, diff_sigma
+from ..stats.trailing import Context, shift
 from .base import Tracker, TrackerResult
-from .rewards import block_median, diff_sigma
 
 __all__ = ["Entropy"]
 

@@ -30,12 +30,12 @@ import numpy as np
 from ...config import param
 from ...io.canonical import Batch
 from ...schema import REWARD_COMPONENT_PREFIX
-from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
 from ..spans import step_span
-from ..stats import Context
+from ..stats.episodes import Episodes
+from ..stats.grouping import StepGrouper
+from ..stats.trailing import Context
 from .base import Tracker, TrackerResult
-from .grouping import StepGrouper
 
 __all__ = ["Generation", "response_features"]
 

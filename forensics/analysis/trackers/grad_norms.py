@@ -17,10 +17,10 @@ import numpy as np
 
 from ...config import param
 from ...io.canonical import Batch
-from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
-from ..stats import BlockStats, Context, persist
+from ..stats.episodes import Episodes
+from ..stats.trailing import BlockStats, Context, persist
 from .base import Tracker, TrackerResult
 
 __all__ = ["GradNorms"]

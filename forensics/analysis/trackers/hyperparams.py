@@ -31,9 +31,9 @@ import numpy as np
 
 from ...config import param
 from ...io.canonical import Batch
-from ..episodes import Episode, Episodes
 from ..findings import RuleSpec, Severity
 from ..spans import step_span
+from ..stats.episodes import Episode, Episodes
 from .base import Tracker, TrackerResult
 
 __all__ = ["SETTINGS", "Hyperparams", "Setting"]

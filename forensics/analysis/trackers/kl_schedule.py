@@ -27,10 +27,10 @@ import numpy as np
 
 from ...config import param
 from ...io.canonical import Batch
-from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
-from ..stats import BlockStats, Context, History, TrailingRunMedian, _block_median_mad
+from ..stats.episodes import Episodes
+from ..stats.trailing import BlockStats, Context, History, TrailingRunMedian, _block_median_mad
 from .base import Tracker, TrackerResult
 
 __all__ = ["KLSchedule"]
@@ -529,7 +529,7 @@ class KLSchedule(Tracker):
         if isinstance(late_over_early, float) and late_over_early > p.drift_factor and not any(
             f.rule == "kl.runaway" for f in self._findings
         ):
-            from ..episodes import Episode
+            from ..stats.episodes import Episode
 
             ep = Episode(onset_step=self.baseline_end_step, first_step=self.baseline_end_step,
                          last_step=self.last_step, last_row=0, n_rows=p.window)

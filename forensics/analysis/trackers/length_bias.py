@@ -28,12 +28,12 @@ import numpy as np
 
 from ...config import param
 from ...io.canonical import Batch
-from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
 from ..spans import step_span
-from ..stats import BlockStats, Context, spearman, window_median
+from ..stats.episodes import Episodes
+from ..stats.segments import Block, StepRuns, segment_mean, segment_moments, segment_spearman
+from ..stats.trailing import BlockStats, Context, spearman, window_median
 from .base import Tracker, TrackerResult
-from .segments import Block, StepRuns, segment_mean, segment_moments, segment_spearman
 
 __all__ = ["LengthBias"]
 

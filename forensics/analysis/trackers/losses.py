@@ -9,7 +9,7 @@ SIGNATURES 1.1), so ratios of values near zero mean nothing: on the linear scale
 as *positive-level* only where its trailing median is clearly above zero (``level_iqrs`` robust
 sigmas); only then do the ratio guards apply. Deviations are always measured in robust sigmas:
 the blocks' MAD / 0.6745 combined with the spread of their medians over the trailing window
-(spikes; see :class:`forensics.analysis.stats.BlockScale`: the window is the ``window // block`` blocks of
+(spikes; see :class:`forensics.analysis.stats.trailing.BlockScale`: the window is the ``window // block`` blocks of
 ``block`` rows before the row's own block) or the robust per-step noise ``median |diff| / 0.954``
 over half a window (divergence), which a trend does not inflate. Both are floored by the run's
 own wander, measured up to one window back so a fault does not widen its own yardstick: the
@@ -42,12 +42,12 @@ import numpy as np
 
 from ...config import param
 from ...io.canonical import Batch
-from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
-from ..stats import BlockScale, Context, History, TrailingRunMedian, shift, window_median
+from ..stats.episodes import Episodes
+from ..stats.noise import DIFF_TO_SIGMA
+from ..stats.trailing import BlockScale, Context, History, TrailingRunMedian, shift, window_median
 from .base import Tracker, TrackerResult
-from .rewards import DIFF_TO_SIGMA
 
 __all__ = ["LOSS_SERIES", "Losses", "lag1_autocorr"]
 

@@ -32,9 +32,9 @@ import numpy as np
 
 from ...config import param
 from ...io.canonical import Batch
-from ..episodes import Episode, Episodes
 from ..findings import RuleSpec, Severity
-from ..stats import Context, shift, window_median
+from ..stats.episodes import Episode, Episodes
+from ..stats.trailing import Context, shift, window_median
 from .base import Tracker, TrackerResult
 
 __all__ = ["Preference"]

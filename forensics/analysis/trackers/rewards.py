@@ -43,40 +43,19 @@ import numpy as np
 from ...config import param
 from ...io.canonical import Batch
 from ...schema import REWARD_COMPONENT_PREFIX
-from ..episodes import Episode, Episodes
 from ..findings import RuleSpec, Severity
-from ..run_values import RunValues
 from ..spans import append_span, step_span
-from ..stats import Context, History, PrefixSums, TrailingRunMedian, shift, window_median
+from ..stats.episodes import Episode, Episodes
+from ..stats.grouping import StepGrouper
+from ..stats.noise import block_median, diff_sigma
+from ..stats.run_values import RunValues
+from ..stats.trailing import Context, History, PrefixSums, TrailingRunMedian, shift
 from .base import Tracker, TrackerResult
-from .grouping import StepGrouper
 
 #: Rows in a stagnation half up to which the halves' prefix sums are kept for every row.
 HALF_ROWS = 2048
 
-__all__ = ["Rewards", "block_median", "diff_sigma"]
-
-#: median |x_t - x_{t-1}| / DIFF_TO_SIGMA estimates the per-step noise sigma of iid normal noise.
-DIFF_TO_SIGMA = 0.6745 * np.sqrt(2.0)
-
-
-def block_median(x: np.ndarray, window: int, min_periods: int) -> np.ndarray:
-    """:func:`forensics.analysis.stats.window_median`, skipping the work for a series with no finite value."""
-    if not np.isfinite(x).any():
-        return np.full(len(x), np.nan)
-    return window_median(x, window, min_periods)
-
-
-def diff_sigma(x: np.ndarray, window: int, min_periods: int) -> np.ndarray:
-    """Robust per-step noise: trailing median of ``|diff|`` (window ending at each row) / 0.954.
-
-    >>> x = np.array([0.0, 1.0, 0.0, 1.0, 0.0])
-    >>> np.round(diff_sigma(x, 4, 2), 3).tolist()
-    [nan, nan, 1.048, 1.048, 1.048]
-    """
-    d = np.abs(np.diff(x, prepend=np.nan))
-    return block_median(d, window, min_periods) / DIFF_TO_SIGMA
-
+__all__ = ["Rewards"]
 
 @dataclass
 class RewardsParams:

@@ -25,8 +25,8 @@ import numpy as np
 
 from ...config import param
 from ...io.canonical import Batch
-from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
+from ..stats.episodes import Episodes
 from .base import Tracker, TrackerResult
 
 __all__ = ["Signal"]

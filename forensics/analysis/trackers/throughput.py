@@ -29,13 +29,13 @@ import numpy as np
 
 from ...config import param
 from ...io.canonical import Batch
-from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
-from ..run_values import RunValues
 from ..spans import step_span
-from ..stats import Context, History, aligned_blocks, block_quantiles, shift, window_median
+from ..stats.episodes import Episodes
+from ..stats.noise import block_median
+from ..stats.run_values import RunValues
+from ..stats.trailing import Context, History, aligned_blocks, block_quantiles, shift, window_median
 from .base import Tracker, TrackerResult
-from .rewards import block_median
 
 __all__ = ["TOTAL_STEP_KEYS", "Throughput"]
 

@@ -7,17 +7,17 @@ blocks merge) whenever ``max_windows`` of them have closed, so a run has tens of
 thousands (``window_rows`` fixes the size instead).
 
 A window is summarised by mergeable moments of its reward, loss and log KL
-(:class:`forensics.analysis.moments.Moments`): memory is constant, and each row is added once,
+(:class:`forensics.analysis.stats.moments.Moments`): memory is constant, and each row is added once,
 in a fixed order, so the table does not depend on how the stream was cut into batches. For each
 window: the average reward (``reward_mean``), the average loss (``loss``, or ``policy_loss`` in a
 run without a total loss), the reward variance (ddof=1, as pandas), the geometric-mean KL, the
 move of both averages against the previous window and its direction, and the issues and status
-from :class:`forensics.analysis.health_check.HealthCheck`, which judges each window against a
+from :class:`forensics.analysis.trackers.health_check.HealthCheck`, which judges each window against a
 bounded summary of the earlier ones (constant work per window).
 
 The tracker reports no findings of its own (it is a view): its score is left out of the health
 areas. After the scan each window also lists the warning and critical findings whose episodes
-overlap it (:mod:`forensics.analysis.recommendations`), so windows and findings agree.
+overlap it (:mod:`forensics.analysis.diagnosis.recommendations`), so windows and findings agree.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import numpy as np
 
 from ...config import param
 from ...io.canonical import Batch
-from ..health_check import HealthCheck, HealthCheckParams
-from ..moments import Moments, accumulate, segment_moments
+from ..stats.moments import Moments, accumulate, segment_moments
 from .base import Tracker, TrackerResult
+from .health_check import HealthCheck, HealthCheckParams
 
 __all__ = ["Windows", "window_keys"]
 
@@ -40,7 +40,7 @@ _SERIES = ("reward", "loss", "log_kl")
 
 @dataclass
 class WindowsParams(HealthCheckParams):
-    """The health check's parameters (:class:`forensics.analysis.health_check.HealthCheckParams`),
+    """The health check's parameters (:class:`forensics.analysis.trackers.health_check.HealthCheckParams`),
     plus how the run is cut into windows."""
 
     max_windows: int = param(40, "Most windows kept: when this many blocks have closed, adjacent "

@@ -21,7 +21,7 @@ from . import (
     wandb,
     wandb_offline,
 )
-from ._common import LineParser
+from ._common import JsonlLines, LineParser
 
 __all__ = ["ADAPTERS", "LINE_PARSERS", "LineParser"]
 
@@ -58,6 +58,7 @@ ADAPTERS: tuple[Format, ...] = (
 
 #: Line-oriented formats and their parsers (``forensics watch`` feeds them appended lines).
 LINE_PARSERS: dict[str, type[LineParser]] = {
+    "jsonl": JsonlLines,
     "verl-console": verl.VerlConsoleParser,
     "verl-jsonl": verl.VerlJsonlParser,
     "llamafactory": llamafactory.LlamaFactoryParser,

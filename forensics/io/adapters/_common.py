@@ -89,6 +89,15 @@ class LineParser:
         self.report.skip(lineno, reason, category)
 
 
+class JsonlLines(LineParser):
+    """Generic JSON lines as they are appended, one object per line (the canonical step stream,
+    RLDK-style rows): what ``forensics watch`` parses a growing JSONL log with."""
+
+    def line(self, lineno: int, text: str) -> Rows:
+        obj = self.json_object(lineno, text)
+        return [] if obj is None else [(lineno, obj)]
+
+
 def open_binary(path: Path) -> IO[bytes]:
     """Open a log for reading bytes (gzip recognised by content; see :mod:`forensics.io.inputs`)."""
     return _open_binary(path)

@@ -72,7 +72,7 @@ def find_run(path: Path) -> Path | None:
 
 def detect(path: Path, head: bytes) -> bool:
     """A W&B run folder, or a ``wandb/`` folder of them (never a folder that merely holds one:
-    :func:`forensics.analysis.engine._find_run_files` chooses between the logs of a folder)."""
+    :func:`forensics.io.locate.locate` chooses between the logs of a folder)."""
     return path.is_dir() and (_is_run_dir(path) or (path.name == "wandb" and find_run(path) is not None))
 
 

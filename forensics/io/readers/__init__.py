@@ -1,4 +1,5 @@
-"""Readers of the canonical streams: JSON lines (optionally .gz), Parquet and Parquet parts.
+"""Readers of the canonical streams: JSON lines (optionally .gz), Parquet and Parquet parts; a pandas
+DataFrame (:mod:`.frame`, loaded when a DataFrame is scanned).
 
 Each reader is a :class:`Source` that yields raw batches and keeps a :class:`ReadReport`. Which
 reader (or framework adapter) opens a file is decided in :mod:`forensics.io.formats`.

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .findings import Finding, Severity
+from ..findings import Finding, Severity
 
 if TYPE_CHECKING:
-    from .result import Analysis
+    from ..result import Analysis
 
 __all__ = ["LEARNING_STOPPED", "cost_lines", "cost_section"]
 

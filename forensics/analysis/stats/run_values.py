@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from .stats import trend_spearman
+from .trailing import trend_spearman
 
 __all__ = ["RunValues"]
 

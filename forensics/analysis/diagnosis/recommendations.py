@@ -6,7 +6,7 @@ and what followed from it. Recommendations follow the same order:
 1. the first domino and the chain that follows it (the root's remedy first: a learning rate
    multiplied by 30 is restored before anything else is tuned),
 2. the other warning and critical findings, most severe first,
-3. the issues of the window table (:mod:`forensics.analysis.health_check`), last: a window
+3. the issues of the window table (:mod:`forensics.analysis.trackers.health_check`), last: a window
    issue that no finding supports is never more urgent than ``short_term``.
 
 Each source proposes actions (:data:`ACTIONS`: a rule's remedy as parameter changes; a test checks
@@ -40,8 +40,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..config import algorithm_family
-from .health_check import (
+from ...config import algorithm_family
+from ..spans import step_span
+from ..trackers.health_check import (
     ISSUES,
     PRIORITIES,
     RULE_TABLE,
@@ -50,11 +51,10 @@ from .health_check import (
     _window_text,
     monitoring,
 )
-from .spans import step_span
-from .trainer_keys import PARAMETERS, Trainer, set_key, trainer_for
+from ..trainer_keys import PARAMETERS, Trainer, set_key, trainer_for
 
 if TYPE_CHECKING:
-    from .result import Analysis
+    from ..result import Analysis
 
 __all__ = ["ACTIONS", "TEXT_ONLY", "Action", "advice_sections", "applicable_actions", "windows_with_findings"]
 

@@ -18,7 +18,7 @@ from .series import plots_section
 from .timeline import timeline_section
 
 if TYPE_CHECKING:
-    from .result import Analysis
+    from ..result import Analysis
 
 __all__ = ["diagnose"]
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .stats import History, persist
+from .trailing import History, persist
 
 __all__ = ["Episode", "Episodes"]
 

@@ -162,7 +162,7 @@ COUNTING_BINS = 1 << 22
 
 def segment_ranks(x: np.ndarray, codes: np.ndarray, k: int) -> np.ndarray:
     """Ranks ``1 .. n`` of ``x`` within each segment, ties sharing their average rank (as
-    :func:`forensics.analysis.stats.rankdata` on each segment alone). No NaN in ``x``.
+    :func:`forensics.analysis.stats.trailing.rankdata` on each segment alone). No NaN in ``x``.
 
     Integer values in a small range (token counts, 0/1 rewards) are ranked by counting, with no
     sort; segments of one size (a fixed number of responses a step) by one row-wise sort; others

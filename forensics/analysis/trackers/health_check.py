@@ -6,7 +6,7 @@ module does the same with a documented rule table, offline (the ``windows`` trac
 windows of a scan) and online: a trainer calls :meth:`HealthCheck.after_epoch` with the epoch's
 metrics (plain lists or numbers, no trainer dependency) and gets the issues and adjustments back.
 
-A window is summarised by mergeable moments (:class:`forensics.analysis.moments.Moments`) of its
+A window is summarised by mergeable moments (:class:`forensics.analysis.stats.moments.Moments`) of its
 reward, loss and log KL. Each window is judged against a *bounded* summary of the earlier ones:
 the previous window, the last ``memory`` windows' means, variances and window-to-window moves,
 and running sums for the autocorrelation. The work per window is constant, whatever the number
@@ -73,7 +73,7 @@ issue                   priority      adjustments
 
 When several issues change the same parameter, the most urgent one wins (ties: table order) and
 a change is never compounded; an issue that would move a parameter the other way is held back.
-In a scan, :mod:`forensics.analysis.recommendations` ranks these below the findings and their
+In a scan, :mod:`forensics.analysis.diagnosis.recommendations` ranks these below the findings and their
 causal chain.
 
 Config keys (online use): an adjustment names the key of the trainer config passed in when the
@@ -103,9 +103,9 @@ from typing import Any
 
 import numpy as np
 
-from ..config import algorithm_family, param
-from .moments import Moments
-from .trainer_keys import set_key
+from ...config import algorithm_family, param
+from ..stats.moments import Moments
+from ..trainer_keys import set_key
 
 __all__ = [
     "CONFIG_KEYS",
@@ -509,7 +509,7 @@ class HealthCheck:
 
     def recommendations(self) -> dict[str, Any]:
         """The windows' issues, adjustments, config patch, priorities and monitoring (online use;
-        a scan ranks its findings first: :mod:`forensics.analysis.recommendations`)."""
+        a scan ranks its findings first: :mod:`forensics.analysis.diagnosis.recommendations`)."""
         where: dict[str, list[Any]] = {}
         for w in self.windows:
             for issue in w.issues:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .findings import Finding, Severity
+from ..findings import Finding, Severity
 
 __all__ = ["DAMAGE", "EXCURSIONS", "Consequences", "apply_consequences"]
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from .result import Analysis
+    from ..result import Analysis
 
 __all__ = ["MAX_POINTS", "PLOTTED", "envelope", "paired_sample", "plots_from_frame",
            "plots_section"]

@@ -70,7 +70,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .result import Analysis
+    from ..result import Analysis
 
 __all__ = ["CAUSAL_RULES", "LAG_FRACTION", "CausalRule", "build_timeline", "timeline_from_dict",
            "timeline_section"]

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .findings import Finding, Severity
-from .trackers.base import TrackerResult, severity_weight
+from ..findings import Finding, Severity
+from ..trackers.base import TrackerResult, severity_weight
 
 __all__ = ["health_scores"]
 
@@ -81,14 +81,14 @@ def health_scores(results: list[TrackerResult], stream_findings: list[Finding],
 
 
 def _scored(tracker: str) -> bool:
-    from .trackers import TRACKERS
+    from ..trackers import TRACKERS
 
     cls = TRACKERS.get(tracker)
     return cls is not None and cls.scored
 
 
 def _is_stability(f: Finding, results: list[TrackerResult]) -> bool:
-    from .trackers import TRACKERS
+    from ..trackers import TRACKERS
 
     cls = TRACKERS.get(f.tracker)
     if cls is None:
