@@ -414,6 +414,36 @@ class HealthCheck:
             return slope == 0.0
         return abs(slope) / se < self.params.plateau_t
 
+    def _variance_high(self, r: Moments) -> bool:
+        """The window's reward variance far above the median of earlier windows' (a jump beyond
+        its sampling noise, given the autocorrelation), and large against the range of means."""
+        p, mem = self.params, self._mem
+        if r.var is None or len(mem.reward_vars) < p.min_windows:
+            return False
+        self.work += len(mem.reward_vars)
+        ref = float(np.median(np.asarray(mem.reward_vars)))
+        phi = self._phi("reward")
+        neff = r.n * (1 - phi) / (1 + phi)
+        se_log = math.sqrt(2.0 / max(neff - 1.0, 1.0))
+        spread = mem.mean_range[1] - mem.mean_range[0]
+        return bool(r.var > p.variance_ratio * max(ref, 1e-12)
+                    and math.log(r.var / max(ref, 1e-300)) > p.jump_z * se_log
+                    and math.sqrt(r.var) > p.variance_min_share * spread)
+
+    def _remember(self, cur: dict[str, Moments], moves: dict[str, float | None]) -> None:
+        """The current window joins the bounded summary."""
+        mem = self._mem
+        for s in SERIES:
+            move = moves[s]
+            if move is not None:
+                mem.moves[s].append(move)
+            mean = cur[s].mean
+            if mean is not None:
+                mem.means[s].append(mean)
+        if cur["reward"].var is not None:
+            mem.reward_vars.append(cur["reward"].var)
+        self._prev = cur
+
     def add_window(self, window: Any, moments: Mapping[str, Moments]) -> WindowReport:
         """Judge a window (its :func:`window_stats`) against the bounded summary of earlier ones."""
         p, mem = self.params, self._mem
@@ -447,31 +477,14 @@ class HealthCheck:
             issues.append("loss_high")
         if informative and dirs["reward"] == "up" and dirs["loss"] == "up":
             issues.append("overfitting")
-        if r.var is not None and len(mem.reward_vars) >= p.min_windows:
-            self.work += len(mem.reward_vars)
-            ref = float(np.median(np.asarray(mem.reward_vars)))
-            phi = self._phi("reward")
-            neff = r.n * (1 - phi) / (1 + phi)
-            se_log = math.sqrt(2.0 / max(neff - 1.0, 1.0))
-            spread = mem.mean_range[1] - mem.mean_range[0]
-            if r.var > p.variance_ratio * max(ref, 1e-12) and \
-                    math.log(r.var / max(ref, 1e-300)) > p.jump_z * se_log and \
-                    math.sqrt(r.var) > p.variance_min_share * spread:
-                issues.append("variance_high")
+        if self._variance_high(r):
+            issues.append("variance_high")
         if self._plateau(dirs):
             issues.append("reward_plateau")
         if informative and dirs["loss"] == "down" and dirs["reward"] == "flat":
             issues.append("exploration_needed")
         issues = [i for i in ISSUES if i in issues]  # table order
-        # the current window joins the bounded summary
-        for s in SERIES:
-            if moves[s] is not None:
-                mem.moves[s].append(moves[s])  # type: ignore[arg-type]
-            if cur[s].mean is not None:
-                mem.means[s].append(cur[s].mean)  # type: ignore[arg-type]
-        if r.var is not None:
-            mem.reward_vars.append(r.var)
-        self._prev = cur
+        self._remember(cur, moves)
         rep = WindowReport(window, summary(cur), moves["reward"], moves["loss"], dirs["reward"],
                            dirs["loss"], issues, _status(issues))
         rep.adjustments = self.adjustments_for(issues)

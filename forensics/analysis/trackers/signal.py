@@ -105,8 +105,10 @@ class Signal(Tracker):
         self.zero_grad_rows = 0
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
-        if not self.begin(batch):
+        if not (self.active or self.logs_start(batch)):
             return None
+        self.active = True
+        self.rows += len(batch)
         p = self.p
         rows, steps = batch.rows, batch.steps
         f = batch.col("frac_reward_zero_std")

@@ -73,8 +73,10 @@ class TrustRegion(Tracker):
         self.ep = Episodes(self.p.persist_k, self.p.persist_m, gap=self.p.persist_m, mode="max")
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
-        if not self.begin(batch):
+        if not (self.active or self.logs_start(batch)):
             return None
+        self.active = True
+        self.rows += len(batch)
         p = self.p
         ak, cf = batch.col("approx_kl"), batch.col("clip_frac")
         for name in ("approx_kl", "clip_frac"):
