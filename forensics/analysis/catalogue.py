@@ -69,11 +69,28 @@ def rules_markdown() -> str:
             out += [f"| `{n}` | `{d!r}` | {_cell(allowed)} | {_cell(doc)} |"
                     for n, d, doc, allowed in param_rows(name)]
             out.append("")
+    out += _renamed_rules()
     out += ["## Run metadata", "", "`run.json` beside the logs, or `[run]` in a config file.", "",
             "| field | allowed | meaning |", "| --- | --- | --- |"]
     out += [f"| `{f.name}` | {_cell(allowed_of(f).describe())} | {_cell(f.metadata.get('doc', ''))} |"
             for f in dataclasses.fields(RunMeta)]
     return "\n".join(out) + "\n"
+
+
+def _renamed_rules() -> list[str]:
+    """The table of old rule ids and the ids they have now."""
+    from .trackers import renamed_rules
+
+    renamed = renamed_rules()
+    if not renamed:
+        return []
+    return ["## Renamed rules", "",
+            "A rule id's prefix names the module that holds the rule (`hyperparams.*` in "
+            "`trackers/hyperparams.py`). The old ids still work in gate policies (a glob matches a "
+            "rule by its old id too) and in saved analyses read by `diff`, `gate`, `report` and "
+            "`export`; each one read prints a `warning:` line naming the new id.", "",
+            "| old id | id now |", "| --- | --- |",
+            *[f"| `{old}` | `{new}` |" for old, new in sorted(renamed.items())], ""]
 
 
 def rule_titles() -> dict[str, str]:

@@ -37,10 +37,11 @@ from ..schema import ColumnMapping, UserColumn
 from .consequence import Consequences, apply_consequences
 from .context import infer_context
 from .diagnosis import diagnose
-from .findings import STREAM_RULES, Finding
+from .findings import Finding
 from .health import health_scores
 from .result import Analysis
 from .store import MetricsStore
+from .stream import stream_findings
 from .trackers import TRACKERS, Tracker, build_params
 from .trackers.base import TrackerResult, tracker_score
 from .trackers.custom import CustomRules, parse_rules
@@ -401,36 +402,7 @@ class Scan:
                 f.evidence["source_keys"] = {k: to_source.get(v, v) for k, v in keys.items()}
 
     def _stream_findings(self) -> list[Finding]:
-        out: list[Finding] = []
-        spec = STREAM_RULES[0]
-        for r in self.order.replays:
-            out.append(Finding(
-                rule=spec.id, severity=spec.severity, first_step=r.to_step,
-                last_step=max(r.from_step, r.last_step), onset_step=r.from_step,
-                message=(f"step went back from {r.from_step} to {r.to_step} at line {r.line}: "
-                         f"{r.rows} replayed rows set aside (first record of each step kept)"),
-                remedy=spec.remedy, tracker="stream",
-                evidence={"went_back_from": r.from_step, "went_back_to": r.to_step,
-                          "line": r.line, "replayed_rows": r.rows},
-                explanation=spec.explanation))
-        spec = STREAM_RULES[1]
-        for rep in sorted(self.reports, key=lambda rep: rep.path):
-            n = rep.rows_skipped - rep.skipped.get("step replayed", 0)
-            if n <= 0:
-                continue
-            first = rep.issues[0] if rep.issues else None
-            out.append(Finding(
-                rule=spec.id, severity=spec.severity,
-                first_step=self.first_step or 0, last_step=self.last_step or 0,
-                onset_step=self.first_step or 0,
-                message=f"{n} of {rep.rows_read} rows of {Path(rep.path).name} skipped"
-                        + (f" (first: line {first.line}: {first.reason})" if first else ""),
-                remedy=spec.remedy, tracker="stream",
-                evidence={"path": rep.path, "rows_skipped": n, "rows_read": rep.rows_read,
-                          "by_reason": {k: v for k, v in rep.skipped.items()
-                                        if k != "step replayed"}},
-                explanation=spec.explanation))
-        return out
+        return stream_findings(self.order.replays, self.reports, self.first_step or 0, self.last_step or 0)
 
 
 #: Sub-folder where the trainer callback (forensics.live.transformers) writes the canonical

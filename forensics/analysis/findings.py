@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-__all__ = ["STREAM_RULES", "Finding", "RuleSpec", "Severity", "group_recurrences"]
+__all__ = ["Finding", "RuleRenamed", "RuleSpec", "Severity", "group_recurrences"]
 
 
 class Severity(str, Enum):
@@ -32,12 +32,20 @@ class Severity(str, Enum):
 _RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 
 
+class RuleRenamed(FutureWarning):
+    """An old rule id was read (in a gate policy or a saved analysis): it still works, as the
+    rule's new id; the message names the new id. The command line prints it as a ``warning:``
+    line."""
+
+
 @dataclass(frozen=True)
 class RuleSpec:
     """A rule a tracker can fire: stable id, default severity, what it means and what to do.
 
     ``params`` names the tracker parameters that shape the rule, so ``forensics rules`` can list
-    them beside it; ``stability`` marks rules that count against the stability score.
+    them beside it; ``stability`` marks rules that count against the stability score;
+    ``formerly`` lists the ids the rule had before (still read, with a deprecation warning, in
+    gate policies and saved analyses).
     """
 
     id: str
@@ -48,6 +56,7 @@ class RuleSpec:
     params: tuple[str, ...] = ()
     source: str = ""
     stability: bool = False
+    formerly: tuple[str, ...] = ()
 
 
 def _clean(value: Any) -> Any:
@@ -133,25 +142,6 @@ class Finding:
             explanation=d.get("explanation", ""),
             episodes=list(d.get("episodes") or []),
         )
-
-
-#: Rules the engine raises about the stream itself (not a tracker's).
-STREAM_RULES = (
-    RuleSpec(
-        "stream.step_replay", Severity.WARNING, "Steps logged again (resumed run)",
-        "The step counter went back: the run was resumed from a checkpoint and re-logged steps "
-        "it had logged before. The first record of each step is analysed; the replayed rows are "
-        "counted and left out.",
-        "Check why the run restarted (crash, pre-emption, NaN) around the step it went back "
-        "from; resume from the latest checkpoint, or log to a fresh file per attempt.",
-    ),
-    RuleSpec(
-        "stream.rows_skipped", Severity.WARNING, "Rows could not be read",
-        "Some rows of the input were malformed or truncated and were skipped; the analysis "
-        "covers the rest.",
-        "Look at the listed lines; a truncated last line means the writer was killed mid-write.",
-    ),
-)
 
 
 def group_recurrences(findings: list[Finding], sizes: dict[int, int],

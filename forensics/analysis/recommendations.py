@@ -103,17 +103,17 @@ _RL = ("critic", "group")
 _NO_REFERENCE = ("orpo", "simpo", "cpo")
 #: Rule -> the parameter changes its remedy asks for (a remedy's other advice stays in words).
 ACTIONS: dict[str, tuple[Action, ...]] = {
-    "lr.change": (Action("learning_rate", "restore", phrase=r"restore the learning rate"),),
-    "kl_coef.change": (Action("kl_coef", "restore", phrase=r"restore the KL coefficient"),),
-    "clip.change": (Action("clip_range", "restore", phrase=r"restore the clip range"),),
-    "batch_size.change": (Action("batch_size", "restore", phrase=r"restore the batch size"),),
+    "hyperparams.lr_change": (Action("learning_rate", "restore", phrase=r"restore the learning rate"),),
+    "hyperparams.kl_coef_change": (Action("kl_coef", "restore", phrase=r"restore the KL coefficient"),),
+    "hyperparams.clip_change": (Action("clip_range", "restore", phrase=r"restore the clip range"),),
+    "hyperparams.batch_size_change": (Action("batch_size", "restore", phrase=r"restore the batch size"),),
     "kl.spike": (_LOWER_LR, Action("kl_coef", "raise", 1.2, when="repeats", applies_to=_RL,
                                    phrase=r"if spikes repeat, raise the KL coefficient 20%")),
     "kl.runaway": (Action("kl_coef", "raise", 1.2, applies_to=_RL, phrase=r"raise the KL coefficient 20%"),
                    _LOWER_LR),
     "kl_ctl.oscillation": (Action("kl_horizon", "raise", 2.0,
                                   phrase=r"lengthen the controller horizon \(e\.g\. double it\)"),),
-    "update.stalled": (Action("learning_rate", "restore_first",
+    "kl.update_stalled": (Action("learning_rate", "restore_first",
                               phrase=r"raise it back to the value the run started with"),),
     "grad.nonfinite": (_LOWER_LR,),
     "grad.explode": (_LOWER_LR,),
@@ -143,10 +143,10 @@ ACTIONS: dict[str, tuple[Action, ...]] = {
     "generation.repetition": (Action("temperature", "lower", 0.9, phrase=r"lower the temperature 10%",
                                      applies_to=_RL),),
     "kl.excessive": (Action("learning_rate", "lower", 0.1, phrase=r"lower the learning rate 10x"),),
-    "lr.out_of_range": (Action("learning_rate", "suggested",
+    "hyperparams.lr_out_of_range": (Action("learning_rate", "suggested",
                                phrase=r"Set the learning rate in the usual range"),),
-    "policy.trust_region": (_HALVE_LR,),
-    "reward.floor": (_HALVE_LR,),
+    "trust_region.exceeded": (_HALVE_LR,),
+    "signal.reward_floor": (_HALVE_LR,),
     "length.collapse": (_HALVE_LR,),
     "pref.overfit": (_RAISE_BETA, _LOWER_LR),
     "pref.margin_blowup": (_RAISE_BETA, _LOWER_LR),
@@ -175,7 +175,7 @@ _WINDOW_ACTIONS = {r.issue: tuple(Action(a.parameter, a.direction, a.factor) for
 _WINDOW_RULES = {r.issue: r for r in RULE_TABLE}
 _KL_SURGE = ("kl.spike", "kl.runaway")
 #: Rules that judge the machine, not the training (README: not scored, never "do now").
-_MACHINE = ("throughput.", "resource.")
+_MACHINE = ("throughput.",)
 _SEV = {"info": 0, "warning": 1, "critical": 2}
 #: Parameters that count (tokens, samples): a change gives a whole number.
 _COUNTS = ("max_length", "batch_size")
@@ -777,7 +777,7 @@ def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, 
 #: A first domino this bad is fixed alone: a learning rate far outside any usual range, a jump
 #: of it that the hyperparams tracker calls critical. Until it is fixed, the symptoms it causes
 #: say nothing about the other settings.
-_CATASTROPHIC = ("lr.out_of_range",)
+_CATASTROPHIC = ("hyperparams.lr_out_of_range",)
 
 
 def _catastrophe(root: Mapping[str, Any] | None, cands: Sequence[_Candidate],
@@ -786,7 +786,7 @@ def _catastrophe(root: Mapping[str, Any] | None, cands: Sequence[_Candidate],
     is): a catastrophic first domino, a KL penalty that is off while the policy drifts, or a
     reward that pays for length (a cause outside the config); None when there is none."""
     if root is not None and (root["rule"] in _CATASTROPHIC or (
-            root["rule"] == "lr.change" and root["severity"] == "critical")):
+            root["rule"] == "hyperparams.lr_change" and root["severity"] == "critical")):
         return str(root["rule"])
     if any(c.source == "kl_penalty_off" for c in cands):
         return "kl_penalty_off"

@@ -60,8 +60,8 @@ LOG_SPAN = 100.0
 
 #: Figures: id, title, rule families shaded on it (and linked from findings), what it shows.
 _FIGS = [
-    ("kl", "KL to the reference, with the KL coefficient", ("kl.", "kl_ctl.", "kl_coef."), ""),
-    ("grad", "Gradient norms and the learning rate", ("grad.", "lr.", "update."), ""),
+    ("kl", "KL to the reference, with the KL coefficient", ("kl.", "kl_ctl.", "hyperparams.kl_coef_"), ""),
+    ("grad", "Gradient norms and the learning rate", ("grad.", "hyperparams.lr_", "kl.update_stalled"), ""),
     ("adv", "Advantages", ("adv.",), "Batch mean and spread of the advantages."),
     ("length", "Response length and truncation", ("length.",),
      "Mean response length (left axis) and the share of truncated responses (right axis)."),
@@ -72,7 +72,7 @@ _FIGS = [
     ("loss", "Losses", ("loss.",), ""),
     ("loss_log", "Losses spanning decades (log scale)", ("loss.",), ""),
     ("entropy", "Policy entropy", ("entropy.",), "Mean per-token entropy of the policy (nats/token)."),
-    ("throughput", "Throughput", ("throughput.", "resource."),
+    ("throughput", "Throughput", ("throughput.",),
      "Tokens per second (left axis) and seconds per step (right axis)."),
 ]
 

@@ -13,7 +13,7 @@ recommends).
 * **False alarms**: every alarm in a healthy run, and alarms before ``t0 - a`` in a faulty run
   (the run was still healthy). Alarms after the onset whose rule was not expected are consequences
   of the fault and are reported separately (``other``), not counted either way. Ops rules
-  (``throughput.*``, ``resource.*``) judge the machine, not the training, and are listed apart.
+  (``throughput.*``) judge the machine, not the training, and are listed apart.
 * **Per-rule precision** = alarms of the rule inside a window that expects it / all alarms of the
   rule outside the ``other`` class; **recall** = faults expecting the rule in which it fired in the
   window / faults expecting it.
@@ -45,7 +45,7 @@ ALARM_SEVERITIES = ("warning", "critical")
 #: Rules about the machine, not the training (wall-clock throughput, memory). The labelled corpus
 #: has no ops labels and its timings are real measurements of a shared machine, so these alarms
 #: are listed per run (``ops``) but counted neither as detections nor as false alarms.
-OPS_PREFIXES = ("throughput.", "resource.")
+OPS_PREFIXES = ("throughput.",)
 
 
 @dataclass

@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import operator
 import re
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 from ...config import allowed_of, params_doc, show_value
 from ...errors import ConfigError, did_you_mean
-from ..findings import STREAM_RULES, RuleSpec
+from ..findings import RuleRenamed, RuleSpec
+from ..stream import STREAM_RULES
 from .advantages import Advantages
 from .base import Tracker, TrackerResult
 from .entropy import Entropy
@@ -29,8 +31,8 @@ from .windows import Windows
 
 __all__ = ["PARAM_RELATIONS", "REGEX_GROUPS", "TRACKERS", "Advantages", "Entropy", "Generation", "GradNorms",
            "KLSchedule", "LengthBias", "Losses", "Preference", "Rewards", "Signal", "Throughput", "Tracker",
-           "TrackerResult", "TrustRegion", "Windows", "all_rules", "build_params", "param_allowed",
-           "param_rows"]
+           "TrackerResult", "TrustRegion", "Windows", "all_rules", "build_params", "current_rule_id",
+           "param_allowed", "param_rows", "renamed_rules", "rule_renamed_note"]
 
 #: Registry in report order: name -> class.
 TRACKERS: dict[str, type[Tracker]] = {
@@ -46,6 +48,31 @@ def all_rules() -> list[tuple[str, RuleSpec]]:
                                      for r in cls.rules]
     out.extend(("stream", r) for r in STREAM_RULES)
     return out
+
+
+def renamed_rules() -> dict[str, str]:
+    """Old rule id -> the rule's id now (each rule's ``formerly``): renamed so that an id's
+    prefix names the module that holds the rule.
+
+    >>> renamed_rules()["lr.change"]
+    'hyperparams.lr_change'
+    """
+    return {old: r.id for _, r in all_rules() for old in r.formerly}
+
+
+def rule_renamed_note(old: str, new: str, where: str = "") -> str:
+    """The deprecation note for an old id read somewhere (``where``: the file, or empty)."""
+    at = f"{where}: " if where else ""
+    return f"{at}rule id {old!r} is deprecated, read as {new!r}: use {new!r} instead"
+
+
+def current_rule_id(rule: str, where: str = "") -> str:
+    """``rule``, or the id a renamed rule has now, with a :class:`RuleRenamed` warning naming it."""
+    new = renamed_rules().get(rule)
+    if new is None:
+        return rule
+    warnings.warn(rule_renamed_note(rule, new, where), RuleRenamed, stacklevel=2)
+    return new
 
 
 #: Rules between two parameters of one tracker, checked after each parameter's own range:

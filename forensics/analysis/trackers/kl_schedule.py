@@ -172,13 +172,13 @@ RULES = (
        "the controller overcorrects.",
        "Lengthen the controller horizon (e.g. double it) or lower the learning rate 20%.",
        ("oscillation_crossings", "window"), stability=True),
-    _R("update.stalled", Severity.WARNING, "Policy updates stalled",
+    _R("kl.update_stalled", Severity.WARNING, "Policy updates stalled",
        "The KL between the policy before and after each update (approx_kl) fell by orders of "
        "magnitude below its earlier level and stayed there: the optimizer no longer moves the "
        "policy (learning rate far too low, a schedule that decayed to zero, or skipped steps).",
        "Check the learning rate and its schedule (raise it back to the value the run started "
        "with); check that optimizer.step() runs and that gradients reach the policy parameters.",
-       ("stall_ratio", "stall_rows"), "SIGNATURES #16"),
+       ("stall_ratio", "stall_rows"), "SIGNATURES #16", formerly=("update.stalled",)),
     _R("kl_ctl.runaway", Severity.WARNING, "KL coefficient ran away",
        "beta collapsed toward zero or grew by orders of magnitude from its initial value.",
        "Retune the KL target; bound beta; check the KL units fed to the controller.",
@@ -224,7 +224,7 @@ class KLSchedule(Tracker):
             "kl_ctl.overshoot": Episodes(1, 1, gap=p.window),
             "kl_ctl.oscillation": Episodes(1, 1, gap=p.window),
             "kl_ctl.runaway": Episodes(1, 1, gap=p.window),
-            "update.stalled": Episodes(p.stall_rows, p.stall_rows, gap=p.window, mode="min"),
+            "kl.update_stalled": Episodes(p.stall_rows, p.stall_rows, gap=p.window, mode="min"),
         }
         self.upd_partial = np.zeros(0)
         self.upd_max = -np.inf
@@ -429,7 +429,7 @@ class KLSchedule(Tracker):
         after = batch.rows >= p.probation
         with np.errstate(invalid="ignore"):
             stalled = after & np.isfinite(la) & (la < np.log(p.stall_ratio) + ref)
-        self.ep["update.stalled"].update(batch.rows, batch.steps, stalled, ak,
+        self.ep["kl.update_stalled"].update(batch.rows, batch.steps, stalled, ak,
                                          {"reference": np.exp(ref)})
 
     def _crossings(self, rows: np.ndarray, steps: np.ndarray, state: np.ndarray,
@@ -565,7 +565,7 @@ class KLSchedule(Tracker):
     def _emit(self, rule: str, ep: Episode, target: float | None, unit: str) -> None:
         ev: Evidence = {"metrics": ["kl"], "rows": ep.n_rows}
         msg, sev = self._MESSAGES[rule](self, ep, target, unit, ev)
-        if self.meta.kl_penalty == "none" and rule.startswith("kl."):
+        if self.meta.kl_penalty == "none" and rule.startswith("kl.") and rule != "kl.update_stalled":
             # no KL regularisation by design (DAPO, beta = 0): the level is information
             sev = Severity.INFO
             msg += " (the run has no KL penalty: reported, not judged)"
@@ -695,5 +695,5 @@ class KLSchedule(Tracker):
         "kl_ctl.wrong_direction": _say_wrong_direction, "kl_ctl.stuck": _say_stuck,
         "kl_ctl.saturated": _say_saturated, "kl_ctl.law_mismatch": _say_law_mismatch,
         "kl_ctl.overshoot": _say_overshoot, "kl_ctl.oscillation": _say_oscillation,
-        "update.stalled": _say_stalled, "kl_ctl.runaway": _say_coef_runaway,
+        "kl.update_stalled": _say_stalled, "kl_ctl.runaway": _say_coef_runaway,
     }

@@ -15,7 +15,7 @@ planned number of steps in the trainer config (``max_steps``, ``total_steps``,
   quantile, for ``tokens_rows`` rows. Medians of recent rows rather than single rows (SIGNATURES
   says 5/5 rows) because per-step tokens/s varies with response lengths; the quantile guard keeps
   a noisy host (CPU runs, shared nodes) from firing on its normal spread.
-* ``resource.memory_growth`` (warning): GPU memory (allocated or reserved) or host RAM grows
+* ``throughput.memory_growth`` (warning): GPU memory (allocated or reserved) or host RAM grows
   steadily: four consecutive block medians of ``growth_block`` rows each rise, by at least
   ``growth_share`` in all, sustained for ``growth_block`` rows (a leak, not a warm-up plateau).
 """
@@ -88,12 +88,12 @@ RULES = (
        "responses slow steps legitimately) and with dynamic sampling.",
        ("recent_rows", "step_time_ratio", "run_window", "run_quantile", "tokens_drop", "tokens_rows"),
        "SIGNATURES #27"),
-    _R("resource.memory_growth", Severity.WARNING, "Memory grows steadily",
+    _R("throughput.memory_growth", Severity.WARNING, "Memory grows steadily",
        "GPU or host memory rises block after block: a leak (tensors kept alive, growing caches, "
        "lists of logged tensors) that ends in an out-of-memory crash.",
        "Look for tensors kept across steps (logging without .item()/.detach()), growing replay "
        "buffers or caches; call torch.cuda.empty_cache() only to confirm, not as a fix.",
-       ("growth_block", "growth_share", "probation")),
+       ("growth_block", "growth_share", "probation"), formerly=("resource.memory_growth",)),
 )
 
 
@@ -377,7 +377,7 @@ class Throughput(Tracker):
                                "run_median": ep.extras.get("run"), "threshold": p.step_time_ratio,
                                "metrics": [name]})
                 elif name in MEMORY:
-                    self.emit("resource.memory_growth", ep,
+                    self.emit("throughput.memory_growth", ep,
                               f"{name} grew {ep.peak:.0%} over {4 * p.growth_block} rows (to "
                               f"{ep.extras.get('level', float('nan')):.4g}, "
                               f"{ep.extras.get('slope', float('nan')):.3g} per row), {span}",
