@@ -372,6 +372,7 @@ def _all_rules(custom: Sequence[Any] = ()) -> list[tuple[str, Any]]:
 
 
 def _rules_data(custom: Sequence[Any] = ()) -> dict[str, Any]:
+    from .analysis.catalogue import window_issues
     from .analysis.trackers import TRACKERS, param_rows
 
     return {
@@ -381,6 +382,7 @@ def _rules_data(custom: Sequence[Any] = ()) -> dict[str, Any]:
              "source": r.source, "formerly": list(r.formerly)}
             for t, r in _all_rules(custom)
         ],
+        "window_issues": window_issues(),
         "params": {name: [{"name": n, "default": d, "doc": doc, "allowed": allowed}
                           for n, d, doc, allowed in param_rows(name)]
                    for name in TRACKERS},
@@ -390,6 +392,7 @@ def _rules_data(custom: Sequence[Any] = ()) -> dict[str, Any]:
 
 
 def _rules_text(custom: Sequence[Any] = ()) -> str:
+    from .analysis.catalogue import WINDOW_ISSUES_NOTE, window_issues
     from .analysis.trackers import TRACKERS, param_rows
 
     out: list[str] = []
@@ -409,6 +412,12 @@ def _rules_text(custom: Sequence[Any] = ()) -> str:
                 out.append(f"      formerly: {', '.join(r.formerly)} (still read, with a warning)")
             out.append(f"      {r.explanation}")
             out.append(f"      remedy: {r.remedy}")
+        if tracker == "windows":
+            out.append(f"   {WINDOW_ISSUES_NOTE}")
+            for i in window_issues():
+                out.append(f"  {i['id']}  [{i['priority']}]  {i['title']}")
+                out.append(f"      {i['condition']}")
+                out.append(f"      remedy: {i['remedy']}")
     out.append("\n== run metadata ([run] in a config file, or run.json) ==")
     for f in dataclasses.fields(RunMeta):
         out.append(f"  {f.name}  - {f.metadata.get('doc', '')} (allowed: {allowed_of(f).describe()})")

@@ -141,3 +141,21 @@ def test_gate_cli_prints_one_warning_line_per_old_id(saved: dict[str, Path]) -> 
     assert len(warnings) == 2, res.stderr  # the policy's old id, the saved analysis' old id
     assert all("'kl.update_stalled'" in w for w in warnings)
     assert "kl.update_stalled" in res.stdout
+
+
+def test_the_window_issues_are_listed_like_rules(tmp_path: Path) -> None:
+    """The health check's eight issues are in ``forensics rules`` (text and JSON) and in the
+    catalogue, each with its condition and what to change."""
+    from forensics.analysis.health_check import ISSUES, RULE_TABLE
+
+    assert len(ISSUES) == 8
+    text = run("rules").output
+    data = json.loads(run("rules", "--format", "json").output)
+    catalogue = (ROOT / "docs" / "rules.md").read_text()
+    assert [i["id"] for i in data["window_issues"]] == list(ISSUES)
+    for rule in RULE_TABLE:
+        assert rule.condition and rule.remedy
+        assert f"  {rule.issue}  [{rule.priority}]  {rule.description}" in text
+        assert f"| `{rule.issue}` | {rule.priority} | **{rule.description}.** {rule.condition} |" in catalogue
+    assert "learning rate -20%, gradient clipping threshold -20%" in \
+        {i["id"]: i["remedy"] for i in data["window_issues"]}["loss_spiking"]

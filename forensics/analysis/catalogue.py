@@ -6,7 +6,7 @@ import dataclasses
 
 from ..config import RunMeta, allowed_of
 
-__all__ = ["metrics_read_by", "readers", "rule_titles", "rules_markdown"]
+__all__ = ["WINDOW_ISSUES_NOTE", "metrics_read_by", "readers", "rule_titles", "rules_markdown", "window_issues"]
 
 
 def _cell(text: str) -> str:
@@ -40,6 +40,29 @@ def _severity_principle() -> list[str]:
             "aside, and the finding says why.", ""]
 
 
+#: What the window issues are, beside the rules (the catalogue's and ``forensics rules``' note).
+WINDOW_ISSUES_NOTE = ("Window issues: the health check judges each window (an epoch or a block of rows) against "
+                      "the earlier ones; an issue is listed in the window table (analysis.json windows[].issues) "
+                      "and ranked in the recommendations, not raised as a finding. (*): only where the loss "
+                      "is a progress signal (its window mean loss_level_sigmas standard deviations from zero, "
+                      "and the algorithm not a critic-free group method: GRPO, RLOO, DAPO).")
+
+
+def window_issues() -> list[dict[str, str]]:
+    """The windows tracker's issues (the health check's :data:`RULE_TABLE`), as rules are listed:
+    ``id``, ``priority``, ``title``, ``condition`` and ``remedy``."""
+    from .health_check import RULE_TABLE
+
+    return [{"id": r.issue, "priority": r.priority, "title": r.description, "condition": r.condition,
+             "remedy": r.remedy} for r in RULE_TABLE]
+
+
+def _window_issues_markdown() -> list[str]:
+    return [WINDOW_ISSUES_NOTE, "", "| issue | priority | when | what to change |", "| --- | --- | --- | --- |",
+            *[f"| `{i['id']}` | {i['priority']} | **{_cell(i['title'])}.** {_cell(i['condition'])} | "
+              f"{_cell(i['remedy'])} |" for i in window_issues()], ""]
+
+
 def rules_markdown() -> str:
     """Every tracker with its parameters and rules; run metadata fields at the end."""
     from .trackers import TRACKERS, all_rules, param_rows
@@ -63,6 +86,8 @@ def rules_markdown() -> str:
             out += [f"| `{r.id}` | {r.severity.value} | **{_cell(r.title)}.** {_cell(r.explanation)}"
                     f" | {_cell(r.remedy)} |" for r in rules]
             out.append("")
+        if name == "windows":
+            out += _window_issues_markdown()
         if cls is not None:
             out += [f"Parameters (`[{name}]` in a config file):", "",
                     "| parameter | default | allowed | meaning |", "| --- | --- | --- | --- |"]

@@ -30,46 +30,12 @@ judged (there is nothing to compare its moves with).
 Issues
 ------
 
-============================  ==================================================================
-issue                         condition
-============================  ==================================================================
-``kl_rising``                 log KL moved up and the window's geometric-mean KL is
-                              ``kl_rise_factor`` times the previous window's or more
-``loss_spiking``              the window's largest loss lies ``spike_z`` standard deviations of
-                              the window's other loss values above their mean (windows of
-                              ``spike_min_rows`` values or more)
-``reward_declining``          the mean reward moved down
-``loss_high``                 the mean loss moved up to above every one of the last ``memory``
-                              windows (*)
-``variance_high``             the reward variance exceeds ``variance_ratio`` x the median of the
-                              last ``memory`` windows' and ``jump_z`` standard errors of the log
-                              variance, and its standard deviation exceeds
-                              ``variance_min_share`` of the range of window means so far
-``overfitting``               reward and loss both moved up (*)
-``reward_plateau``            over the last ``plateau_windows`` windows the mean reward neither
-                              rose nor fell (slope within ``plateau_t`` standard errors of 0)
-``exploration_needed``        the loss moved down while the reward stayed flat (*)
-============================  ==================================================================
-
-(*) Only where the loss is a progress signal: its window mean is ``loss_level_sigmas`` standard
+Each issue is one row of :data:`RULE_TABLE` (an :class:`IssueRule`): the condition it checks,
+its priority, the adjustments it asks for and its advice, declared together; ``forensics rules``
+and ``docs/rules.md`` list them beside the rules (tracker ``windows``). The conditions marked (*)
+hold only where the loss is a progress signal: its window mean is ``loss_level_sigmas`` standard
 deviations away from zero, and the algorithm is not a critic-free group method (GRPO, RLOO,
 DAPO: their loss sits near zero and rises with beta * KL, SIGNATURES 1.1).
-
-Rule table (:data:`RULE_TABLE`): issue -> adjustments
------------------------------------------------------
-
-======================  ============  ==========================================================
-issue                   priority      adjustments
-======================  ============  ==========================================================
-``kl_rising``           immediate     KL coefficient +20%
-``loss_spiking``        immediate     learning rate -20%, gradient clip -20%
-``reward_declining``    immediate     learning rate -20%
-``loss_high``           short_term    learning rate -20%
-``overfitting``         short_term    KL coefficient +20%
-``variance_high``       short_term    gradient clip -20%
-``reward_plateau``      medium_term   none: stop early if the run has converged
-``exploration_needed``  medium_term   temperature +10%
-======================  ============  ==========================================================
 
 When several issues change the same parameter, the most urgent one wins (ties: table order) and
 a change is never compounded; an issue that would move a parameter the other way is held back.
@@ -105,7 +71,7 @@ import numpy as np
 
 from ..config import algorithm_family, param
 from .moments import Moments
-from .trainer_keys import set_key
+from .trainer_keys import PARAMETERS, set_key
 
 __all__ = [
     "CONFIG_KEYS",
@@ -176,23 +142,36 @@ class Adjustment:
 
 @dataclass(frozen=True)
 class IssueRule:
+    """One window issue: when it holds (``condition``), how urgent it is, what to change."""
+
     issue: str
     priority: str
     description: str
+    condition: str
     adjustments: tuple[Adjustment, ...]
     advice: str = ""
+
+    @property
+    def remedy(self) -> str:
+        """The adjustments in words (``learning rate -20%``), then the advice."""
+        changes = ", ".join(f"{PARAMETERS.get(a.parameter, a.parameter)} {a.change}" for a in self.adjustments)
+        return ". ".join(t for t in (changes, self.advice) if t) or "none"
 
 
 _A = Adjustment
 #: The documented rule table: issue -> priority and adjustments (see the module docstring).
 RULE_TABLE: tuple[IssueRule, ...] = (
-    IssueRule("kl_rising", "immediate", "KL to the reference rose sharply", (
+    IssueRule("kl_rising", "immediate", "KL to the reference rose sharply",
+              "log KL moved up and the window's geometric-mean KL is kl_rise_factor times the "
+              "previous window's or more.", (
         _A("kl_coef", 1.2,
            "The policy is leaving the reference faster than the penalty holds it; a stronger "
            "penalty pulls it back before the reward is hacked or collapses.",
            "KL levels off within a window; reward growth may slow."),
     )),
-    IssueRule("loss_spiking", "immediate", "a loss value spiked far above the window's others", (
+    IssueRule("loss_spiking", "immediate", "a loss value spiked far above the window's others",
+              "The window's largest loss lies spike_z standard deviations of the window's other "
+              "loss values above their mean (windows of spike_min_rows values or more).", (
         _A("learning_rate", 0.8,
            "Spikes mean single updates overshoot; a smaller step keeps them inside the trust region.",
            "Fewer and smaller loss spikes within one or two windows; slightly slower progress."),
@@ -200,31 +179,40 @@ RULE_TABLE: tuple[IssueRule, ...] = (
            "A tighter gradient clip bounds the size of the update a bad batch can make.",
            "Spike magnitude capped; grad_norm clipped more often (keep it under ~5% of steps)."),
     )),
-    IssueRule("reward_declining", "immediate", "mean reward fell significantly", (
+    IssueRule("reward_declining", "immediate", "mean reward fell significantly",
+              "The mean reward moved down.", (
         _A("learning_rate", 0.8,
            "A falling reward often follows too-large policy updates; a smaller step stabilises them.",
            "Reward stops falling; recovery is gradual."),
     ), "Roll back to the checkpoint at the best level; if KL surged, see the KL findings first."),
-    IssueRule("loss_high", "short_term", "loss rose above the recent windows' level", (
+    IssueRule("loss_high", "short_term", "loss rose above the recent windows' level",
+              "The mean loss moved up to above every one of the last memory windows (*).", (
         _A("learning_rate", 0.8,
            "A loss above the run's own level suggests the optimiser overshoots its minimum.",
            "Loss returns toward the run's earlier level over the next windows."),
     )),
-    IssueRule("overfitting", "short_term", "reward and loss rising together", (
+    IssueRule("overfitting", "short_term", "reward and loss rising together",
+              "Reward and loss both moved up (*).", (
         _A("kl_coef", 1.2,
            "Reward rising with the loss is the over-optimisation signature: the policy exploits the "
            "reward while drifting from the reference; a stronger KL penalty holds it back.",
            "KL to the reference flattens; reward growth slows but generalises better."),
     )),
-    IssueRule("variance_high", "short_term", "reward variance high", (
+    IssueRule("variance_high", "short_term", "reward variance high",
+              "The reward variance exceeds variance_ratio x the median of the last memory windows' "
+              "and jump_z standard errors of the log variance, and its standard deviation exceeds "
+              "variance_min_share of the range of window means so far.", (
         _A("max_grad_norm", 0.8,
            "High reward variance gives high-variance gradients; a tighter clip bounds their effect.",
            "Steadier updates; reward variance falls over the next windows."),
     )),
-    IssueRule("reward_plateau", "medium_term", "reward on a plateau", (),
+    IssueRule("reward_plateau", "medium_term", "reward on a plateau",
+              "Over the last plateau_windows windows the mean reward neither rose nor fell (slope "
+              "within plateau_t standard errors of 0).", (),
               "Stop early if the run has converged; otherwise check the entropy (collapse) and "
               "the share of groups whose responses all score alike."),
-    IssueRule("exploration_needed", "medium_term", "loss improving but reward flat", (
+    IssueRule("exploration_needed", "medium_term", "loss improving but reward flat",
+              "The loss moved down while the reward stayed flat (*).", (
         _A("temperature", 1.1,
            "The optimiser still makes progress on its loss but the samples no longer discover "
            "higher-reward behaviour: sampling is too narrow.",

@@ -12,10 +12,11 @@ clipping), OPT-175B logbook, PaLM (spikes despite clipping).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from ...config import param
+from ...config import Relations, param
 from ...io.canonical import Batch
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
@@ -65,6 +66,10 @@ class GradNormsParams:
                               "a known clip) is a spike: priors need no probation.")
     spike_critical_ratio: float = param(30.0, "Spike peak / trailing median that makes grad.spike "
                                         "critical.")
+    relations: ClassVar[Relations] = (("explode_k", "<=", 1, "explode_m"),
+                                      ("spike_warning_ratio", "<=", 1, "spike_critical_ratio"),
+                                      ("window", ">=", 2, "block"),
+                                      ("min_history", "<=", 1, "window"))
 
 
 _R = RuleSpec

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ...config import param
+from ...config import Relations, param
 from ...io.canonical import Batch
 from ..episodes import Episode, Episodes
 from ..findings import RuleSpec, Severity
@@ -90,6 +90,10 @@ class HyperparamsParams:
                               "never ends is judged (hyperparams.lr_warmup_unfinished).")
     warmup_share: float = param(0.9, "Share of the learning rate's logged moves that must rise, with "
                                 "none falling, for the warm-up to have lasted the whole run.", le=1)
+    relations: ClassVar[Relations] = (("lr_low", "<", 1, "lr_high"),
+                                      ("lr_high", "<=", 1, "lr_critical"),
+                                      ("lr_low", "<", 1, "lr_high_preference"),
+                                      ("lr_high_preference", "<=", 1, "lr_critical_preference"))
 
 
 _R = RuleSpec

@@ -27,7 +27,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ...config import param
+from ...config import Relations, param
 from ...io.canonical import Batch
 from ..episodes import Episode, Episodes
 from ..findings import RuleSpec, Severity
@@ -89,6 +89,11 @@ class KLScheduleParams:
                                "highest earlier block median means the policy stopped moving.")
     stall_rows: int = param(10, "Consecutive rows the stalled-update condition must hold.")
     coef_explode: float = param(100.0, "beta above this multiple of beta_0 is a runaway.")
+    relations: ClassVar[Relations] = (("excessive_token", "<=", 1, "excessive_critical_token"),
+                                      ("excessive_sequence", "<=", 1, "excessive_critical_sequence"),
+                                      ("band_low", "<", 1, "band_high"),
+                                      ("window", ">=", 2, "block"),
+                                      ("min_history", "<=", 1, "window"))
 
 
 _R = RuleSpec

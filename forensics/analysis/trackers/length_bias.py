@@ -23,10 +23,11 @@ the coupled-growth rule is therefore informational unless the per-response corre
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from ...config import param
+from ...config import Relations, param
 from ...io.canonical import Batch
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
@@ -76,6 +77,7 @@ class LengthBiasParams:
                                      "overall Spearman correlation and the long/short reward gap "
                                      "(the per-step statistics and the overall Pearson use all).",
                                      le=10**7)
+    relations: ClassVar[Relations] = (("persist_k", "<=", 1, "persist_m"), ("window", ">=", 2, "block"))
 
 
 _R = RuleSpec

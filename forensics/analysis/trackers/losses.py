@@ -36,11 +36,11 @@ AR(1) noise at phi 0.9 gave 16 to 325 divergence warnings.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ...config import param
+from ...config import Relations, param
 from ...io.canonical import Batch
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
@@ -94,6 +94,9 @@ class LossesParams:
                                "values do not make a noise of zero.")
     divergence_k: int = param(15, "Divergence persistence: rows out of divergence_m.")
     divergence_m: int = param(20, "Divergence persistence window (rows).")
+    relations: ClassVar[Relations] = (("divergence_k", "<=", 1, "divergence_m"),
+                                      ("window", ">=", 2, "block"),
+                                      ("min_history", "<=", 1, "window"))
 
 
 _R = RuleSpec

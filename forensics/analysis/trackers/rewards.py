@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ...config import param
+from ...config import Relations, param
 from ...io.canonical import Batch
 from ...schema import REWARD_COMPONENT_PREFIX
 from ..episodes import Episode, Episodes
@@ -109,6 +109,7 @@ class RewardsParams:
     decline_k: int = param(15, "Decline persistence: rows out of decline_m.")
     decline_m: int = param(20, "Decline persistence window (rows).")
     target: float = param(float("nan"), "Reward target ([rewards] target); NaN: none configured.")
+    relations: ClassVar[Relations] = (("decline_k", "<=", 1, "decline_m"),)
 
 
 _R = RuleSpec

@@ -19,11 +19,11 @@ References: SIGNATURES.md #12 (zero-variance groups; DAPO section 3.2, dynamic s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ...config import param
+from ...config import Relations, param
 from ...io.canonical import Batch
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
@@ -47,6 +47,9 @@ class SignalParams:
                                   "reward not improving, makes signal.dead_groups critical.", le=1)
     floor_rows: int = param(10, "Consecutive rows a reward must sit at its floor.")
     floor_critical_rows: int = param(50, "Rows at the floor that make signal.reward_floor critical.")
+    relations: ClassVar[Relations] = (("dead_k", "<=", 1, "dead_m"),
+                                      ("none_k", "<=", 1, "dead_m"),
+                                      ("floor_rows", "<=", 1, "floor_critical_rows"))
 
 
 _R = RuleSpec

@@ -23,11 +23,11 @@ planned number of steps in the trainer config (``max_steps``, ``total_steps``,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ...config import param
+from ...config import Relations, param
 from ...io.canonical import Batch
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
@@ -77,6 +77,7 @@ class ThroughputParams:
     growth_share: float = param(0.05, "Total rise over the four blocks, as a share of the first, "
                                 "that is growth.")
     eta_rows: int = param(30, "Last rows whose median step time predicts the ETA.")
+    relations: ClassVar[Relations] = (("run_window", ">=", 2, "run_block"), ("min_history", "<=", 1, "run_window"))
 
 
 _R = RuleSpec

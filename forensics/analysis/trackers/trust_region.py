@@ -17,10 +17,11 @@ TRL's warnings on ratios; clip fraction above 0.3), Huang et al. 2024 (N+ implem
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from ...config import param
+from ...config import Relations, param
 from ...io.canonical import Batch
 from ..episodes import Episodes
 from ..findings import RuleSpec, Severity
@@ -40,6 +41,9 @@ class TrustRegionParams:
     clip_frac_critical: float = param(0.5, "Clip fraction that makes trust_region.exceeded critical.", le=1)
     persist_k: int = param(3, "Rows out of persist_m on which an update must be outside.")
     persist_m: int = param(5, "Persistence window (rows); no probation.")
+    relations: ClassVar[Relations] = (("persist_k", "<=", 1, "persist_m"),
+                                      ("approx_kl", "<=", 1, "approx_kl_critical"),
+                                      ("clip_frac", "<=", 1, "clip_frac_critical"))
 
 
 RULES = (
