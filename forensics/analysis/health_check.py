@@ -43,7 +43,8 @@ In a scan, :mod:`forensics.analysis.recommendations` ranks these below the findi
 causal chain.
 
 Config keys (online use): an adjustment names the key of the trainer config passed in when the
-config holds one of the parameter's usual keys (:data:`CONFIG_KEYS`), with the new value computed
+config holds one of the parameter's keys (:data:`forensics.analysis.trainer_keys.CONFIG_KEYS`, the
+one table of trainer config keys), with the new value computed
 from the config's value; otherwise the adjustment is given in words (``text``), never under a
 made-up key.
 
@@ -71,10 +72,9 @@ import numpy as np
 
 from ..config import algorithm_family, param
 from .moments import Moments
-from .trainer_keys import PARAMETERS, set_key
+from .trainer_keys import PARAMETERS, config_keys, set_key
 
 __all__ = [
-    "CONFIG_KEYS",
     "ISSUES",
     "PRIORITIES",
     "RULE_TABLE",
@@ -221,17 +221,6 @@ RULE_TABLE: tuple[IssueRule, ...] = (
 )
 ISSUES = tuple(r.issue for r in RULE_TABLE)
 _RULES = {r.issue: r for r in RULE_TABLE}
-
-#: Config keys (online use) each parameter may be stored under in the config a trainer passes in,
-#: as the trainers name them (TRL, veRL, OpenRLHF); dotted = nested.
-CONFIG_KEYS: dict[str, tuple[str, ...]] = {
-    "learning_rate": ("learning_rate", "lr", "actor_learning_rate", "actor_rollout_ref.actor.optim.lr"),
-    "kl_coef": ("kl_coef", "beta", "init_kl_coef", "actor_rollout_ref.actor.kl_loss_coef",
-                "algorithm.kl_ctrl.kl_coef"),
-    "max_grad_norm": ("max_grad_norm", "max_norm", "actor_rollout_ref.actor.grad_clip"),
-    "temperature": ("temperature", "actor_rollout_ref.rollout.temperature"),
-}
-
 
 # -- window statistics ---------------------------------------------------------------------------
 def _arr(values: Any) -> np.ndarray:
@@ -613,7 +602,7 @@ def _lookup(config: Mapping[str, Any], dotted: str) -> tuple[bool, Any, bool]:
 
 
 def _find_key(parameter: str, config: Mapping[str, Any]) -> tuple[str | None, Any, bool]:
-    for key in CONFIG_KEYS.get(parameter, (parameter,)):
+    for key in config_keys(parameter) or (parameter,):
         found, value, nested = _lookup(config, key)
         if found:
             return key, value, nested
