@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-__all__ = ["Finding", "RuleRenamed", "RuleSpec", "Severity", "group_recurrences"]
+__all__ = ["NON_FINITE", "Finding", "RuleRenamed", "RuleSpec", "Severity", "group_recurrences", "non_finite_reason"]
 
 
 class Severity(str, Enum):
@@ -59,20 +59,47 @@ class RuleSpec:
     formerly: tuple[str, ...] = ()
 
 
+#: The key beside a null that stood for a non-finite number: ``{"peak": null, "non_finite":
+#: {"peak": "inf"}}`` (list items by index: ``"values[2]"``). Every output spells a non-finite
+#: number so: null in JSON (and in the CSV's evidence column), an empty cell in a CSV table; the
+#: reason is how Python prints the number (``nan``, ``inf``, ``-inf``), as messages show it.
+NON_FINITE = "non_finite"
+
+
+def non_finite_reason(value: float) -> str:
+    """``nan``, ``inf`` or ``-inf``, as Python prints the number (and a finding's message shows it)."""
+    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+
+
+def _number(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value  # a numpy scalar as a Python one
+
+
+def _reasons(value: Any, path: str) -> dict[str, str]:
+    """The non-finite numbers in ``value`` (a list's items, by index), by path; a dict inside
+    names its own (see :func:`_clean`)."""
+    value = _number(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return {path: non_finite_reason(value)}
+    if isinstance(value, (list, tuple)):
+        return {k: r for i, v in enumerate(value) for k, r in _reasons(v, f"{path}[{i}]").items()}
+    return {}
+
+
 def _clean(value: Any) -> Any:
-    """Make evidence JSON-safe and stable: round floats, map non-finite floats to strings."""
+    """Make evidence JSON-safe and stable: floats rounded to 6 digits, a non-finite one as None
+    with its reason beside it (:data:`NON_FINITE`)."""
+    value = _number(value)
     if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        return float(f"{value:.6g}")
+        return float(f"{value:.6g}") if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        out = {str(k): _clean(v) for k, v in value.items()}
+        reasons = {r: why for k, v in value.items() for r, why in _reasons(v, str(k)).items()}
+        if reasons:
+            out[NON_FINITE] = {**(out.get(NON_FINITE) or {}), **reasons}
+        return out
     if isinstance(value, (list, tuple)):
         return [_clean(v) for v in value]
-    if hasattr(value, "item"):  # numpy scalar
-        return _clean(value.item())
     return value
 
 
