@@ -159,3 +159,20 @@ def test_the_window_issues_are_listed_like_rules(tmp_path: Path) -> None:
         assert f"| `{rule.issue}` | {rule.priority} | **{rule.description}.** {rule.condition} |" in catalogue
     assert "learning rate -20%, gradient clipping threshold -20%" in \
         {i["id"]: i["remedy"] for i in data["window_issues"]}["loss_spiking"]
+
+
+def test_labels_with_old_ids_still_score(tmp_path: Path) -> None:
+    """A labelled corpus written before the rename (a manifest's expected_rules) counts the
+    renamed rule's alarms, with a warning."""
+    from forensics.verdicts.evaluation import evaluate as evaluate_runs
+    from forensics.verdicts.evaluation import scan_runs
+
+    shutil.copytree(STALLED_RUN, tmp_path / "ppo_lr_tiny")
+    manifest = tmp_path / "ppo_lr_tiny" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    assert m["expected_rules"][0] == "kl.update_stalled"
+    manifest.write_text(json.dumps({**m, "expected_rules": ["update.stalled", *m["expected_rules"][1:]]}))
+    with pytest.warns(RuleRenamed, match="manifest.json: rule id 'update.stalled'"):
+        (run,) = scan_runs(tmp_path)
+    assert run.expected_rules == m["expected_rules"]
+    assert evaluate_runs([run]).detected == 1

@@ -283,7 +283,7 @@ def scan_labelled_logs(root: Path) -> tuple[list[LabelledRun], list[dict[str, An
             analysis = scan_path(logs / entry["file"])
         except ForensicsError as exc:
             runs.append(LabelledRun(name=entry["file"], fault=entry.get("fault"), onset_step=None,
-                                    expected_rules=list(entry.get("expected_rules", [])),
+                                    expected_rules=_expected(entry, root / LABELS_FILE),
                                     horizon_steps=1, steps=0, findings=[], error=str(exc)))
             continue
         findings = [f.to_dict() for f in analysis.findings]
@@ -299,9 +299,16 @@ def scan_labelled_logs(root: Path) -> tuple[list[LabelledRun], list[dict[str, An
             horizon = max(end - onset, 1)
         runs.append(LabelledRun(
             name=entry["file"], fault=entry.get("fault"), onset_step=onset,
-            expected_rules=list(entry.get("expected_rules", [])), horizon_steps=horizon or 50,
+            expected_rules=_expected(entry, root / LABELS_FILE), horizon_steps=horizon or 50,
             steps=int(analysis.steps["rows"]), findings=findings))
     return runs, unlabelled
+
+
+def _expected(label: dict[str, Any], where: Path) -> list[str]:
+    """A label's expected rules by their ids now (an old id is read with a warning naming the new)."""
+    from ..analysis.trackers import current_rule_id
+
+    return [current_rule_id(r, str(where)) for r in label.get("expected_rules", [])]
 
 
 def scan_runs(root: Path) -> list[LabelledRun]:
@@ -315,7 +322,7 @@ def scan_runs(root: Path) -> list[LabelledRun]:
         analysis = scan_path(run_target(folder))
         runs.append(LabelledRun(
             name=m.get("name", folder.name), fault=m.get("fault"), onset_step=m.get("onset_step"),
-            expected_rules=list(m.get("expected_rules", [])),
+            expected_rules=_expected(m, folder / "manifest.json"),
             horizon_steps=int(m.get("horizon_steps", 50)), steps=int(analysis.steps["rows"]),
             findings=[f.to_dict() for f in analysis.findings]))
     return runs
