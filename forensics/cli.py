@@ -33,6 +33,7 @@ import json
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -80,12 +81,27 @@ def colour_on() -> bool:
         return False
 
 
+def _warning_lines(default: Callable[..., None]) -> Callable[..., None]:
+    """``warnings.showwarning`` for the CLI: a deprecation the user should act on (an old rule id
+    read) as one ``warning:`` line on stderr; other warnings as ``default`` shows them."""
+    from .analysis.findings import RuleRenamed
+
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if issubclass(category, RuleRenamed):
+            echo(f"warning: {message}", err=True)
+        else:
+            default(message, category, *args, **kwargs)
+    return show
+
+
 class _Group(click.Group):
     """Maps library errors to exit codes and hides tracebacks."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with warnings.catch_warnings():
+                warnings.showwarning = _warning_lines(warnings.showwarning)
+                return super().invoke(ctx)
         except ForensicsError as exc:
             echo(f"Error: {exc}", err=True)
             ctx.exit(exc.exit_code)
@@ -392,15 +408,17 @@ def _all_rules(custom: Sequence[Any] = ()) -> list[tuple[str, Any]]:
 
 
 def _rules_data(custom: Sequence[Any] = ()) -> dict[str, Any]:
+    from .analysis.catalogue import window_issues
     from .analysis.trackers import TRACKERS, param_rows
 
     return {
         "rules": [
             {"id": r.id, "tracker": t, "severity": r.severity.value, "title": r.title,
              "explanation": r.explanation, "remedy": r.remedy, "params": list(r.params),
-             "source": r.source}
+             "source": r.source, "formerly": list(r.formerly)}
             for t, r in _all_rules(custom)
         ],
+        "window_issues": window_issues(),
         "params": {name: [{"name": n, "default": d, "doc": doc, "allowed": allowed}
                           for n, d, doc, allowed in param_rows(name)]
                    for name in TRACKERS},
@@ -410,6 +428,7 @@ def _rules_data(custom: Sequence[Any] = ()) -> dict[str, Any]:
 
 
 def _rules_text(custom: Sequence[Any] = ()) -> str:
+    from .analysis.catalogue import WINDOW_ISSUES_NOTE, window_issues
     from .analysis.trackers import TRACKERS, param_rows
 
     out: list[str] = []
@@ -425,8 +444,16 @@ def _rules_text(custom: Sequence[Any] = ()) -> str:
                 out.append(f"     {n} = {d!r}  - {doc} (allowed: {allowed})")
         for r in by_tracker.get(tracker, []):
             out.append(f"  {r.id}  [{r.severity.value}]  {r.title}")
+            if r.formerly:
+                out.append(f"      formerly: {', '.join(r.formerly)} (still read, with a warning)")
             out.append(f"      {r.explanation}")
             out.append(f"      remedy: {r.remedy}")
+        if tracker == "windows":
+            out.append(f"   {WINDOW_ISSUES_NOTE}")
+            for i in window_issues():
+                out.append(f"  {i['id']}  [{i['priority']}]  {i['title']}")
+                out.append(f"      {i['condition']}")
+                out.append(f"      remedy: {i['remedy']}")
     out.append("\n== run metadata ([run] in a config file, or run.json) ==")
     for f in dataclasses.fields(RunMeta):
         out.append(f"  {f.name}  - {f.metadata.get('doc', '')} (allowed: {allowed_of(f).describe()})")

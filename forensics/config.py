@@ -43,7 +43,7 @@ from .errors import ConfigError, ForensicsError, InputError, closest, did_you_me
 if TYPE_CHECKING:
     from .schema import UserColumn
 
-__all__ = ["ALGORITHMS", "DIFF_TOLERANCE", "LM_MIN_PARAMS", "MAX_COUNT", "Allowed", "Config", "RunMeta",
+__all__ = ["ALGORITHMS", "DIFF_TOLERANCE", "LM_MIN_PARAMS", "MAX_COUNT", "Allowed", "Config", "Relations", "RunMeta",
            "algorithm_family", "allowed_of", "closest", "did_you_mean", "load_config", "load_run_meta", "make_config",
            "normalise_algorithm", "param", "read_json", "read_toml", "run_field", "scan_option"]
 
@@ -246,6 +246,12 @@ def builtins_type(default: Any) -> type | None:
     return None
 
 
+#: Rules between two parameters of one Params class, declared on it as ``relations``:
+#: ``(a, op, times, b)`` means ``a op times * b`` must hold (``op`` one of ``<=``, ``<``, ``>=``),
+#: checked after each parameter's own range (:func:`forensics.analysis.trackers.build_params`).
+Relations = tuple[tuple[str, str, int, str], ...]
+
+
 def param(default: Any, doc: str, *, type: type | None = None, ge: float | None = None,
           gt: float | None = None, le: float | None = None, lt: float | None = None,
           choices: tuple[Any, ...] | None = None, regex: bool = False) -> Any:
@@ -254,8 +260,9 @@ def param(default: Any, doc: str, *, type: type | None = None, ge: float | None 
     What is not declared is inferred from the default (see :func:`infer_allowed`): an ``int`` is
     a count >= 1, a ``float`` is finite with the sign of its default. Declare ``ge=0`` for a count
     that may be zero, ``le=1`` for a share, ``choices`` for an enum, ``regex=True`` for a pattern.
-    Rules between parameters (``persist_k <= persist_m``) live in
-    :data:`forensics.analysis.trackers.PARAM_RELATIONS`.
+    Rules between parameters (``persist_k <= persist_m``) live with the parameters they
+    constrain: the Params class's ``relations`` (:data:`Relations`); a pattern whose group 1 is
+    read is named in its ``regex_groups``.
     """
     allowed = infer_allowed(default, type=type, ge=ge, gt=gt, le=le, lt=lt, choices=choices,
                             regex=regex)

@@ -399,7 +399,7 @@ RUNS: list[Run] = [
         "would want to know. The healthy KTO runs (seeds 0 and 2) use lr 3e-5.",
         checks=[("grad_norm", "max", ">", 1.5)], evidence=KTO_EVIDENCE),
     # ---------------------------------------------------------------- learning rate far too high
-    Run("grpo_lr_high", "grpo", 0, "lr_high", 1, ["kl.excessive", "lr.out_of_range", "group.no_signal"],
+    Run("grpo_lr_high", "grpo", 0, "lr_high", 1, ["kl.excessive", "hyperparams.lr_out_of_range", "signal.dead_groups"],
         config=_with(GRPO, learning_rate=2e-2), steps=60,
         description="GRPO with the learning rate 200x too high (2e-2 instead of 1e-4): the per-token "
         "KL leaves the healthy range at once and stays at several nats, the entropy rises, "
@@ -408,7 +408,7 @@ RUNS: list[Run] = [
         checks=[("kl", "max", ">", 1.0), ("frac_reward_zero_std", "mean_last5", ">", 0.9)],
         evidence=GROUP_EVIDENCE),
     Run("rloo_lr_high", "rloo", 0, "lr_high", 1,
-        ["kl.excessive", "length.collapse", "entropy.collapse", "lr.out_of_range", "grad.vanish"],
+        ["kl.excessive", "length.collapse", "entropy.collapse", "hyperparams.lr_out_of_range", "grad.vanish"],
         config=_with(RLOO, learning_rate=2e-2), steps=60,
         description="RLOO with the learning rate 200x too high (2e-2 instead of 1e-4): the policy "
         "collapses within a few updates to answering with EOS alone (mean length 9.2 -> 1 token), "
@@ -417,7 +417,7 @@ RUNS: list[Run] = [
         checks=[("kl", "max", ">", 1.0), ("completions/mean_length", "mean_last5", "<", 2.0)],
         evidence=GROUP_EVIDENCE),
     Run("ppo_lr_high", "ppo", 0, "lr_high", 1,
-        ["policy.trust_region", "kl.excessive", "lr.out_of_range", "entropy.collapse"],
+        ["trust_region.exceeded", "kl.excessive", "hyperparams.lr_out_of_range", "entropy.collapse"],
         config=_with(PPO, learning_rate=1e-2), steps=40,
         description="PPO with the learning rate 200x too high (1e-2 instead of 5e-5): approx_kl "
         "~6 and clip fraction ~0.45 on the very first update, a per-sequence KL of ~33 nats at "
@@ -425,7 +425,7 @@ RUNS: list[Run] = [
         checks=[("policy/approxkl_avg", "max", ">", 0.1), ("objective/kl", "max", ">", 5.0)],
         evidence=PPO_EVIDENCE),
     Run("dpo_lr_high", "dpo", 0, "lr_high", 1,
-        ["pref.likelihood_displacement", "lr.out_of_range", "entropy.blowup"],
+        ["pref.likelihood_displacement", "hyperparams.lr_out_of_range", "entropy.blowup"],
         config=_with(DPO, learning_rate=5e-3), steps=60,
         description="DPO with the learning rate 100x too high (5e-3 instead of 5e-5): the policy is "
         "thrown about rather than fitted; the chosen and rejected log-probabilities both fall by "
@@ -435,7 +435,7 @@ RUNS: list[Run] = [
                 ("entropy", "max", ">", 2.0)],
         evidence=PREF_EVIDENCE + ["entropy"]),
     Run("dpo_overfit", "dpo", 0, "overfit", 1,
-        ["pref.overfit", "pref.margin_blowup", "pref.likelihood_displacement", "lr.out_of_range"],
+        ["pref.overfit", "pref.margin_blowup", "pref.likelihood_displacement", "hyperparams.lr_out_of_range"],
         horizon_steps=40, config=_with(DPO, learning_rate=1e-3, n_pairs=64), steps=100,
         description="DPO over-trained: 25 epochs over 64 pairs at a learning rate 20x too high "
         "(1e-3): the pairs are memorised, the loss collapses towards 0 and the accuracy is pinned "
@@ -443,7 +443,7 @@ RUNS: list[Run] = [
         checks=[("loss", "mean_last5", "<", 0.1), ("rewards/accuracies", "mean_last5", ">", 0.9)],
         evidence=PREF_EVIDENCE),
     Run("kto_lr_high", "kto", 0, "lr_high", 1,
-        ["pref.likelihood_displacement", "lr.out_of_range", "grad.vanish"],
+        ["pref.likelihood_displacement", "hyperparams.lr_out_of_range", "grad.vanish"],
         config=_with(KTO, learning_rate=5e-3), steps=60,
         description="KTO with the learning rate 100x too high (5e-3 instead of 5e-5): within 10 "
         "steps the log-probabilities of desirable and undesirable completions both collapse "
@@ -452,7 +452,7 @@ RUNS: list[Run] = [
         checks=[("logps/chosen", "min", "<", -50.0), ("grad_norm", "mean_last5", "<", 0.02)],
         evidence=KTO_EVIDENCE),
     # ---------------------------------------------------------------- a learning-rate jump mid-run
-    Run("grpo_lr_jump", "grpo", 0, "lr_jump", 61, ["lr.change", "kl.excessive", "kl.spike"],
+    Run("grpo_lr_jump", "grpo", 0, "lr_jump", 61, ["hyperparams.lr_change", "kl.excessive", "kl.spike"],
         config=_with(GRPO, lr_jump_step=60, lr_jump_factor=100.0), steps=120,
         description="GRPO whose learning rate jumps 100x (1e-4 -> 1e-2) after step 60, as a "
         "broken schedule or a resume with the wrong config would do (a callback rescales the "
@@ -460,17 +460,17 @@ RUNS: list[Run] = [
         "learning_rate shows it from step 62, where the per-token KL also leaves its 0.01 level.",
         checks=[("kl", "max_after_onset", ">", 0.5)], evidence=GROUP_EVIDENCE),
     # ---------------------------------------------------------------- learning rate far too low
-    Run("grpo_lr_low", "grpo", 0, "lr_low", 1, ["lr.out_of_range", "reward.stagnation"],
+    Run("grpo_lr_low", "grpo", 0, "lr_low", 1, ["hyperparams.lr_out_of_range", "reward.stagnation"],
         horizon_steps=50, config=_with(GRPO, learning_rate=1e-8), steps=80,
         description="GRPO with the learning rate 10,000x too low (1e-8): nothing moves; the "
         "per-token KL is exactly 0 at every step (the updates are below float32 resolution) "
         "and the reward wanders around its starting level.",
         checks=[("kl", "max", "<", 1e-5), ("reward", "rise", "<", 0.1)], evidence=GROUP_EVIDENCE),
-    Run("ppo_lr_low", "ppo", 0, "lr_low", 1, ["lr.out_of_range", "reward.stagnation"],
+    Run("ppo_lr_low", "ppo", 0, "lr_low", 1, ["hyperparams.lr_out_of_range", "reward.stagnation"],
         horizon_steps=50, config=_with(PPO, learning_rate=5e-9), steps=60,
         description="PPO with the learning rate 10,000x too low (5e-9): nothing moves. approx_kl "
         "is ~6e-12 from the first update (a healthy run: 1e-5 to 3e-2), so a rule that compares it "
-        "with its own earlier level (update.stalled) has nothing to compare; an absolute floor would.",
+        "with its own earlier level (kl.update_stalled) has nothing to compare; an absolute floor would.",
         checks=[("policy/approxkl_avg", "max", "<", 1e-8), ("objective/scores", "rise", "<", 0.15)],
         evidence=PPO_EVIDENCE),
     # ---------------------------------------------------------------- reward that pays for length

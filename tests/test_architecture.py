@@ -232,7 +232,7 @@ def test_renderers_do_not_compute_the_diagnosis() -> None:
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("forensics.analysis.stats",),
     ("forensics.analysis.findings", "forensics.analysis.spans", "forensics.analysis.context",
-     "forensics.analysis.store", "forensics.analysis.trainer_keys"),
+     "forensics.analysis.store", "forensics.analysis.trainer_keys", "forensics.analysis.stream"),
     ("forensics.analysis.trackers",),
     ("forensics.analysis.diagnosis",),
     ("forensics.analysis.result", "forensics.analysis.catalogue"),
@@ -369,3 +369,43 @@ def test_every_table_the_architecture_page_sends_a_contributor_to_is_there() -> 
     missing = [(name, file) for name, file in pairs
                if not re.search(rf"^\s*(?:def |class )?{name}\b", (ROOT / file).read_text(), re.M)]
     assert missing == []
+
+
+# -- the tracker contract -------------------------------------------------------------------------
+MAX_FUNCTION_LINES = 60
+
+
+def long_functions(root: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``path:line name (n lines)`` of every function under ``root`` longer than ``limit`` lines,
+    counted from its ``def`` line to the last line of its body (decorators left out)."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > limit:
+                    out.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({n} lines)")
+    return out
+
+
+def test_the_length_check_sees_a_long_function(tmp_path: Path) -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "long.py").write_text(f"@decorator\ndef f():\n{body}\n\ndef g():\n    return 1\n")
+    assert [s.split(" ", 1)[1] for s in long_functions(tmp_path)] == [f"f ({MAX_FUNCTION_LINES + 1} lines)"]
+    assert long_functions(tmp_path, MAX_FUNCTION_LINES + 1) == []
+
+
+def test_no_function_in_analysis_is_over_60_lines() -> None:
+    """``update``, ``conclude`` and the rest stay short enough to read: a long one is split into
+    named steps (one per rule or per check)."""
+    assert long_functions(PACKAGE / "analysis") == []
+
+
+def test_no_tracker_has_a_begin_step() -> None:
+    """One contract for all: each ``update`` decides whether a batch is its business (the base
+    offers ``logs_start``), none goes through a ``begin`` of the base."""
+    from forensics.analysis.trackers import TRACKERS
+    from forensics.analysis.trackers.custom import CustomRules
+
+    for cls in (*TRACKERS.values(), CustomRules):
+        assert not hasattr(cls, "begin"), cls.__name__

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,19 @@ def test_every_default_is_allowed_and_every_parameter_declares_its_range() -> No
         assert {a, b} <= fields, (tracker, a, b)
     for tracker, name in REGEX_GROUPS:
         assert allowed_of({f.name: f for f in dataclasses.fields(TRACKERS[tracker].Params)}[name]).regex
+
+
+def test_relations_live_with_the_params_they_constrain() -> None:
+    """Each relation is declared on its tracker's Params class (``relations``); the registry only
+    collects them (no central table to drift from the parameters)."""
+    import inspect
+
+    import forensics.analysis.trackers as trackers
+
+    for name, cls in TRACKERS.items():
+        assert [r[1:] for r in PARAM_RELATIONS if r[0] == name] == list(getattr(cls.Params, "relations", ()))
+    assert not re.search(r'"(<=|<|>=)", \d+, "', inspect.getsource(trackers))
+    assert TRACKERS["generation"].Params.regex_groups == ("think_pattern", "answer_pattern")  # type: ignore[attr-defined]
 
 
 #: (config text, what the message must contain): the issue's examples and their relatives.

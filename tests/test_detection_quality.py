@@ -73,11 +73,12 @@ def test_trl_faults_are_found_near_their_onset(trl_quality: Quality) -> None:
 
 
 @pytest.mark.parametrize(("run", "rule"), [
-    ("grpo_lr_high", "kl.excessive"), ("ppo_lr_high", "policy.trust_region"),
-    ("grpo_lr_low", "lr.out_of_range"), ("grpo_reward_sign", "reward.sign_flip"),
-    ("dpo_beta_tiny", "pref.not_learning"), ("dpo_lr_high", "lr.out_of_range"), ("dpo_overfit", "lr.out_of_range"),
-    ("rloo_lr_high", "length.collapse"), ("grpo_lr_high", "group.no_signal"),
-    ("grpo_max_len_small", "length.truncation"), ("grpo_lr_jump", "lr.change"),
+    ("grpo_lr_high", "kl.excessive"), ("ppo_lr_high", "trust_region.exceeded"),
+    ("grpo_lr_low", "hyperparams.lr_out_of_range"), ("grpo_reward_sign", "reward.sign_flip"),
+    ("dpo_beta_tiny", "pref.not_learning"), ("dpo_lr_high", "hyperparams.lr_out_of_range"),
+    ("dpo_overfit", "hyperparams.lr_out_of_range"),
+    ("rloo_lr_high", "length.collapse"), ("grpo_lr_high", "signal.dead_groups"),
+    ("grpo_max_len_small", "length.truncation"), ("grpo_lr_jump", "hyperparams.lr_change"),
 ])
 def test_each_new_rule_fires_on_real_trainer_data(trl_quality: Quality, run: str, rule: str) -> None:
     rec = next(r for r in trl_quality.runs if r["name"] == run)
@@ -142,7 +143,7 @@ def test_real_faults_are_found_near_their_onset_and_nothing_alarms_early(real_qu
     ("trl_dapo_qwen2.5vl-3b_aokvqa_lengthcollapse-deadgroups.md", "length.collapse", "critical"),
     ("trl_dpo_gams9b-translation_refmismatch-lossaboveln2.log", "pref.reference_mismatch", "critical"),
     # a warm-up that outlasted a completed run is a warning, not critical
-    ("trl_dpo_gams9b-translation_warmup-longer-than-run.log", "lr.warmup_unfinished", "warning"),
+    ("trl_dpo_gams9b-translation_warmup-longer-than-run.log", "hyperparams.lr_warmup_unfinished", "warning"),
 ])
 def test_real_severity_follows_consequence(real_runs: list[LabelledRun], log: str, rule: str,
                                            severity: str) -> None:

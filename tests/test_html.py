@@ -98,7 +98,7 @@ def test_sections_present_and_log_text_escaped(analysis: dict) -> None:
     for fig in ("fig-kl", "fig-grad", "fig-adv", "fig-length", "fig-length_reward", "fig-reward", "fig-loss",
                 "fig-throughput", "fig-timeline"):
         assert f'id="{fig}"' in page, fig
-    assert "First domino" in page and "lr.change" in page
+    assert "First domino" in page and "hyperparams.lr_change" in page
     # hostile text only ever appears escaped
     assert XSS_SCRIPT not in page and "<img" not in page and "<b>bold" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
@@ -206,7 +206,7 @@ def _data_block(page: str) -> str:
 def test_markdown_summary(analysis: dict) -> None:
     md = render_markdown(with_sections(analysis))
     assert md.startswith("## forensics: ")
-    assert "| overall |" in md and "First domino:" in md and "`lr.change`" in md
+    assert "| overall |" in md and "First domino:" in md and "`hyperparams.lr_change`" in md
     assert "<script" not in md and "<img" not in md
     assert "&lt;script&gt;" in md
     assert "**Do now:**" in md
@@ -348,7 +348,7 @@ def test_findings_link_to_their_plot_range(demo: dict) -> None:
     links = re.findall(r'<a class="zoom" href="#([\w-]+)" data-fig="([\w-]+)" data-x0="([-\d.]+)" '
                        r'data-x1="([-\d.]+)">', page)
     figs = {f["id"] for f in build_figures(demo)}
-    assert len(links) >= len([f for f in demo["findings"] if f["rule"].startswith(("kl.", "loss.", "lr."))])
+    assert len(links) >= len([f for f in demo["findings"] if f["rule"].startswith(("kl.", "loss.", "hyperparams.lr_"))])
     assert all(a == b and b in figs and float(x0) < float(x1) for a, b, x0, x1 in links)
 
 

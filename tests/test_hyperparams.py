@@ -18,7 +18,7 @@ from .test_training_health import scan
 
 def changes(a: Any) -> list[tuple[str, str, int, float, float]]:
     return [(f.rule, f.severity.value, f.onset_step, f.evidence["before"], f.evidence["after"])
-            for f in a.findings if f.tracker == "hyperparams" and f.rule != "lr.out_of_range"]
+            for f in a.findings if f.tracker == "hyperparams" and f.rule != "hyperparams.lr_out_of_range"]
 
 
 def lr_rows(values: np.ndarray, **extra: np.ndarray) -> list[dict[str, Any]]:
@@ -32,11 +32,11 @@ def lr_rows(values: np.ndarray, **extra: np.ndarray) -> list[dict[str, Any]]:
 def test_learning_rate_x30_is_critical_with_its_values() -> None:
     lr = np.where(np.arange(240) < 100, 1e-3, 3e-2)
     a = scan(lr_rows(lr), trackers=("hyperparams",))
-    assert changes(a) == [("lr.change", "critical", 100, 0.001, 0.03)]
-    f = next(f for f in a.findings if f.rule == "lr.change")
+    assert changes(a) == [("hyperparams.lr_change", "critical", 100, 0.001, 0.03)]
+    f = next(f for f in a.findings if f.rule == "hyperparams.lr_change")
     assert f.message == "learning rate x30 at step 100: 0.001 -> 0.03"
     # 0.03 is also far above any rate used to fine-tune a language model (a prior)
-    out = next(f for f in a.findings if f.rule == "lr.out_of_range")
+    out = next(f for f in a.findings if f.rule == "hyperparams.lr_out_of_range")
     assert out.severity.value == "critical" and out.onset_step == 100
     assert (f.first_step, f.last_step) == (100, 100)
     assert f.evidence["factor"] == 30.0 and f.evidence["previous_step"] == 99
@@ -58,7 +58,7 @@ def test_schedules_are_not_changes() -> None:
         assert changes(scan(lr_rows(lr), trackers=("hyperparams",))) == []
     step_decay = 1e-4 * 0.1 ** (steps // 800)  # a step schedule: cuts x10 are changes, but info
     a = scan(lr_rows(step_decay), trackers=("hyperparams",))
-    assert [(c[0], c[1], c[2]) for c in changes(a)] == [("lr.change", "info", 800)]
+    assert [(c[0], c[1], c[2]) for c in changes(a)] == [("hyperparams.lr_change", "info", 800)]
     # the two cuts are one finding that lists both (recurrences of a rule are grouped)
     assert [(e["onset_step"], e["severity"]) for e in a.findings[0].episodes] == [(800, "info"), (1600, "info")]
 
@@ -71,10 +71,11 @@ def test_kl_coefficient_clip_range_and_batch_size() -> None:
     batch = np.where(i < 250, 512, 64)  # batch /8
     rows = lr_rows(np.full(n, 1e-5), kl_coef=beta, clip_range=clip, batch_size=batch)
     got = changes(scan(rows, trackers=("hyperparams",)))
-    assert got == [("kl_coef.change", "critical", 150, 0.05, 0.0), ("clip.change", "warning", 200, 0.2, 0.8),
-                   ("batch_size.change", "warning", 250, 512.0, 64.0)]
+    assert got == [("hyperparams.kl_coef_change", "critical", 150, 0.05, 0.0),
+                   ("hyperparams.clip_change", "warning", 200, 0.2, 0.8),
+                   ("hyperparams.batch_size_change", "warning", 250, 512.0, 64.0)]
     on = lr_rows(np.full(n, 1e-5), kl_coef=np.where(i < 150, 0.0, 0.05))  # switched on: info
-    assert [c[:2] for c in changes(scan(on, trackers=("hyperparams",)))] == [("kl_coef.change", "info")]
+    assert [c[:2] for c in changes(scan(on, trackers=("hyperparams",)))] == [("hyperparams.kl_coef_change", "info")]
 
 
 def test_adaptive_controller_moves_are_not_changes() -> None:
@@ -100,10 +101,10 @@ def test_fixture_faults_are_found_and_healthy_runs_have_none() -> None:
     for run in sorted((FIXTURES / "runs").iterdir()):
         found[run.name] = [(f.rule, f.severity.value, f.onset_step)
                            for f in scan_path(run, trackers=["hyperparams"]).findings]
-    assert found["ppo_lr_high"] == [("lr.change", "critical", 100)]
-    assert found["ppo_lr_tiny"] == [("lr.change", "warning", 40)]
-    assert found["ppo_kl_off"] == [("kl_coef.change", "critical", 100)]
-    assert ("lr.change", "critical", 100) in found["ppo_grad_explosion"]
+    assert found["ppo_lr_high"] == [("hyperparams.lr_change", "critical", 100)]
+    assert found["ppo_lr_tiny"] == [("hyperparams.lr_change", "warning", 40)]
+    assert found["ppo_kl_off"] == [("hyperparams.kl_coef_change", "critical", 100)]
+    assert ("hyperparams.lr_change", "critical", 100) in found["ppo_grad_explosion"]
     assert all(not v for k, v in found.items() if "healthy" in k)
 
 
@@ -118,10 +119,10 @@ def test_change_is_in_findings_csv_and_first_domino(tmp_path: Path) -> None:
     paths = write_reports(scan_path(write_jsonl(tmp_path / "steps.jsonl", rows)), tmp_path / "out")
     with open(paths["findings"], newline="", encoding="utf-8") as fh:
         table = list(csv.DictReader(fh))
-    row = next(r for r in table if r["rule"] == "lr.change")
+    row = next(r for r in table if r["rule"] == "hyperparams.lr_change")
     assert row["severity"] == "critical" and row["onset_step"] == "200"
     assert row["message"] == "learning rate x30 at step 200: 1e-06 -> 3e-05"
     import json
 
     d = json.loads(paths["analysis"].read_text())
-    assert d["timeline"]["first_domino"]["rule"] == "lr.change"
+    assert d["timeline"]["first_domino"]["rule"] == "hyperparams.lr_change"

@@ -132,7 +132,7 @@ def test_trl_output_dir_reads_the_newest_trainer_state_over_tensorboard(tmp_path
     assert r.format == "hf-trainer-state" and r.path.endswith("checkpoint-120/trainer_state.json")
     assert a.steps["rows"] == 120
     assert any("not read: TensorBoard event files" in n for n in r.notes)
-    assert any(f.rule == "lr.change" for f in a.findings)  # the lr x30 of grpo_lr_jump
+    assert any(f.rule == "hyperparams.lr_change" for f in a.findings)  # the lr x30 of grpo_lr_jump
     shutil.copy(out / "checkpoint-120" / "trainer_state.json", out / "trainer_state.json")  # the root one, newer
     assert scan_path(out).inputs[0].path == str(out / "trainer_state.json")
 
@@ -193,7 +193,7 @@ def test_wandb_run_folder_with_the_package(tmp_path: Path) -> None:
     ref = scan_path(TRL / "grpo_lr_jump" / "trainer_state.json")
     np.testing.assert_allclose(a.to_pandas(["learning_rate"])["learning_rate"],
                                ref.to_pandas(["learning_rate"])["learning_rate"])
-    assert any(f.rule == "lr.change" for f in a.findings)
+    assert any(f.rule == "hyperparams.lr_change" for f in a.findings)
 
 
 def test_wandb_run_folder_without_the_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -53,7 +53,7 @@ def test_trl_ppo_broken_from_its_first_update(tmp_path: Path) -> None:
                 "episode": steps * 64.0}
     a = scan_path(trl_state(tmp_path / "trainer_state.json", series(40, 2, cols)))
     assert a.meta.algorithm == "ppo" and a.meta.kl_penalty == "reward"
-    tr = [f for f in a.findings if f.rule == "policy.trust_region"]
+    tr = [f for f in a.findings if f.rule == "trust_region.exceeded"]
     assert tr and tr[0].severity.value == "critical" and tr[0].onset_step == 1, alarms(a)
     assert "kl.excessive" in rules(a)
 
@@ -100,15 +100,15 @@ def test_verl_catastrophic_grpo_run(tmp_path: Path) -> None:
     for f in sorted(a.findings, key=lambda f: f.severity.rank):  # the most severe per rule
         if f.severity.value != "info":
             found[f.rule] = f
-    for rule in ("kl.excessive", "length.collapse", "reward.floor", "group.no_signal",
+    for rule in ("kl.excessive", "length.collapse", "signal.reward_floor", "signal.dead_groups",
                  "grad.clip_saturation", "entropy.collapse"):
         assert rule in found, (rule, alarms(a))
-    for rule in ("kl.excessive", "length.collapse", "reward.floor", "grad.clip_saturation"):
+    for rule in ("kl.excessive", "length.collapse", "signal.reward_floor", "grad.clip_saturation"):
         assert found[rule].severity.value == "critical", (rule, alarms(a))
     assert found["kl.excessive"].onset_step <= 3
     assert found["length.collapse"].onset_step <= 12
     # the reward pinned at its floor after a better start: the policy broke (not "too easy")
-    assert "the policy broke" in found["group.no_signal"].message
+    assert "the policy broke" in found["signal.dead_groups"].message
     # the first domino is the KL far out from the first update, and what to do first is to cut
     # the learning rate (not to raise the temperature for the entropy collapse it caused)
     d = a.to_dict()
@@ -145,7 +145,7 @@ def test_dpo_over_optimisation_margins_and_displacement(tmp_path: Path) -> None:
     assert {"pref.overfit", "pref.margin_blowup", "pref.likelihood_displacement"} <= rules(a), alarms(a)
     assert min(f.onset_step for f in a.findings if f.rule == "pref.overfit") <= 8
     # no RL advice on a DPO run: no sampling-KL, entropy or group findings
-    assert not any(r.startswith(("kl.", "entropy.", "group.")) for r in rules(a)), alarms(a)
+    assert not any(r.startswith(("kl.", "entropy.", "signal.dead_groups")) for r in rules(a)), alarms(a)
     # DPO's beta weighs the distance to the reference: raise it, under its own name
     adj = {x["parameter"]: x for x in a.to_dict()["recommendations"]["adjustments"]}
     assert adj["kl_coef"]["direction"] == "raise" and adj["kl_coef"]["text"].startswith("beta: ")

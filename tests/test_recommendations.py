@@ -54,13 +54,14 @@ def test_demo_first_recommendation_restores_the_learning_rate(tmp_path: Path) ->
     d = scan_path(FIXTURES / "runs" / "ppo_lr_high").to_dict()
     rec = d["recommendations"]
     first = rec["adjustments"][0]
-    assert first["parameter"] == "learning_rate" and first["source"] == "lr.change" and first["first_domino"]
+    assert first["parameter"] == "learning_rate" and first["source"] == "hyperparams.lr_change"
+    assert first["first_domino"]
     assert first["new"] == pytest.approx(0.001) and first["current"] == pytest.approx(0.03)
     assert first["priority"] == "immediate" and "x30 jump at step 100" in first["text"]
     assert rec["priorities"]["immediate"][0].startswith("learning rate: 0.03 -> 0.001 (restore)")
     assert "x30" in rec["priorities"]["immediate"][0]
     assert rec["config_patch"]["config"] == {"lr": 0.001}  # run.json's own key, a number
-    assert rec["first_domino"]["rule"] == "lr.change"
+    assert rec["first_domino"]["rule"] == "hyperparams.lr_change"
     # the adaptive controller's beta (about 5 by the end) is not patched with a made-up value
     assert "kl_coef_init" not in rec["config_patch"] and "beta" not in json.dumps(rec["config_patch"])
 
@@ -89,7 +90,7 @@ def test_no_parameter_raised_and_lowered_and_no_finding_contradicted(
         lr = next((a for a in rec["adjustments"] if a["parameter"] == "learning_rate"), None)
         for f in d["findings"]:
             ev = f.get("evidence") or {}
-            if f["rule"] == "lr.out_of_range" and ev["learning_rate"] > ev["prior_high"]:
+            if f["rule"] == "hyperparams.lr_out_of_range" and ev["learning_rate"] > ev["prior_high"]:
                 assert lr is not None and lr["new"] is not None and lr["new"] <= ev["prior_high"], (path, lr)
         # the patch holds numbers only, under real keys
         for value in _leaves(rec["config_patch"]):
@@ -265,7 +266,7 @@ def test_a_catastrophic_learning_rate_is_fixed_alone(run: str) -> None:
     """A learning rate 100-500x too high: the patch holds the rate alone; clip-higher, a warmer
     sampling temperature, a larger beta wait in the "if it persists after the fix" list."""
     rec = _rec(run)
-    assert rec["root_cause"] == "lr.out_of_range"
+    assert rec["root_cause"] == "hyperparams.lr_out_of_range"
     assert list(rec["config_patch"]) == ["learning_rate"] and rec["config_patch"]["learning_rate"] <= 1e-5
     said = " ".join(p for ps in rec["priorities"].values() for p in ps)
     assert "temperature" not in said and "clip" not in said and "beta" not in said, said
@@ -278,7 +279,7 @@ def test_a_catastrophic_learning_rate_is_fixed_alone(run: str) -> None:
 
 def test_a_learning_rate_jump_is_restored_alone() -> None:
     rec = _rec("grpo_lr_jump")
-    assert rec["root_cause"] == "lr.change" and rec["config_patch"] == {"learning_rate": 0.0001}
+    assert rec["root_cause"] == "hyperparams.lr_change" and rec["config_patch"] == {"learning_rate": 0.0001}
     assert rec["if_persists_patch"] == {"max_grad_norm": 0.8}
 
 
@@ -341,7 +342,7 @@ def test_every_adjustment_has_the_trainers_key_and_a_logged_value() -> None:
     assert beta["key"] == "beta" and beta["current"] == 0.1 and beta["new"] == 0.2
     assert beta["current_from"].startswith("assumed: DPOConfig's default")
     # a DPO learning rate of 1e-3 is the root cause (critical for preference optimisation): beta waits
-    assert overfit["root_cause"] == "lr.out_of_range" and overfit["if_persists_patch"]["beta"] == 0.2
+    assert overfit["root_cause"] == "hyperparams.lr_out_of_range" and overfit["if_persists_patch"]["beta"] == 0.2
     assert _rec("grpo_max_len_small")["config_patch"] == {"max_completion_length": 6}
     assert _rec("rloo_max_len_small")["config_patch"] == {"max_completion_length": 8}  # 7.5 tokens: 8
     real = SHARED_LOGS / "calibration" / "trl_grpo_qwen0.5b_patch2prod_alltruncated-saturated.txt"

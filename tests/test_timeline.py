@@ -75,21 +75,21 @@ def test_scan_carries_timeline_with_links(tmp_path: Path) -> None:
     d = scan_path(path).to_dict()
     tl = d["timeline"]
     rules = [e["rule"] for e in tl["events"]]
-    assert "lr.change" in rules
+    assert "hyperparams.lr_change" in rules
     onsets = [e["onset_step"] for e in tl["events"]]
     assert onsets == sorted(onsets)
     pairs = {(lk["cause_rule"], lk["effect_rule"]) for lk in tl["links"]}
     grad = next(r for r in rules if r.startswith("grad."))
-    assert ("lr.change", grad) in pairs
+    assert ("hyperparams.lr_change", grad) in pairs
     assert (grad, "kl.spike") in pairs
     dom = tl["first_domino"]
-    assert dom["rule"] == "lr.change" and dom["severity"] == "critical"  # x10: critical
+    assert dom["rule"] == "hyperparams.lr_change" and dom["severity"] == "critical"  # x10: critical
     assert dom["message"] == "learning rate x10 at step 300: 1e-06 -> 1e-05"
-    assert d["findings"][dom["finding_index"]]["rule"] == "lr.change"
-    assert tl["first_domino"]["chain_rules"][:3] == ["lr.change", grad, "kl.spike"]
+    assert d["findings"][dom["finding_index"]]["rule"] == "hyperparams.lr_change"
+    assert tl["first_domino"]["chain_rules"][:3] == ["hyperparams.lr_change", grad, "kl.spike"]
     if "reward.decline" in rules:  # when the rewards tracker is registered
         assert ("kl.spike", "reward.decline") in pairs
-        assert tl["first_domino"]["chain_rules"] == ["lr.change", grad, "kl.spike", "reward.decline"]
+        assert tl["first_domino"]["chain_rules"] == ["hyperparams.lr_change", grad, "kl.spike", "reward.decline"]
     # info findings are never effects
     info = {e["id"] for e in tl["events"] if e["severity"] == "info"}
     assert not any(lk["effect"] in info for lk in tl["links"])
@@ -103,11 +103,11 @@ def test_repeated_causes_link_once_to_the_nearest() -> None:
 
 def test_a_configuration_change_is_a_cause() -> None:
     """A change of the KL coefficient, clip range or batch size links to what it explains."""
-    tl = build_timeline([_f("kl_coef.change", 100), _f("kl.runaway", 180),
-                         _f("clip.change", 400), _f("grad.spike", 420)], step_span=1000)
+    tl = build_timeline([_f("hyperparams.kl_coef_change", 100), _f("kl.runaway", 180),
+                         _f("hyperparams.clip_change", 400), _f("grad.spike", 420)], step_span=1000)
     pairs = {(lk["cause_rule"], lk["effect_rule"]) for lk in tl["links"]}
-    assert pairs == {("kl_coef.change", "kl.runaway"), ("clip.change", "grad.spike")}
-    assert tl["first_domino"]["rule"] == "kl_coef.change"
+    assert pairs == {("hyperparams.kl_coef_change", "kl.runaway"), ("hyperparams.clip_change", "grad.spike")}
+    assert tl["first_domino"]["rule"] == "hyperparams.kl_coef_change"
 
 
 def test_timeline_work_is_bounded_by_the_reach_of_its_rules() -> None:

@@ -411,7 +411,7 @@ def test_throughput_degradation_and_memory_growth() -> None:
     a = scan(rows, trackers=("throughput",))
     deg = findings(a, "throughput.degradation")
     assert len(deg) == 1 and 400 <= deg[0].onset_step <= 420 and deg[0].evidence["series"] == "step_time"
-    mem = findings(a, "resource.memory_growth")
+    mem = findings(a, "throughput.memory_growth")
     assert len(mem) == 1 and mem[0].evidence["series"] == "gpu_mem_allocated_gb"
     assert 300 <= mem[0].onset_step <= 500
     # a tokens/s collapse

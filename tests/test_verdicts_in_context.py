@@ -89,8 +89,8 @@ def test_a_rising_learning_rate_is_a_warmup_not_out_of_range() -> None:
     a = _scan({"learning_rate": lr, "rewards/margins": np.linspace(0, 1, n),
                "rewards/accuracies": np.full(n, 0.6), "loss": np.linspace(0.69, 0.5, n),
                "epoch": np.linspace(0.01, 0.6, n)}, {"algorithm": "dpo"})
-    assert not [f for f in a.findings if f.rule == "lr.out_of_range"]
-    unfinished = [f for f in a.findings if f.rule == "lr.warmup_unfinished"]
+    assert not [f for f in a.findings if f.rule == "hyperparams.lr_out_of_range"]
+    unfinished = [f for f in a.findings if f.rule == "hyperparams.lr_warmup_unfinished"]
     # the log stops mid-epoch: a run stopped inside its warm-up is information
     assert unfinished and unfinished[0].severity.value == "info"
 
@@ -99,22 +99,22 @@ def test_a_warmup_that_outlasts_a_completed_run_is_a_warning() -> None:
     n = 300
     a = _scan({"learning_rate": np.linspace(1e-9, 1.1e-7, n), "loss": np.linspace(0.7, 0.55, n),
                "epoch": np.linspace(0.01, 3.0, n)}, {"algorithm": "dpo"})
-    found = [f for f in a.findings if f.rule == "lr.warmup_unfinished"]
+    found = [f for f in a.findings if f.rule == "hyperparams.lr_warmup_unfinished"]
     assert found and found[0].severity.value == "warning"
 
 
 def test_a_constant_learning_rate_far_below_range_is_still_found() -> None:
     n = 100
     a = _scan({"learning_rate": np.full(n, 1e-9), "loss": np.full(n, 0.69)}, {"algorithm": "dpo"})
-    assert _alarms(a, "lr.out_of_range")
+    assert _alarms(a, "hyperparams.lr_out_of_range")
 
 
 def test_learning_rate_ceiling_by_family() -> None:
     n = 50
     dpo = _scan({"learning_rate": np.full(n, 1e-3), "rewards/margins": np.linspace(0, 1, n)}, {"algorithm": "dpo"})
     rl = _scan({"learning_rate": np.full(n, 1e-3), "kl": np.full(n, 0.01)}, {"algorithm": "grpo"})
-    assert [f.severity.value for f in dpo.findings if f.rule == "lr.out_of_range"] == ["critical"]
-    assert not [f for f in rl.findings if f.rule == "lr.out_of_range"]
+    assert [f.severity.value for f in dpo.findings if f.rule == "hyperparams.lr_out_of_range"] == ["critical"]
+    assert not [f for f in rl.findings if f.rule == "hyperparams.lr_out_of_range"]
 
 
 def test_one_group_per_step_ties_often_without_an_alarm() -> None:
@@ -124,7 +124,7 @@ def test_one_group_per_step_ties_often_without_an_alarm() -> None:
     std = np.where(r.random(n) < 64 / 250, 0.0, 0.3)
     reward = np.clip(0.3 + 0.002 * np.arange(n) + r.normal(0, 0.05, n), 0, 1)
     a = _scan({"reward": reward, "reward_std": std}, {"algorithm": "grpo"})
-    assert not _alarms(a, "group.no_signal")
+    assert not _alarms(a, "signal.dead_groups")
 
 
 def test_groups_exist_only_in_group_methods() -> None:
@@ -132,7 +132,7 @@ def test_groups_exist_only_in_group_methods() -> None:
     n = 100
     a = _scan({"grad_norm": np.zeros(n), "loss": np.full(n, 0.6914), "rewards/margins": np.zeros(n),
                "rewards/accuracies": np.zeros(n)}, {"algorithm": "dpo"})
-    assert not [f for f in a.findings if f.rule == "group.no_signal"]
+    assert not [f for f in a.findings if f.rule == "signal.dead_groups"]
     assert _alarms(a, "grad.vanish")
     assert not any("nan" in f.message for f in a.findings)
 

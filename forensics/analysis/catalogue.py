@@ -7,7 +7,7 @@ import textwrap
 
 from ..config import RunMeta, allowed_of
 
-__all__ = ["metrics_read_by", "readers", "rule_titles", "rules_markdown"]
+__all__ = ["WINDOW_ISSUES_NOTE", "metrics_read_by", "readers", "rule_titles", "rules_markdown", "window_issues"]
 
 
 def _cell(text: str) -> str:
@@ -70,6 +70,29 @@ def _custom_rules() -> list[str]:
             "built-in ones; `scan`, `watch`, `gate` and the trainer callback run them.", ""]
 
 
+#: What the window issues are, beside the rules (the catalogue's and ``forensics rules``' note).
+WINDOW_ISSUES_NOTE = ("Window issues: the health check judges each window (an epoch or a block of rows) against "
+                      "the earlier ones; an issue is listed in the window table (analysis.json windows[].issues) "
+                      "and ranked in the recommendations, not raised as a finding. (*): only where the loss "
+                      "is a progress signal (its window mean loss_level_sigmas standard deviations from zero, "
+                      "and the algorithm not a critic-free group method: GRPO, RLOO, DAPO).")
+
+
+def window_issues() -> list[dict[str, str]]:
+    """The windows tracker's issues (the health check's :data:`RULE_TABLE`), as rules are listed:
+    ``id``, ``priority``, ``title``, ``condition`` and ``remedy``."""
+    from .trackers.health_check import RULE_TABLE
+
+    return [{"id": r.issue, "priority": r.priority, "title": r.description, "condition": r.condition,
+             "remedy": r.remedy} for r in RULE_TABLE]
+
+
+def _window_issues_markdown() -> list[str]:
+    return [WINDOW_ISSUES_NOTE, "", "| issue | priority | when | what to change |", "| --- | --- | --- | --- |",
+            *[f"| `{i['id']}` | {i['priority']} | **{_cell(i['title'])}.** {_cell(i['condition'])} | "
+              f"{_cell(i['remedy'])} |" for i in window_issues()], ""]
+
+
 def rules_markdown() -> str:
     """Every tracker with its parameters and rules; run metadata fields at the end."""
     from .trackers import TRACKERS, all_rules, param_rows
@@ -93,6 +116,8 @@ def rules_markdown() -> str:
             out += [f"| `{r.id}` | {r.severity.value} | **{_cell(r.title)}.** {_cell(r.explanation)}"
                     f" | {_cell(r.remedy)} |" for r in rules]
             out.append("")
+        if name == "windows":
+            out += _window_issues_markdown()
         if cls is not None:
             out += [f"Parameters (`[{name}]` in a config file):", "",
                     "| parameter | default | allowed | meaning |", "| --- | --- | --- | --- |"]
@@ -100,11 +125,28 @@ def rules_markdown() -> str:
                     for n, d, doc, allowed in param_rows(name)]
             out.append("")
     out += _custom_rules()
+    out += _renamed_rules()
     out += ["## Run metadata", "", "`run.json` beside the logs, or `[run]` in a config file.", "",
             "| field | allowed | meaning |", "| --- | --- | --- |"]
     out += [f"| `{f.name}` | {_cell(allowed_of(f).describe())} | {_cell(f.metadata.get('doc', ''))} |"
             for f in dataclasses.fields(RunMeta)]
     return "\n".join(out) + "\n"
+
+
+def _renamed_rules() -> list[str]:
+    """The table of old rule ids and the ids they have now."""
+    from .trackers import renamed_rules
+
+    renamed = renamed_rules()
+    if not renamed:
+        return []
+    return ["## Renamed rules", "",
+            "A rule id's prefix names the module that holds the rule (`hyperparams.*` in "
+            "`trackers/hyperparams.py`). The old ids still work in gate policies (a glob matches a "
+            "rule by its old id too) and in saved analyses read by `diff`, `gate`, `report` and "
+            "`export`; each one read prints a `warning:` line naming the new id.", "",
+            "| old id | id now |", "| --- | --- |",
+            *[f"| `{old}` | `{new}` |" for old, new in sorted(renamed.items())], ""]
 
 
 def rule_titles() -> dict[str, str]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..config import RunMeta, algorithm_family, normalise_algorithm
+from .trainer_keys import printed_keys
 
 __all__ = ["RunContext", "infer_context", "key_set_algorithm"]
 
@@ -87,17 +88,10 @@ _OPENRLHF_ESTIMATORS = {
 #: Config keys that name the advantage estimator, with their value -> algorithm tables.
 _ESTIMATOR_KEYS = (("algorithm.adv_estimator", _VERL_ESTIMATORS), ("advantage_estimator", _OPENRLHF_ESTIMATORS))
 
-#: Trainer config keys (dotted, as the log prints them) -> RunMeta field, first match wins.
-_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
-    "learning_rate": ("actor_rollout_ref.actor.optim.lr", "actor_learning_rate", "learning_rate"),
-    "max_grad_norm": ("actor_rollout_ref.actor.grad_clip", "actor_rollout_ref.actor.optim.clip_grad",
-                      "max_norm", "max_grad_norm"),
-    "clip_range": ("actor_rollout_ref.actor.clip_ratio", "actor_rollout_ref.actor.clip_ratio_low",
-                   "eps_clip", "cliprange", "epsilon"),
-    "max_length": ("data.max_response_length", "actor_rollout_ref.rollout.response_length",
-                   "generate_max_len", "max_answer_seq_len", "max_completion_length", "response_length"),
-    "group_size": ("actor_rollout_ref.rollout.n", "n_samples_per_prompt", "num_generations"),
-}
+#: The RunMeta fields read from a trainer's printed config, under any trainer's key for them
+#: (:data:`forensics.analysis.trainer_keys.CONFIG_KEYS`, dotted as the log prints them; first
+#: match wins).
+_CONFIG_FIELDS = ("learning_rate", "max_grad_norm", "clip_range", "max_length", "group_size")
 
 
 @dataclass
@@ -199,8 +193,8 @@ def _from_config(ctx: RunContext, config: dict[str, Any], origin: str) -> None:
             if algo is not None:
                 ctx.set("algorithm", algo, f"{where}: {key}={estimator}")
                 ctx.set("family", algorithm_family(algo), f"{where}: {key}={estimator}")
-    for name, keys in _CONFIG_KEYS.items():
-        hit = _first(config, keys)
+    for name in _CONFIG_FIELDS:
+        hit = _first(config, printed_keys(name))
         if hit is not None and _number(hit[1]) is not None:
             ctx.set(name, _number(hit[1]), f"{where}: {hit[0]}={hit[1]}")
     _kl_from_verl(ctx, config, where)

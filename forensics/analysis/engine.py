@@ -39,9 +39,10 @@ from .context import infer_context
 from .diagnosis.consequence import Consequences, apply_consequences
 from .diagnosis.diagnose import diagnose
 from .diagnosis.health import health_scores
-from .findings import STREAM_RULES, Finding
+from .findings import Finding
 from .result import Analysis
 from .store import MetricsStore
+from .stream import stream_findings
 from .trackers import TRACKERS, Tracker, build_params
 from .trackers.base import TrackerResult, tracker_score
 from .trackers.custom import CustomRules, config_rules
@@ -296,13 +297,13 @@ class Scan:
         findings: list[Finding] = [f for r in results for f in r.findings]
         self._judge_consequences(findings, results)
         self._name_source_keys(findings)
-        stream_findings = self._stream_findings()
-        findings.extend(stream_findings)
+        streams = self._stream_findings()
+        findings.extend(streams)
         findings.sort(key=Finding.sort_key)
         sample_series: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for r in results:
             sample_series.update(r.series)
-        health = health_scores(results, stream_findings, self.rows)
+        health = health_scores(results, streams, self.rows)
         steps = {
             "rows": self.rows,
             "first": self.first_step,
@@ -399,36 +400,7 @@ class Scan:
                 f.evidence["source_keys"] = {k: to_source.get(v, v) for k, v in keys.items()}
 
     def _stream_findings(self) -> list[Finding]:
-        out: list[Finding] = []
-        spec = STREAM_RULES[0]
-        for r in self.order.replays:
-            out.append(Finding(
-                rule=spec.id, severity=spec.severity, first_step=r.to_step,
-                last_step=max(r.from_step, r.last_step), onset_step=r.from_step,
-                message=(f"step went back from {r.from_step} to {r.to_step} at line {r.line}: "
-                         f"{r.rows} replayed rows set aside (first record of each step kept)"),
-                remedy=spec.remedy, tracker="stream",
-                evidence={"went_back_from": r.from_step, "went_back_to": r.to_step,
-                          "line": r.line, "replayed_rows": r.rows},
-                explanation=spec.explanation))
-        spec = STREAM_RULES[1]
-        for rep in sorted(self.reports, key=lambda rep: rep.path):
-            n = rep.rows_skipped - rep.skipped.get("step replayed", 0)
-            if n <= 0:
-                continue
-            first = rep.issues[0] if rep.issues else None
-            out.append(Finding(
-                rule=spec.id, severity=spec.severity,
-                first_step=self.first_step or 0, last_step=self.last_step or 0,
-                onset_step=self.first_step or 0,
-                message=f"{n} of {rep.rows_read} rows of {Path(rep.path).name} skipped"
-                        + (f" (first: line {first.line}: {first.reason})" if first else ""),
-                remedy=spec.remedy, tracker="stream",
-                evidence={"path": rep.path, "rows_skipped": n, "rows_read": rep.rows_read,
-                          "by_reason": {k: v for k, v in rep.skipped.items()
-                                        if k != "step replayed"}},
-                explanation=spec.explanation))
-        return out
+        return stream_findings(self.order.replays, self.reports, self.first_step or 0, self.last_step or 0)
 
 
 def map_not_found_text(m: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-__all__ = ["STREAM_RULES", "Finding", "RuleSpec", "Severity", "group_recurrences"]
+__all__ = ["NON_FINITE", "Finding", "RuleRenamed", "RuleSpec", "Severity", "group_recurrences", "non_finite_reason"]
 
 
 class Severity(str, Enum):
@@ -32,12 +32,20 @@ class Severity(str, Enum):
 _RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 
 
+class RuleRenamed(FutureWarning):
+    """An old rule id was read (in a gate policy or a saved analysis): it still works, as the
+    rule's new id; the message names the new id. The command line prints it as a ``warning:``
+    line."""
+
+
 @dataclass(frozen=True)
 class RuleSpec:
     """A rule a tracker can fire: stable id, default severity, what it means and what to do.
 
     ``params`` names the tracker parameters that shape the rule, so ``forensics rules`` can list
-    them beside it; ``stability`` marks rules that count against the stability score.
+    them beside it; ``stability`` marks rules that count against the stability score;
+    ``formerly`` lists the ids the rule had before (still read, with a deprecation warning, in
+    gate policies and saved analyses).
     """
 
     id: str
@@ -48,22 +56,50 @@ class RuleSpec:
     params: tuple[str, ...] = ()
     source: str = ""
     stability: bool = False
+    formerly: tuple[str, ...] = ()
+
+
+#: The key beside a null that stood for a non-finite number: ``{"peak": null, "non_finite":
+#: {"peak": "inf"}}`` (list items by index: ``"values[2]"``). Every output spells a non-finite
+#: number so: null in JSON (and in the CSV's evidence column), an empty cell in a CSV table; the
+#: reason is how Python prints the number (``nan``, ``inf``, ``-inf``), as messages show it.
+NON_FINITE = "non_finite"
+
+
+def non_finite_reason(value: float) -> str:
+    """``nan``, ``inf`` or ``-inf``, as Python prints the number (and a finding's message shows it)."""
+    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+
+
+def _number(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value  # a numpy scalar as a Python one
+
+
+def _reasons(value: Any, path: str) -> dict[str, str]:
+    """The non-finite numbers in ``value`` (a list's items, by index), by path; a dict inside
+    names its own (see :func:`_clean`)."""
+    value = _number(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return {path: non_finite_reason(value)}
+    if isinstance(value, (list, tuple)):
+        return {k: r for i, v in enumerate(value) for k, r in _reasons(v, f"{path}[{i}]").items()}
+    return {}
 
 
 def _clean(value: Any) -> Any:
-    """Make evidence JSON-safe and stable: round floats, map non-finite floats to strings."""
+    """Make evidence JSON-safe and stable: floats rounded to 6 digits, a non-finite one as None
+    with its reason beside it (:data:`NON_FINITE`)."""
+    value = _number(value)
     if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        return float(f"{value:.6g}")
+        return float(f"{value:.6g}") if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        out = {str(k): _clean(v) for k, v in value.items()}
+        reasons = {r: why for k, v in value.items() for r, why in _reasons(v, str(k)).items()}
+        if reasons:
+            out[NON_FINITE] = {**(out.get(NON_FINITE) or {}), **reasons}
+        return out
     if isinstance(value, (list, tuple)):
         return [_clean(v) for v in value]
-    if hasattr(value, "item"):  # numpy scalar
-        return _clean(value.item())
     return value
 
 
@@ -133,25 +169,6 @@ class Finding:
             explanation=d.get("explanation", ""),
             episodes=list(d.get("episodes") or []),
         )
-
-
-#: Rules the engine raises about the stream itself (not a tracker's).
-STREAM_RULES = (
-    RuleSpec(
-        "stream.step_replay", Severity.WARNING, "Steps logged again (resumed run)",
-        "The step counter went back: the run was resumed from a checkpoint and re-logged steps "
-        "it had logged before. The first record of each step is analysed; the replayed rows are "
-        "counted and left out.",
-        "Check why the run restarted (crash, pre-emption, NaN) around the step it went back "
-        "from; resume from the latest checkpoint, or log to a fresh file per attempt.",
-    ),
-    RuleSpec(
-        "stream.rows_skipped", Severity.WARNING, "Rows could not be read",
-        "Some rows of the input were malformed or truncated and were skipped; the analysis "
-        "covers the rest.",
-        "Look at the listed lines; a truncated last line means the writer was killed mid-write.",
-    ),
-)
 
 
 def group_recurrences(findings: list[Finding], sizes: dict[int, int],

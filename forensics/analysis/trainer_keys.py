@@ -39,7 +39,8 @@ from typing import Any
 
 from ..config import algorithm_family
 
-__all__ = ["PARAMETERS", "Trainer", "set_key", "trainer_for"]
+__all__ = ["CONFIG_KEYS", "PARAMETERS", "ConfigKey", "Trainer", "config_keys", "printed_keys", "set_key",
+           "trainer_for", "trainer_keys"]
 
 #: The parameters recommendations change, with their names in words.
 PARAMETERS = {
@@ -54,32 +55,97 @@ PARAMETERS = {
     "batch_size": "batch size",
 }
 
-_TRAINING_ARGUMENTS = {"learning_rate": "learning_rate", "max_grad_norm": "max_grad_norm",
-                       "batch_size": "per_device_train_batch_size"}
-_TRL_GROUP = {**_TRAINING_ARGUMENTS, "kl_coef": "beta", "temperature": "temperature",
-              "max_length": "max_completion_length", "clip_range": "epsilon",
-              "clip_range_high": "epsilon_high"}
-_TRL_ON_POLICY = {**_TRAINING_ARGUMENTS, "kl_coef": "kl_coef", "temperature": "temperature",
-                  "max_length": "response_length", "clip_range": "cliprange"}
-_TRL_DPO = {**_TRAINING_ARGUMENTS, "kl_coef": "beta"}
-_VERL = {"learning_rate": "actor_rollout_ref.actor.optim.lr",
-         "kl_horizon": "algorithm.kl_ctrl.horizon",
-         "max_grad_norm": "actor_rollout_ref.actor.grad_clip",
-         "temperature": "actor_rollout_ref.rollout.temperature",
-         "max_length": "data.max_response_length",
-         "clip_range": "actor_rollout_ref.actor.clip_ratio",
-         "clip_range_high": "actor_rollout_ref.actor.clip_ratio_high",
-         "batch_size": "data.train_batch_size"}
-_OPENRLHF = {"learning_rate": "actor_learning_rate", "kl_coef": "init_kl_coef", "kl_horizon": "kl_horizon",
-             "max_grad_norm": "max_norm", "temperature": "temperature", "max_length": "generate_max_len",
-             "clip_range": "eps_clip", "batch_size": "train_batch_size"}
+@dataclass(frozen=True)
+class ConfigKey:
+    """One key a parameter is stored under, and who uses that spelling: the key sets of the
+    trainers that write it (:data:`KEY_SETS`), and ``generic`` for a spelling a free-form config
+    (run.json's ``config``, a config passed to the online health check) may use."""
+
+    key: str
+    used_by: tuple[str, ...]
+
+
+_K = ConfigKey
+#: TRL's trainers inherit transformers' TrainingArguments.
+_HF = ("transformers", "trl_group", "trl_on_policy", "trl_dpo")
+
+#: The one table of trainer config keys: parameter -> its keys, in the order a config is searched
+#: (first match wins). Every reader and writer derives from it: the run context reads the
+#: trainers' keys from a printed config (:func:`printed_keys`), the online health check and
+#: run.json's ``config`` the keys they may hold (:func:`config_keys`), and a recommendation writes
+#: each trainer's first key (:func:`trainer_keys`).
+CONFIG_KEYS: dict[str, tuple[ConfigKey, ...]] = {
+    "learning_rate": (_K("actor_rollout_ref.actor.optim.lr", ("verl",)),
+                      _K("actor_learning_rate", ("openrlhf",)),
+                      _K("learning_rate", (*_HF, "generic")),
+                      _K("lr", ("generic",))),
+    "kl_coef": (_K("kl_coef", ("trl_on_policy",)),
+                _K("beta", ("trl_group", "trl_dpo")),
+                _K("init_kl_coef", ("openrlhf",)),
+                # veRL: KL as a loss (GRPO) or in the reward (PPO); trainer_for picks by the log
+                _K("actor_rollout_ref.actor.kl_loss_coef", ("verl_kl_loss",)),
+                _K("algorithm.kl_ctrl.kl_coef", ("verl_kl_reward",))),
+    "kl_horizon": (_K("algorithm.kl_ctrl.horizon", ("verl",)),
+                   _K("kl_horizon", ("openrlhf",))),
+    "max_grad_norm": (_K("actor_rollout_ref.actor.grad_clip", ("verl",)),
+                      _K("actor_rollout_ref.actor.optim.clip_grad", ("verl_megatron",)),
+                      _K("max_norm", ("openrlhf",)),
+                      _K("max_grad_norm", _HF)),
+    "temperature": (_K("temperature", ("trl_group", "trl_on_policy", "openrlhf", "generic")),
+                    _K("actor_rollout_ref.rollout.temperature", ("verl",))),
+    "max_length": (_K("data.max_response_length", ("verl",)),
+                   _K("actor_rollout_ref.rollout.response_length", ("verl_rollout",)),
+                   _K("generate_max_len", ("openrlhf",)),
+                   _K("max_answer_seq_len", ("deepspeed_chat",)),
+                   _K("max_completion_length", ("trl_group",)),
+                   _K("response_length", ("trl_on_policy",))),
+    "clip_range": (_K("actor_rollout_ref.actor.clip_ratio", ("verl",)),
+                   _K("actor_rollout_ref.actor.clip_ratio_low", ("verl_dual_clip",)),
+                   _K("eps_clip", ("openrlhf", "generic")),
+                   _K("cliprange", ("trl_on_policy", "generic")),
+                   _K("epsilon", ("trl_group",)),
+                   _K("clip_range", ("generic",)),
+                   _K("clip_eps", ("generic",))),
+    "clip_range_high": (_K("actor_rollout_ref.actor.clip_ratio_high", ("verl",)),
+                        _K("epsilon_high", ("trl_group",))),
+    "batch_size": (_K("data.train_batch_size", ("verl",)),
+                   _K("train_batch_size", ("openrlhf",)),
+                   _K("per_device_train_batch_size", _HF),
+                   _K("batch_size", ("generic",))),
+    "group_size": (_K("actor_rollout_ref.rollout.n", ("verl",)),
+                   _K("n_samples_per_prompt", ("openrlhf",)),
+                   _K("num_generations", ("trl_group",))),
+}
+
+
+def trainer_keys(key_set: str) -> dict[str, str]:
+    """Parameter -> the key a trainer's key set writes it under (its first key in the table).
+
+    >>> trainer_keys("trl_dpo")
+    {'learning_rate': 'learning_rate', 'kl_coef': 'beta', 'max_grad_norm': 'max_grad_norm', \
+'batch_size': 'per_device_train_batch_size'}
+    """
+    out: dict[str, str] = {}
+    for parameter, keys in CONFIG_KEYS.items():
+        key = next((k.key for k in keys if key_set in k.used_by), None)
+        if key is not None and parameter in PARAMETERS:
+            out[parameter] = key
+    return out
+
+
+def printed_keys(parameter: str) -> tuple[str, ...]:
+    """The keys a trainer's printed config may hold ``parameter`` under (any trainer's spelling)."""
+    return tuple(k.key for k in CONFIG_KEYS.get(parameter, ()) if set(k.used_by) - {"generic"})
+
+
+def config_keys(parameter: str, generic_only: bool = False) -> tuple[str, ...]:
+    """Every key a config may hold ``parameter`` under (``generic_only``: the spellings of a
+    free-form config, as run.json's ``config``)."""
+    return tuple(k.key for k in CONFIG_KEYS.get(parameter, ()) if not generic_only or "generic" in k.used_by)
+
+
 _RUN_JSON = {"kl_coef": "kl_coef_init", "kl_horizon": "kl_horizon", "max_grad_norm": "max_grad_norm",
              "max_length": "max_length"}
-#: Keys of run.json's free ``config`` object that a parameter is recognised under (only keys the
-#: run's config already holds are used).
-_RUN_CONFIG = {"learning_rate": ("learning_rate", "lr"), "temperature": ("temperature",),
-               "clip_range": ("clip_range", "cliprange", "clip_eps", "eps_clip"),
-               "batch_size": ("batch_size",)}
 
 
 @dataclass(frozen=True)
@@ -127,25 +193,26 @@ def _trl(algorithm: str | None, source_keys: Iterable[str]) -> Trainer:
     algo = algorithm or ""
     family = algorithm_family(algo)
     if algo == "ppo":
-        return Trainer("TRL", "PPOConfig", "fields", _TRL_ON_POLICY)
+        return Trainer("TRL", "PPOConfig", "fields", trainer_keys("trl_on_policy"))
     if algo == "rloo":
         if any(k.startswith("objective/") for k in source_keys):  # RLOO before v0.23 (on-policy API)
-            return Trainer("TRL", "RLOOConfig (before v0.23)", "fields", _TRL_ON_POLICY)
-        return Trainer("TRL", "RLOOConfig", "fields", _TRL_GROUP, defaults=_GROUP_DEFAULTS)
+            return Trainer("TRL", "RLOOConfig (before v0.23)", "fields", trainer_keys("trl_on_policy"))
+        return Trainer("TRL", "RLOOConfig", "fields", trainer_keys("trl_group"), defaults=_GROUP_DEFAULTS)
     if family == "group":
-        return Trainer("TRL", "GRPOConfig", "fields", _TRL_GROUP, defaults=_GROUP_DEFAULTS)
+        return Trainer("TRL", "GRPOConfig", "fields", trainer_keys("trl_group"), defaults=_GROUP_DEFAULTS)
     if family == "preference":
         # TRL's DPOConfig and KTOConfig default beta to 0.1 (ORPO, CPO: their own beta)
         return Trainer("TRL", "DPOConfig" if algo in ("dpo", "ipo", "online_dpo") else f"{algo.upper()}Config",
-                       "fields", _TRL_DPO, defaults={"kl_coef": 0.1} if algo in ("dpo", "ipo", "kto") else {})
-    return Trainer("TRL", "TrainingArguments (algorithm unknown)", "fields", _TRAINING_ARGUMENTS)
+                       "fields", trainer_keys("trl_dpo"),
+                       defaults={"kl_coef": 0.1} if algo in ("dpo", "ipo", "kto") else {})
+    return Trainer("TRL", "TrainingArguments (algorithm unknown)", "fields", trainer_keys("transformers"))
 
 
 def _keys_read(context: Mapping[str, Any] | None, known: Mapping[str, str]) -> dict[str, str]:
     """The config keys the run context took each parameter from (``... clip_grad=1.0``).
 
     >>> _keys_read({"max_grad_norm": {"value": 1.0, "from": "trainer config: "
-    ...             "actor_rollout_ref.actor.optim.clip_grad=1.0"}}, _VERL)
+    ...             "actor_rollout_ref.actor.optim.clip_grad=1.0"}}, trainer_keys("verl"))
     {'max_grad_norm': 'actor_rollout_ref.actor.optim.clip_grad'}
     """
     out = {}
@@ -190,19 +257,19 @@ def trainer_for(formats: Iterable[str], algorithm: str | None, source_keys: Iter
         if fmt in ("verl-console", "verl-jsonl"):
             kl_loss = any(k.startswith("actor/kl_loss") for k in keys) or (
                 algorithm_family(algorithm) == "group" and not any("kl_penalty" in k for k in keys))
-            kl_key = "actor_rollout_ref.actor.kl_loss_coef" if kl_loss else "algorithm.kl_ctrl.kl_coef"
+            verl = {**trainer_keys("verl"), **trainer_keys("verl_kl_loss" if kl_loss else "verl_kl_reward")}
             return Trainer("veRL", "veRL config (Hydra overrides)", "dotted",
-                           {**_VERL, "kl_coef": kl_key, **_keys_read(context, _VERL)}, frozenset(printed))
+                           {**verl, **_keys_read(context, verl)}, frozenset(printed))
         if fmt == "openrlhf-console":
-            return Trainer("OpenRLHF", "OpenRLHF arguments (train_ppo_ray)", "arguments", _OPENRLHF)
+            return Trainer("OpenRLHF", "OpenRLHF arguments (train_ppo_ray)", "arguments", trainer_keys("openrlhf"))
         if fmt == "hf-console" and algorithm_family(algorithm or "") is not None:
             return _trl(algorithm, keys)  # TRL's trainers print their metric dicts to the console too
         if fmt in ("llamafactory", "hf-console"):
-            return Trainer("Hugging Face Trainer", "TrainingArguments", "fields", _TRAINING_ARGUMENTS)
+            return Trainer("Hugging Face Trainer", "TrainingArguments", "fields", trainer_keys("transformers"))
         if fmt in ("jsonl", "parquet", "parquet-parts"):
             found = dict(_RUN_JSON)
-            for parameter, names in _RUN_CONFIG.items():
-                for name in names:
+            for parameter in PARAMETERS:
+                for name in config_keys(parameter, generic_only=True):
                     if name in (run_config or {}):
                         found[parameter] = f"config.{name}"
                         break

@@ -107,8 +107,9 @@ SMALL_CSV_ROWS = 20_000
 
 
 def write_metrics_csv(analysis: Analysis, path: Path, outputs: Outputs | None = None) -> None:
-    """One row per step, part by part of the per-step store (memory bounded by a part); NaN is
-    an empty cell (a missing value, not a number). polars writes it: about 4x pyarrow's CSV
+    """One row per step, part by part of the per-step store (memory bounded by a part); a
+    non-finite value (NaN, an infinity) is an empty cell, as it is null in analysis.json (the
+    ``*.nonfinite`` findings say where a metric was logged non-finite). polars writes it: about 4x pyarrow's CSV
     writer on float columns (a million steps of 30 columns: 1.5 s instead of 6 s); a small run's
     table is written by :func:`_arrow_csv` in the same text."""
     small = (analysis.steps.get("rows") or 0) <= SMALL_CSV_ROWS
@@ -117,13 +118,20 @@ def write_metrics_csv(analysis: Analysis, path: Path, outputs: Outputs | None = 
         for part in analysis.metrics_parts():
             if names is None:
                 names = ["step"] + sorted(k for k in part if k != "step")
-            columns = {k: part[k] for k in names}
+            columns = {k: _finite(part[k]) for k in names}
             if small:
                 _arrow_csv(columns, fh, header=fh.tell() == 0)
             else:
                 import polars as pl
 
                 pl.DataFrame(columns).fill_nan(None).write_csv(fh, include_header=fh.tell() == 0)
+
+
+def _finite(values: np.ndarray) -> np.ndarray:
+    """A float column with its infinities as NaN (an empty cell, as NaN is)."""
+    if values.dtype.kind != "f" or bool(np.isfinite(values[~np.isnan(values)]).all()):
+        return values
+    return np.where(np.isinf(values), np.nan, values)
 
 
 def _arrow_csv(columns: dict[str, np.ndarray], fh: Any, header: bool) -> None:

@@ -22,7 +22,7 @@ steps. Measured on plotly.js 4.1.1 (the figures below are this file's inlined we
 It is vendored (``vendor/plotly-basic.min.js``, from the npm package ``plotly.js-basic-dist-min``;
 ``vendor/SOURCE.md`` says how to update it), so the plotly Python package is not needed. The plot
 data is kept small too: each line is the analysis's min/max envelope of at most
-``forensics.analysis.series.MAX_POINTS`` points (spikes kept), values to ``DIGITS`` significant
+``forensics.analysis.diagnosis.series.MAX_POINTS`` points (spikes kept), values to ``DIGITS`` significant
 digits, steps stored as differences. A page with every
 plot then weighs 0.13 MB plus the library for the 240-step demo, and 0.27 MB plus the library for
 a 100,000-step run of 18 metrics: 1.32 and 1.45 MB inline.
@@ -88,8 +88,8 @@ LOG_SPAN = 100.0
 
 #: Figures: id, title, rule families shaded on it (and linked from findings), what it shows.
 _FIGS = [
-    ("kl", "KL to the reference, with the KL coefficient", ("kl.", "kl_ctl.", "kl_coef."), ""),
-    ("grad", "Gradient norms and the learning rate", ("grad.", "lr.", "update."), ""),
+    ("kl", "KL to the reference, with the KL coefficient", ("kl.", "kl_ctl.", "hyperparams.kl_coef_"), ""),
+    ("grad", "Gradient norms and the learning rate", ("grad.", "hyperparams.lr_", "kl.update_stalled"), ""),
     ("adv", "Advantages", ("adv.",), "Batch mean and spread of the advantages."),
     ("length", "Response length and truncation", ("length.",),
      "Mean response length (left axis) and the share of truncated responses (right axis)."),
@@ -100,7 +100,7 @@ _FIGS = [
     ("loss", "Losses", ("loss.",), ""),
     ("loss_log", "Losses spanning decades (log scale)", ("loss.",), ""),
     ("entropy", "Policy entropy", ("entropy.",), "Mean per-token entropy of the policy (nats/token)."),
-    ("throughput", "Throughput", ("throughput.", "resource."),
+    ("throughput", "Throughput", ("throughput.",),
      "Tokens per second (left axis) and seconds per step (right axis)."),
 ]
 

@@ -13,7 +13,7 @@ recommends).
 * **False alarms**: every alarm in a healthy run, and alarms before ``t0 - a`` in a faulty run
   (the run was still healthy). Alarms after the onset whose rule was not expected are consequences
   of the fault and are reported separately (``other``), not counted either way. Ops rules
-  (``throughput.*``, ``resource.*``) judge the machine, not the training, and are listed apart.
+  (``throughput.*``) judge the machine, not the training, and are listed apart.
 * **Per-rule precision** = alarms of the rule inside a window that expects it / all alarms of the
   rule outside the ``other`` class; **recall** = faults expecting the rule in which it fired in the
   window / faults expecting it.
@@ -45,7 +45,7 @@ ALARM_SEVERITIES = ("warning", "critical")
 #: Rules about the machine, not the training (wall-clock throughput, memory). The labelled corpus
 #: has no ops labels and its timings are real measurements of a shared machine, so these alarms
 #: are listed per run (``ops``) but counted neither as detections nor as false alarms.
-OPS_PREFIXES = ("throughput.", "resource.")
+OPS_PREFIXES = ("throughput.",)
 
 
 @dataclass
@@ -259,7 +259,7 @@ def scan_labelled_logs(root: Path) -> tuple[list[LabelledRun], list[dict[str, An
             analysis = scan_path(logs / entry["file"])
         except ForensicsError as exc:
             runs.append(LabelledRun(name=entry["file"], fault=entry.get("fault"), onset_step=None,
-                                    expected_rules=list(entry.get("expected_rules", [])),
+                                    expected_rules=_expected(entry, root / LABELS_FILE),
                                     horizon_steps=1, steps=0, findings=[], error=str(exc)))
             continue
         findings = [f.to_dict() for f in analysis.findings]
@@ -275,9 +275,16 @@ def scan_labelled_logs(root: Path) -> tuple[list[LabelledRun], list[dict[str, An
             horizon = max(end - onset, 1)
         runs.append(LabelledRun(
             name=entry["file"], fault=entry.get("fault"), onset_step=onset,
-            expected_rules=list(entry.get("expected_rules", [])), horizon_steps=horizon or 50,
+            expected_rules=_expected(entry, root / LABELS_FILE), horizon_steps=horizon or 50,
             steps=int(analysis.steps["rows"]), findings=findings))
     return runs, unlabelled
+
+
+def _expected(label: dict[str, Any], where: Path) -> list[str]:
+    """A label's expected rules by their ids now (an old id is read with a warning naming the new)."""
+    from ..analysis.trackers import current_rule_id
+
+    return [current_rule_id(r, str(where)) for r in label.get("expected_rules", [])]
 
 
 def scan_runs(root: Path) -> list[LabelledRun]:
@@ -291,7 +298,7 @@ def scan_runs(root: Path) -> list[LabelledRun]:
         analysis = scan_path(folder)  # read as forensics scan reads it (forensics.io.locate)
         runs.append(LabelledRun(
             name=m.get("name", folder.name), fault=m.get("fault"), onset_step=m.get("onset_step"),
-            expected_rules=list(m.get("expected_rules", [])),
+            expected_rules=_expected(m, folder / "manifest.json"),
             horizon_steps=int(m.get("horizon_steps", 50)), steps=int(analysis.steps["rows"]),
             findings=[f.to_dict() for f in analysis.findings]))
     return runs

@@ -31,7 +31,10 @@ an ``allow`` entry matches its rule and (when given) contains its step range. Ea
 below its minimum fails the gate. A log in which no training metric was recognised (the
 analysis' ``coverage.checked`` is false) fails the gate unless ``allow_unchecked`` is true: "no
 findings" on a log nothing could read is not a verdict of health. Unknown keys, severities or rule ids are a
-:class:`~forensics.errors.ConfigError` (exit 2): a typo must not silently pass a gate.
+:class:`~forensics.errors.ConfigError` (exit 2): a typo must not silently pass a gate. A rule's old id
+(``RuleSpec.formerly``: ``lr.change`` is now ``hyperparams.lr_change``) still names it, and a glob
+matches a rule by its old id as by its new one; each old id read is a ``warning:`` line that names
+the new id.
 
 Without a policy file the gate applies :func:`default_policy`: fail on a critical finding, and
 fail when nothing was checked.
@@ -47,13 +50,15 @@ second suite) and GitHub Actions workflow commands: an ``::error`` for each fail
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
-from ..analysis.findings import Severity
+from ..analysis.findings import RuleRenamed, Severity
 from ..config import Allowed, read_toml, show_value
 from ..errors import ConfigError, InputError, did_you_mean
 
@@ -71,7 +76,7 @@ class Allow:
     reason: str = ""
 
     def matches(self, f: dict[str, Any]) -> bool:
-        if not fnmatch.fnmatchcase(f["rule"], self.rule):
+        if not rule_matches(f["rule"], self.rule):
             return False
         if self.steps is None:
             return True
@@ -95,7 +100,7 @@ class Policy:
     def severity_of(self, rule: str, severity: str) -> str | None:
         """The severity after overrides; ``None`` when the rule is ignored."""
         for pattern, value in self.overrides.items():
-            if fnmatch.fnmatchcase(rule, pattern):
+            if rule_matches(rule, pattern):
                 return None if value == "ignore" else value
         return severity
 
@@ -158,13 +163,38 @@ def health_areas() -> list[str]:
     return sorted({cls.area for cls in TRACKERS.values() if cls.rules and cls.scored})
 
 
+@functools.cache
+def _former_ids() -> dict[str, tuple[str, ...]]:
+    """Rule id -> the ids it had before (``RuleSpec.formerly``)."""
+    from ..analysis.trackers import all_rules
+
+    return {r.id: r.formerly for _, r in all_rules() if r.formerly}
+
+
+def rule_matches(rule: str, pattern: str) -> bool:
+    """Whether a policy's rule pattern (an id or a glob) names ``rule``: by its id, or by an id
+    the rule had before (a policy written for ``update.*`` still names ``kl.update_stalled``)."""
+    return fnmatch.fnmatchcase(rule, pattern) or any(
+        fnmatch.fnmatchcase(old, pattern) for old in _former_ids().get(rule, ()))
+
+
 def _check_pattern(pattern: Any, known: set[str], where: str) -> str:
     if not isinstance(pattern, str) or not pattern:
         raise ConfigError(f"{where} = {show_value(pattern)}: expected a non-empty rule id (globs allowed)")
     if pattern.startswith("custom."):  # a config's own [[rules]]: known when the scan reads the config
         return pattern
-    if not any(fnmatch.fnmatchcase(r, pattern) for r in known):
+    from ..analysis.trackers import renamed_rules, rule_renamed_note
+
+    old = {o: n for o, n in renamed_rules().items() if fnmatch.fnmatchcase(o, pattern)}
+    if not any(fnmatch.fnmatchcase(r, pattern) for r in known) and not old:
         raise ConfigError(f"{where}: unknown rule {pattern!r}{did_you_mean(pattern, known)} (see `forensics rules`)")
+    by_old_id = [f"{o} -> {n}" for o, n in sorted(old.items()) if not fnmatch.fnmatchcase(n, pattern)]
+    if pattern in old:
+        warnings.warn(rule_renamed_note(pattern, old[pattern], where), RuleRenamed, stacklevel=2)
+    elif by_old_id:  # a glob that names rules by their old ids only
+        warnings.warn(f"{where}: {pattern!r} matches deprecated rule ids ({', '.join(by_old_id)}): it "
+                      "still names those rules; name them by their new ids to keep them when the old "
+                      "ids go", RuleRenamed, stacklevel=2)
     return pattern
 
 
@@ -298,7 +328,7 @@ def evaluate(analysis: dict[str, Any], policy: Policy) -> GateResult:
             continue
         g = dict(f, severity=sev, original_severity=f["severity"])
         fails = ((policy.fail_on is not None and Severity.parse(sev).rank >= policy.fail_on.rank)
-                 or any(fnmatch.fnmatchcase(f["rule"], p) for p in policy.fail_rules))
+                 or any(rule_matches(f["rule"], p) for p in policy.fail_rules))
         if not fails:
             passing.append(g)
             continue

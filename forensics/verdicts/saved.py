@@ -377,4 +377,18 @@ def load_analysis(path: Path) -> dict[str, Any]:
     problem = analysis_problem(data)
     if problem:
         raise InputError(f"this analysis.json is invalid: {problem}", path=str(path))
+    _current_rule_ids(data, str(path))
     return data
+
+
+def _current_rule_ids(data: dict[str, Any], where: str) -> None:
+    """An analysis saved before a rule was renamed: its findings take the rule's id now (so a
+    diff or a gate compares like with like), with one warning per old id naming the new one."""
+    from ..analysis.trackers import current_rule_id, renamed_rules
+
+    renamed = renamed_rules()
+    seen: dict[str, str] = {}
+    for f in data["findings"]:
+        old = f["rule"]
+        if old in renamed:
+            f["rule"] = seen.get(old) or seen.setdefault(old, current_rule_id(old, where))

@@ -32,14 +32,14 @@ class TestHyperparams(TrackerSuite):
     NAME = "hyperparams"
     stream = staticmethod(settings)
     GOLDEN = (
-        ("lr.change", "critical", 100, 100, 100),
-        ("kl_coef.change", "critical", 150, 150, 150),
-        ("clip.change", "warning", 200, 200, 200),
-        ("batch_size.change", "warning", 250, 250, 250),
+        ("hyperparams.lr_change", "critical", 100, 100, 100),
+        ("hyperparams.kl_coef_change", "critical", 150, 150, 150),
+        ("hyperparams.clip_change", "warning", 200, 200, 200),
+        ("hyperparams.batch_size_change", "warning", 250, 250, 250),
     )
-    FIRES = (("lr.change", settings), ("lr.out_of_range", "trl/dpo_lr_high"),
-             ("lr.warmup_unfinished", endless_warmup), ("kl_coef.change", settings),
-             ("clip.change", settings), ("batch_size.change", settings))
+    FIRES = (("hyperparams.lr_change", settings), ("hyperparams.lr_out_of_range", "trl/dpo_lr_high"),
+             ("hyperparams.lr_warmup_unfinished", endless_warmup), ("hyperparams.kl_coef_change", settings),
+             ("hyperparams.clip_change", settings), ("hyperparams.batch_size_change", settings))
 
 
 def test_a_trainers_clip_and_batch_keys_are_canonical() -> None:
@@ -68,5 +68,5 @@ def test_a_change_on_the_last_row_is_decided_once() -> None:
     (tracker,) = sc.trackers
     first, second = tracker.finish(), tracker.finish()
     assert first.summary["learning_rate"]["changes"] == second.summary["learning_rate"]["changes"] == 2
-    (change,) = [f for f in second.findings if f.rule == "lr.change"]  # two episodes, one finding
+    (change,) = [f for f in second.findings if f.rule == "hyperparams.lr_change"]  # two episodes, one finding
     assert [e[2] for e in change.episode_ranges()] == [100, 119]

@@ -53,5 +53,5 @@ class TestKLSchedule(TrackerSuite):
              ("kl_ctl.wrong_direction", "runs/ppo_kl_wrong_sign"), ("kl_ctl.stuck", stuck_controller),
              ("kl_ctl.saturated", "runs/ppo_entropy_collapse"),
              ("kl_ctl.law_mismatch", "runs/ppo_kl_wrong_sign"), ("kl_ctl.overshoot", "runs/ppo_kl_off"),
-             ("kl_ctl.oscillation", oscillating), ("update.stalled", "runs/ppo_lr_tiny"),
+             ("kl_ctl.oscillation", oscillating), ("kl.update_stalled", "runs/ppo_lr_tiny"),
              ("kl_ctl.runaway", "runs/ppo_kl_off"))

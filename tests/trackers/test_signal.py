@@ -20,6 +20,6 @@ class TestSignal(TrackerSuite):
     NAME = "signal"
     stream = staticmethod(dead_groups)
     GOLDEN = (
-        ("group.no_signal", "critical", 150, 150, 299),
+        ("signal.dead_groups", "critical", 150, 150, 299),
     )
-    FIRES = (("group.no_signal", dead_groups), ("reward.floor", "trl/rloo_lr_high"))
+    FIRES = (("signal.dead_groups", dead_groups), ("signal.reward_floor", "trl/rloo_lr_high"))

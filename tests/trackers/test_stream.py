@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from forensics.analysis.engine import scan_path
-from forensics.analysis.findings import STREAM_RULES
+from forensics.analysis.stream import STREAM_RULES
 
 from ..conftest import healthy_rows
 from .common import RULES_DOC, fired

@@ -10,6 +10,6 @@ class TestThroughput(TrackerSuite):
     stream = staticmethod(health_run)
     GOLDEN = (
         ("throughput.degradation", "warning", 465, 465, 699),
-        ("resource.memory_growth", "warning", 556, 556, 699),
+        ("throughput.memory_growth", "warning", 556, 556, 699),
     )
-    FIRES = (("throughput.degradation", health_run), ("resource.memory_growth", health_run))
+    FIRES = (("throughput.degradation", health_run), ("throughput.memory_growth", health_run))

@@ -20,6 +20,6 @@ class TestTrustRegion(TrackerSuite):
     NAME = "trust_region"
     stream = staticmethod(updates)
     GOLDEN = (
-        ("policy.trust_region", "warning", 120, 120, 141),
+        ("trust_region.exceeded", "warning", 120, 120, 141),
     )
-    FIRES = (("policy.trust_region", updates),)
+    FIRES = (("trust_region.exceeded", updates),)

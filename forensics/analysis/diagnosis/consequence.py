@@ -33,8 +33,8 @@ __all__ = ["DAMAGE", "EXCURSIONS", "Consequences", "apply_consequences"]
 #: Rules that report one excursion of a signal (a spike): information when isolated and recovered.
 EXCURSIONS = frozenset({"grad.spike", "grad.explode", "loss.spike", "kl.spike"})
 #: Rules whose sustained, unrecovered condition is damage to the run: critical.
-DAMAGE = frozenset({"entropy.collapse", "length.collapse", "reward.floor", "length.truncation",
-                    "kl.excessive", "group.no_signal", "grad.vanish", "pref.not_learning"})
+DAMAGE = frozenset({"entropy.collapse", "length.collapse", "signal.reward_floor", "length.truncation",
+                    "kl.excessive", "signal.dead_groups", "grad.vanish", "pref.not_learning"})
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ __all__ = ["LEARNING_STOPPED", "cost_lines", "cost_section"]
 
 #: Rules whose onset says the run stopped learning: the reward went flat or sits at its floor,
 #: groups carry no signal, a preference loss never left ln 2.
-LEARNING_STOPPED = ("reward.stagnation", "group.no_signal", "reward.floor", "pref.not_learning")
+LEARNING_STOPPED = ("reward.stagnation", "signal.dead_groups", "signal.reward_floor", "pref.not_learning")
 
 
 @dataclass

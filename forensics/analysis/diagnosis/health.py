@@ -27,7 +27,8 @@ from ..trackers.base import TrackerResult, severity_weight
 
 __all__ = ["health_scores"]
 
-_CONVERGENCE_PREFIXES = ("reward.", "loss.")
+#: the reward pinned at its floor (the signal tracker's) counts with the reward's own findings
+_CONVERGENCE_PREFIXES = ("reward.", "loss.", "signal.reward_floor")
 #: The highest overall score of a run with a critical finding (below every run without one).
 CRITICAL_CAP = 0.49
 

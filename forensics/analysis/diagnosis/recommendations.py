@@ -103,17 +103,17 @@ _RL = ("critic", "group")
 _NO_REFERENCE = ("orpo", "simpo", "cpo")
 #: Rule -> the parameter changes its remedy asks for (a remedy's other advice stays in words).
 ACTIONS: dict[str, tuple[Action, ...]] = {
-    "lr.change": (Action("learning_rate", "restore", phrase=r"restore the learning rate"),),
-    "kl_coef.change": (Action("kl_coef", "restore", phrase=r"restore the KL coefficient"),),
-    "clip.change": (Action("clip_range", "restore", phrase=r"restore the clip range"),),
-    "batch_size.change": (Action("batch_size", "restore", phrase=r"restore the batch size"),),
+    "hyperparams.lr_change": (Action("learning_rate", "restore", phrase=r"restore the learning rate"),),
+    "hyperparams.kl_coef_change": (Action("kl_coef", "restore", phrase=r"restore the KL coefficient"),),
+    "hyperparams.clip_change": (Action("clip_range", "restore", phrase=r"restore the clip range"),),
+    "hyperparams.batch_size_change": (Action("batch_size", "restore", phrase=r"restore the batch size"),),
     "kl.spike": (_LOWER_LR, Action("kl_coef", "raise", 1.2, when="repeats", applies_to=_RL,
                                    phrase=r"if spikes repeat, raise the KL coefficient 20%")),
     "kl.runaway": (Action("kl_coef", "raise", 1.2, applies_to=_RL, phrase=r"raise the KL coefficient 20%"),
                    _LOWER_LR),
     "kl_ctl.oscillation": (Action("kl_horizon", "raise", 2.0,
                                   phrase=r"lengthen the controller horizon \(e\.g\. double it\)"),),
-    "update.stalled": (Action("learning_rate", "restore_first",
+    "kl.update_stalled": (Action("learning_rate", "restore_first",
                               phrase=r"raise it back to the value the run started with"),),
     "grad.nonfinite": (_LOWER_LR,),
     "grad.explode": (_LOWER_LR,),
@@ -143,10 +143,10 @@ ACTIONS: dict[str, tuple[Action, ...]] = {
     "generation.repetition": (Action("temperature", "lower", 0.9, phrase=r"lower the temperature 10%",
                                      applies_to=_RL),),
     "kl.excessive": (Action("learning_rate", "lower", 0.1, phrase=r"lower the learning rate 10x"),),
-    "lr.out_of_range": (Action("learning_rate", "suggested",
+    "hyperparams.lr_out_of_range": (Action("learning_rate", "suggested",
                                phrase=r"Set the learning rate in the usual range"),),
-    "policy.trust_region": (_HALVE_LR,),
-    "reward.floor": (_HALVE_LR,),
+    "trust_region.exceeded": (_HALVE_LR,),
+    "signal.reward_floor": (_HALVE_LR,),
     "length.collapse": (_HALVE_LR,),
     "pref.overfit": (_RAISE_BETA, _LOWER_LR),
     "pref.margin_blowup": (_RAISE_BETA, _LOWER_LR),
@@ -175,7 +175,7 @@ _WINDOW_ACTIONS = {r.issue: tuple(Action(a.parameter, a.direction, a.factor) for
 _WINDOW_RULES = {r.issue: r for r in RULE_TABLE}
 _KL_SURGE = ("kl.spike", "kl.runaway")
 #: Rules that judge the machine, not the training (README: not scored, never "do now").
-_MACHINE = ("throughput.", "resource.")
+_MACHINE = ("throughput.",)
 _SEV = {"info": 0, "warning": 1, "critical": 2}
 #: Parameters that count (tokens, samples): a change gives a whole number.
 _COUNTS = ("max_length", "batch_size")
@@ -640,106 +640,144 @@ def _resolve(cands: list[_Candidate], values: _Values, trainer: Trainer | None,
     return list(chosen.values())
 
 
+@dataclass
+class _Draft:
+    """One adjustment being worked out: the values it moves between and how it is said."""
+
+    current: float | None
+    source: str | None
+    direction: str
+    change: str = ""
+    new: float | None = None
+    note: str = ""
+    words_only: bool = False
+
+    def towards(self, new: float, current: float | None) -> None:
+        """Set the new value; the direction follows from where it lies against the current one."""
+        self.new = new
+        if current is not None:
+            self.direction = "lower" if new < current else "raise"
+
+
+def _restore(c: _Candidate, values: _Values, d: _Draft, adaptive_kl: bool) -> _Draft | None:
+    """Back to the value before a change (a hyperparams finding's ``before``)."""
+    ev = (c.finding or {}).get("evidence") or {}
+    target, after = ev.get("before"), ev.get("after")
+    rec = values.logged(c.action.parameter)
+    now = rec["last"] if rec and rec["last"] is not None else after
+    if target is None or now is None:
+        return None
+    if math.isclose(float(now), float(target), rel_tol=0.01):
+        return None  # the run already went back to it
+    d.current, d.source, d.change = _round(float(now)), "last logged value", "restore"
+    d.towards(_round(float(target)), d.current)
+    factor = ev.get("factor")
+    if isinstance(factor, (int, float)) and factor > 0:
+        size = factor if factor >= 1 else 1.0 / factor
+        what = ("x" if factor >= 1 else "/") + (f"{size:,.0f}" if size >= 10 else f"{size:.2g}")
+        d.note = f"the value before the {what} {'jump' if factor >= 1 else 'cut'} at {step_span(c.step, c.step)}"
+    else:
+        d.note = f"the value before the change at {step_span(c.step, c.step)}"
+    return d
+
+
+def _restore_first(c: _Candidate, values: _Values, d: _Draft, adaptive_kl: bool) -> _Draft | None:
+    """Back to the value the run started with."""
+    rec = values.logged(c.action.parameter)
+    if not rec or rec["first"] is None or d.current is None:
+        return None
+    new = _round(rec["first"])
+    if math.isclose(new, d.current, rel_tol=0.01):
+        return None
+    d.towards(new, d.current)
+    d.change, d.note = "restore", "the value the run started with"
+    return d
+
+
+def _suggested(c: _Candidate, values: _Values, d: _Draft, adaptive_kl: bool) -> _Draft | None:
+    """The value the finding's evidence suggests (the nearest end of the usual range)."""
+    new = ((c.finding or {}).get("evidence") or {}).get("suggested")
+    if not isinstance(new, (int, float)):
+        return None
+    d.towards(new, d.current)
+    d.change = "set"
+    d.note = "the nearest end of the usual range for full fine-tuning (up to 1e-4 with LoRA)"
+    return d
+
+
+def _set(c: _Candidate, values: _Values, d: _Draft, adaptive_kl: bool) -> _Draft | None:
+    """A fixed value the action names."""
+    d.new, d.change = c.action.value, "set"
+    if c.finding is None and c.source == "kl_penalty_off":
+        d.note = f"{c.reason}; turn the penalty on"
+    if d.new is not None:
+        d.towards(d.new, d.current)
+    return d
+
+
+def _scale(c: _Candidate, values: _Values, d: _Draft, adaptive_kl: bool) -> _Draft | None:
+    """The current value times the action's factor (the schedule's peak for a learning rate that
+    decays; words only for a coefficient an adaptive controller sets)."""
+    a = c.action
+    factor = float(a.factor or 1.0)
+    d.change = f"{(factor - 1.0) * 100:+.0f}%"
+    rec = values.logged(a.parameter)
+    if a.parameter == "learning_rate" and rec and c.step in rec["peak"] and d.current is not None \
+            and not values.changes.get(a.parameter) and rec["peak"][c.step] > d.current * 1.05:
+        d.current, d.source = rec["peak"][c.step], f"the schedule's peak up to step {c.step}"
+        d.note = "scales the schedule's peak, which the config sets"
+    current = d.current
+    if current == 0.0:
+        return None  # zero scales to zero: only a restore can move it
+    if current is not None:
+        d.new = _round(current * factor)
+        if a.parameter in _COUNTS:  # a number of tokens or samples: a whole number
+            d.new = math.ceil(d.new) if factor > 1 else max(math.floor(d.new), 1)
+    if a.parameter == "kl_coef" and adaptive_kl:
+        # the controller moves the coefficient itself (the demo's went from 0.2 to 5): the
+        # levers are its target and horizon
+        last = rec["last"] if rec and rec["last"] is not None else None
+        seen = "" if current is None else f" ({_fmt(current)} at step {c.step}" + (
+            f", {_fmt(last)} at the end)" if last is not None and not math.isclose(last, current, rel_tol=0.01)
+            else ")")
+        d.note = f"an adaptive controller sets it{seen}: " + (
+            "lower its KL target or shorten its horizon instead" if factor > 1 else
+            "raise its KL target instead")
+        d.new, d.words_only = None, True
+    return d
+
+
+_DRAFTS = {"restore": _restore, "restore_first": _restore_first, "suggested": _suggested, "set": _set}
+
+
 def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, Any] | None:
     """The change one candidate asks for, with current and new values where they are known."""
     a = c.action
-    label = values.label(a.parameter)
     current, source = values.at(a.parameter, c.step)
-    new: float | None = None
-    note = ""
-    direction = a.direction
-    words_only = False
-    if a.direction == "restore":
-        ev = (c.finding or {}).get("evidence") or {}
-        target, after = ev.get("before"), ev.get("after")
-        rec = values.logged(a.parameter)
-        now = rec["last"] if rec and rec["last"] is not None else after
-        if target is None or now is None:
-            return None
-        if math.isclose(float(now), float(target), rel_tol=0.01):
-            return None  # the run already went back to it
-        current, source, new = _round(float(now)), "last logged value", _round(float(target))
-        direction = "lower" if new < current else "raise"
-        change = "restore"
-        factor = ev.get("factor")
-        if isinstance(factor, (int, float)) and factor > 0:
-            size = factor if factor >= 1 else 1.0 / factor
-            what = ("x" if factor >= 1 else "/") + (f"{size:,.0f}" if size >= 10 else f"{size:.2g}")
-            note = f"the value before the {what} {'jump' if factor >= 1 else 'cut'} at {step_span(c.step, c.step)}"
-        else:
-            note = f"the value before the change at {step_span(c.step, c.step)}"
-    elif a.direction == "restore_first":
-        rec = values.logged(a.parameter)
-        if not rec or rec["first"] is None or current is None:
-            return None
-        new = _round(rec["first"])
-        if math.isclose(new, current, rel_tol=0.01):
-            return None
-        direction = "lower" if new < current else "raise"
-        change = "restore"
-        note = "the value the run started with"
-    elif a.direction == "suggested":
-        ev = (c.finding or {}).get("evidence") or {}
-        new = ev.get("suggested")
-        if not isinstance(new, (int, float)):
-            return None
-        change = "set"
-        note = "the nearest end of the usual range for full fine-tuning (up to 1e-4 with LoRA)"
-        if current is not None:
-            direction = "lower" if new < current else "raise"
-    elif a.direction == "set":
-        new = a.value
-        change = "set"
-        if c.finding is None and c.source == "kl_penalty_off":
-            note = f"{c.reason}; turn the penalty on"
-        if current is not None and new is not None:
-            direction = "lower" if new < current else "raise"
+    d = _DRAFTS.get(a.direction, _scale)(c, values, _Draft(current, source, a.direction), adaptive_kl)
+    if d is None:
+        return None
+    if d.current is not None:
+        d.current = _round(d.current)
+    text = f"{values.label(a.parameter)}: "
+    if d.current is not None and d.new is not None:
+        text += f"{_fmt(d.current)} -> {_fmt(d.new)} ({d.change})"
+    elif d.new is not None:
+        text += f"set to {_fmt(d.new)}"
     else:
-        factor = float(a.factor or 1.0)
-        change = f"{(factor - 1.0) * 100:+.0f}%"
-        rec = values.logged(a.parameter)
-        if a.parameter == "learning_rate" and rec and c.step in rec["peak"] and current is not None \
-                and not values.changes.get(a.parameter) and rec["peak"][c.step] > current * 1.05:
-            current, source = rec["peak"][c.step], f"the schedule's peak up to step {c.step}"
-            note = "scales the schedule's peak, which the config sets"
-        if current == 0.0:
-            return None  # zero scales to zero: only a restore can move it
-        if current is not None:
-            new = _round(current * factor)
-            if a.parameter in _COUNTS:  # a number of tokens or samples: a whole number
-                new = math.ceil(new) if factor > 1 else max(math.floor(new), 1)
-        if a.parameter == "kl_coef" and adaptive_kl:
-            # the controller moves the coefficient itself (the demo's went from 0.2 to 5): the
-            # levers are its target and horizon
-            last = rec["last"] if rec and rec["last"] is not None else None
-            seen = "" if current is None else f" ({_fmt(current)} at step {c.step}" + (
-                f", {_fmt(last)} at the end)" if last is not None and not math.isclose(last, current, rel_tol=0.01)
-                else ")")
-            note = f"an adaptive controller sets it{seen}: " + (
-                "lower its KL target or shorten its horizon instead" if factor > 1 else
-                "raise its KL target instead")
-            new, words_only = None, True
-    if current is not None:
-        current = _round(current)
-    text = f"{label}: "
-    if current is not None and new is not None:
-        text += f"{_fmt(current)} -> {_fmt(new)} ({change})"
-    elif new is not None:
-        text += f"set to {_fmt(new)}"
-    else:
-        text += f"{direction} {change.lstrip('+-')}" if change not in ("set", "restore") else change
-    if note:
-        text += f", {note}"
-    return {"parameter": a.parameter, "direction": direction, "change": change, "factor": a.factor,
-            "current": current, "current_from": source or None, "new": new, "priority": c.priority,
+        text += f"{d.direction} {d.change.lstrip('+-')}" if d.change not in ("set", "restore") else d.change
+    if d.note:
+        text += f", {d.note}"
+    return {"parameter": a.parameter, "direction": d.direction, "change": d.change, "factor": a.factor,
+            "current": d.current, "current_from": d.source or None, "new": d.new, "priority": c.priority,
             "source": c.source, "step": c.step, "reason": c.reason, "first_domino": c.chain_root,
-            "because": [], "held_back": [], "text": text, "words_only": words_only}
+            "because": [], "held_back": [], "text": text, "words_only": d.words_only}
 
 
 #: A first domino this bad is fixed alone: a learning rate far outside any usual range, a jump
 #: of it that the hyperparams tracker calls critical. Until it is fixed, the symptoms it causes
 #: say nothing about the other settings.
-_CATASTROPHIC = ("lr.out_of_range",)
+_CATASTROPHIC = ("hyperparams.lr_out_of_range",)
 
 
 def _catastrophe(root: Mapping[str, Any] | None, cands: Sequence[_Candidate],
@@ -748,7 +786,7 @@ def _catastrophe(root: Mapping[str, Any] | None, cands: Sequence[_Candidate],
     is): a catastrophic first domino, a KL penalty that is off while the policy drifts, or a
     reward that pays for length (a cause outside the config); None when there is none."""
     if root is not None and (root["rule"] in _CATASTROPHIC or (
-            root["rule"] == "lr.change" and root["severity"] == "critical")):
+            root["rule"] == "hyperparams.lr_change" and root["severity"] == "critical")):
         return str(root["rule"])
     if any(c.source == "kl_penalty_off" for c in cands):
         return "kl_penalty_off"
@@ -808,6 +846,15 @@ def _line(a: Mapping[str, Any], root: bool) -> str:
     return f"{a['text']} [{a['source']}{', the first domino' if root else ''}{also}]"
 
 
+def _issue_windows(windows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Each window-check issue with the windows that raised it."""
+    out: dict[str, list[Any]] = {}
+    for w in windows:
+        for issue in w.get("issues") or []:
+            out.setdefault(issue, []).append(w["window"])
+    return out
+
+
 def _recommendations(cands: list[_Candidate], findings: list[dict[str, Any]], timeline: Mapping[str, Any],
                      windows: list[dict[str, Any]], facts: _Facts, values: _Values,
                      adaptive_kl: bool, params: HealthCheckParams | None = None) -> dict[str, Any]:
@@ -843,10 +890,7 @@ def _recommendations(cands: list[_Candidate], findings: list[dict[str, Any]], ti
         when = "short_term" if root["rule"].startswith(_MACHINE) else "immediate"
         priorities[when].insert(0, f"{root['message']}: {_remedy(root, facts)} "
                                    f"[{root['rule']}, the first domino]")
-    issue_windows: dict[str, list[Any]] = {}
-    for w in windows:
-        for issue in w.get("issues") or []:
-            issue_windows.setdefault(issue, []).append(w["window"])
+    issue_windows = _issue_windows(windows)
     for issue, ws in issue_windows.items():
         rule = _WINDOW_RULES[issue]
         if not rule.adjustments:

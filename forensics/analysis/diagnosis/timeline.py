@@ -17,10 +17,11 @@ cause ``E``, only the latest (the smallest lag) is linked, so repeated spikes do
 links.
 
 Events are the findings, configuration changes among them: the ``hyperparams`` tracker reports a
-learning rate, KL coefficient, clip range or batch size that jumps (``lr.change``,
-``kl_coef.change``, ``clip.change``, ``batch_size.change``) with its values before and after, so a
-change can be the first domino; a learning rate outside the usual range for the algorithm
-(``lr.out_of_range``) can cause any training symptom at any lag. A finding whose episodes were
+learning rate, KL coefficient, clip range or batch size that jumps (``hyperparams.lr_change``,
+``hyperparams.kl_coef_change``, ``hyperparams.clip_change``, ``hyperparams.batch_size_change``)
+with its values before and after, so a change can be the first domino; a learning rate outside
+the usual range for the algorithm (``hyperparams.lr_out_of_range``) can cause any training
+symptom at any lag. A finding whose episodes were
 grouped (repeated spikes) takes part from its first serious episode (warning or critical): an
 isolated one-step spike of information level earlier in the run is not the start of the fault.
 
@@ -33,33 +34,35 @@ domino is the earliest warning or critical finding, with no chain.
 
 Rule table (cause -> effect, lag in steps, why):
 
-======================================  ====================================  ====
-cause                                   effect                                lag
-======================================  ====================================  ====
-lr.change                               grad.explode, grad.spike, grad.nonf.,  50
+======================================  ========================================  ====
+cause                                   effect                                    lag
+======================================  ========================================  ====
+hyperparams.lr_change                   grad.explode, grad.spike, grad.nonfinite,  50
                                         grad.clip_saturation
-lr.change                               kl.spike, kl.runaway, loss.*          100
-clip.change, batch_size.change          grad.*, kl.spike, kl.runaway, loss.*  100
-kl_coef.change                          kl.runaway, kl.drift, kl.off_target   200
-adv.*                                   grad.*                                50
-grad.explode, grad.spike, grad.nonf.    kl.spike, kl.runaway, kl.drift        100
-grad.explode, grad.nonfinite            loss.*, reward.*                      200
-kl_ctl.wrong_direction, stuck, law_m.   kl.runaway, kl.drift, kl.off_target   200
-lr.change                               update.stalled, reward.stagnation     100
-lr.change                               lr.out_of_range                       1
-lr.out_of_range                         any training symptom                  run
-grad.explode, grad.nonfinite,            length.growth, length.truncation     200
-kl.excessive, policy.trust_region
-kl.excessive, policy.trust_region       entropy.*, length.collapse, reward.*  300
-length.collapse, reward.floor           reward.floor, group.no_signal         300
-entropy.collapse, entropy.low           group.no_signal                       300
-kl.spike, kl.runaway                    reward.*                              200
-loss.*                                  reward.*                              200
-length.reward_correlation               length.growth                         200
-length.growth, length.coupled_growth    length.truncation                     200
-entropy.collapse                        reward.stagnation, reward.plateau     300
-entropy.collapse                        length.*                              300
-======================================  ====================================  ====
+hyperparams.lr_change                   kl.spike, kl.runaway, loss.*              100
+hyperparams.clip_change,                grad.*, kl.spike, kl.runaway, loss.*      100
+hyperparams.batch_size_change
+hyperparams.kl_coef_change              kl.runaway, kl.drift, kl.off_target       200
+adv.*                                   grad.*                                    50
+grad.explode, grad.spike, grad.nonf.    kl.spike, kl.runaway, kl.drift            100
+grad.explode, grad.nonfinite            loss.*, reward.*, signal.reward_floor     200
+kl_ctl.wrong_direction, stuck, law_m.   kl.runaway, kl.drift, kl.off_target       200
+hyperparams.lr_change                   kl.update_stalled, reward.stagnation      100
+hyperparams.lr_change                   hyperparams.lr_out_of_range               1
+hyperparams.lr_out_of_range             any training symptom                      run
+grad.explode, grad.nonfinite,           length.growth, length.truncation          200
+kl.excessive, trust_region.exceeded
+kl.excessive, trust_region.exceeded     entropy.*, length.collapse, reward.*,     300
+                                        signal.reward_floor
+length.collapse, signal.reward_floor    signal.reward_floor, signal.dead_groups   300
+entropy.collapse, entropy.low           signal.dead_groups                        300
+kl.spike, kl.runaway                    reward.*, signal.reward_floor             200
+loss.*                                  reward.*, signal.reward_floor             200
+length.reward_correlation               length.growth                             200
+length.growth, length.coupled_growth    length.truncation                         200
+entropy.collapse                        reward.stagnation, reward.plateau         300
+entropy.collapse                        length.*                                  300
+======================================  ========================================  ====
 """
 
 from __future__ import annotations
@@ -97,51 +100,54 @@ class CausalRule:
 
 _GRAD_BAD = ("grad.explode", "grad.spike", "grad.nonfinite")
 #: What a learning rate far outside its usual range shows as, sooner or later.
-_TRAINING_SYMPTOMS = ("kl.*", "policy.trust_region", "update.stalled", "grad.*", "loss.*", "entropy.*",
-                      "length.*", "reward.*", "group.no_signal", "pref.*")
+#: The reward's findings: its own tracker's, and the floor the signal tracker sees it pinned at.
+_REWARD = ("reward.*", "signal.reward_floor")
+_TRAINING_SYMPTOMS = ("kl.*", "trust_region.exceeded", "grad.*", "loss.*", "entropy.*",
+                      "length.*", *_REWARD, "signal.dead_groups", "pref.*")
 #: The run's whole length, as a lag (a setting in force from the start can cause what comes late).
 WHOLE_RUN = 10**12
 
 #: The documented rule table (module docstring); order is only for display.
 CAUSAL_RULES: tuple[CausalRule, ...] = (
-    CausalRule(("lr.change",), (*_GRAD_BAD, "grad.clip_saturation"), 50,
+    CausalRule(("hyperparams.lr_change",), (*_GRAD_BAD, "grad.clip_saturation"), 50,
                "a learning-rate change makes larger updates, which show first in the gradients"),
-    CausalRule(("lr.change",), ("kl.spike", "kl.runaway", "loss.*"), 100,
+    CausalRule(("hyperparams.lr_change",), ("kl.spike", "kl.runaway", "loss.*"), 100,
                "a larger learning rate moves the policy faster away from the reference"),
-    CausalRule(("clip.change", "batch_size.change"), ("grad.*", "kl.spike", "kl.runaway", "loss.*"), 100,
+    CausalRule(("hyperparams.clip_change", "hyperparams.batch_size_change"),
+               ("grad.*", "kl.spike", "kl.runaway", "loss.*"), 100,
                "a wider clip range or a smaller batch makes larger or noisier updates"),
-    CausalRule(("kl_coef.change",), ("kl.runaway", "kl.drift", "kl.off_target"), 200,
+    CausalRule(("hyperparams.kl_coef_change",), ("kl.runaway", "kl.drift", "kl.off_target"), 200,
                "a weaker KL penalty lets the policy drift from the reference"),
     CausalRule(("adv.*",), ("grad.*",), 50,
                "badly scaled advantages scale the policy gradient directly"),
     CausalRule(_GRAD_BAD, ("kl.spike", "kl.runaway", "kl.drift"), 100,
                "an oversized update moves the policy away from the reference in one step"),
-    CausalRule(("grad.explode", "grad.nonfinite"), ("loss.*", "reward.*"), 200,
+    CausalRule(("grad.explode", "grad.nonfinite"), ("loss.*", *_REWARD), 200,
                "exploding or non-finite gradients corrupt the weights; loss and reward follow"),
     # saturation, overshoot and oscillation are symptoms of KL being off target, not causes
     CausalRule(("kl_ctl.wrong_direction", "kl_ctl.stuck", "kl_ctl.law_mismatch", "kl_ctl.runaway"),
                ("kl.runaway", "kl.drift", "kl.off_target"), 200,
                "a KL controller that does not pull back lets KL drift out of its band"),
-    CausalRule(("lr.change",), ("update.stalled", "reward.stagnation"), 100,
+    CausalRule(("hyperparams.lr_change",), ("kl.update_stalled", "reward.stagnation"), 100,
                "a learning rate cut by orders of magnitude stops the policy from moving"),
-    CausalRule(("lr.change",), ("lr.out_of_range",), 1,
+    CausalRule(("hyperparams.lr_change",), ("hyperparams.lr_out_of_range",), 1,
                "the jump took the learning rate out of its usual range"),
-    CausalRule(("lr.out_of_range",), _TRAINING_SYMPTOMS, WHOLE_RUN,
+    CausalRule(("hyperparams.lr_out_of_range",), _TRAINING_SYMPTOMS, WHOLE_RUN,
                "a learning rate far outside the usual range makes every update too large (or too "
                "small to move the policy)"),
-    CausalRule(("grad.explode", "grad.nonfinite", "kl.excessive", "policy.trust_region"),
+    CausalRule(("grad.explode", "grad.nonfinite", "kl.excessive", "trust_region.exceeded"),
                ("length.growth", "length.truncation"),
                200, "a policy broken by oversized updates rambles to the length cap"),
-    CausalRule(("kl.excessive", "policy.trust_region"), ("entropy.*", "length.collapse", "reward.*"), 300,
+    CausalRule(("kl.excessive", "trust_region.exceeded"), ("entropy.*", "length.collapse", *_REWARD), 300,
                "a policy pushed far from the reference degenerates: it stops exploring, its "
                "responses collapse, its reward falls or is hacked"),
-    CausalRule(("length.collapse", "reward.floor"), ("reward.floor", "group.no_signal"), 300,
+    CausalRule(("length.collapse", "signal.reward_floor"), ("signal.reward_floor", "signal.dead_groups"), 300,
                "collapsed responses all score the same (the floor): groups carry no signal"),
-    CausalRule(("entropy.collapse", "entropy.low"), ("group.no_signal",), 300,
+    CausalRule(("entropy.collapse", "entropy.low"), ("signal.dead_groups",), 300,
                "a policy that no longer explores samples the same response for every prompt"),
-    CausalRule(("kl.spike", "kl.runaway"), ("reward.*",), 200,
+    CausalRule(("kl.spike", "kl.runaway"), _REWARD, 200,
                "a policy far from the reference degrades (or hacks) the reward"),
-    CausalRule(("loss.*",), ("reward.*",), 200,
+    CausalRule(("loss.*",), _REWARD, 200,
                "a diverging loss is a failing optimisation; the reward follows"),
     CausalRule(("length.reward_correlation",), ("length.growth",), 200,
                "a reward that pays for length makes responses grow"),

@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import operator
 import re
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 from ...config import allowed_of, params_doc, show_value
 from ...errors import ConfigError, did_you_mean
-from ..findings import STREAM_RULES, RuleSpec
+from ..findings import RuleRenamed, RuleSpec
+from ..stream import STREAM_RULES
 from .advantages import Advantages
 from .base import Tracker, TrackerResult
 from .entropy import Entropy
@@ -29,8 +31,8 @@ from .windows import Windows
 
 __all__ = ["PARAM_RELATIONS", "REGEX_GROUPS", "TRACKERS", "Advantages", "Entropy", "Generation", "GradNorms",
            "KLSchedule", "LengthBias", "Losses", "Preference", "Rewards", "Signal", "Throughput", "Tracker",
-           "TrackerResult", "TrustRegion", "Windows", "all_rules", "build_params", "param_allowed",
-           "param_rows"]
+           "TrackerResult", "TrustRegion", "Windows", "all_rules", "build_params", "current_rule_id",
+           "param_allowed", "param_rows", "renamed_rules", "rule_renamed_note"]
 
 #: Registry in report order: name -> class.
 TRACKERS: dict[str, type[Tracker]] = {
@@ -48,41 +50,42 @@ def all_rules() -> list[tuple[str, RuleSpec]]:
     return out
 
 
-#: Rules between two parameters of one tracker, checked after each parameter's own range:
-#: ``(tracker, a, op, times, b)`` means ``a op times * b`` must hold. A persistence count cannot
-#: exceed its window; a band's low edge lies below its high edge; a robust baseline's window
-#: holds at least two of its blocks and the history it asks for.
-PARAM_RELATIONS: tuple[tuple[str, str, str, int, str], ...] = (
-    ("advantages", "persist_k", "<=", 1, "persist_m"),
-    ("generation", "persist_k", "<=", 1, "persist_m"),
-    ("length_bias", "persist_k", "<=", 1, "persist_m"),
-    ("grad_norms", "explode_k", "<=", 1, "explode_m"),
-    ("losses", "divergence_k", "<=", 1, "divergence_m"),
-    ("rewards", "decline_k", "<=", 1, "decline_m"),
-    ("trust_region", "persist_k", "<=", 1, "persist_m"),
-    ("entropy", "floor_k", "<=", 1, "floor_m"),
-    ("signal", "dead_k", "<=", 1, "dead_m"),
-    ("signal", "none_k", "<=", 1, "dead_m"),
-    ("signal", "floor_rows", "<=", 1, "floor_critical_rows"),
-    ("kl_schedule", "excessive_token", "<=", 1, "excessive_critical_token"),
-    ("kl_schedule", "excessive_sequence", "<=", 1, "excessive_critical_sequence"),
-    ("trust_region", "approx_kl", "<=", 1, "approx_kl_critical"),
-    ("trust_region", "clip_frac", "<=", 1, "clip_frac_critical"),
-    ("hyperparams", "lr_low", "<", 1, "lr_high"),
-    ("hyperparams", "lr_high", "<=", 1, "lr_critical"),
-    ("hyperparams", "lr_low", "<", 1, "lr_high_preference"),
-    ("hyperparams", "lr_high_preference", "<=", 1, "lr_critical_preference"),
-    ("kl_schedule", "band_low", "<", 1, "band_high"),
-    ("grad_norms", "spike_warning_ratio", "<=", 1, "spike_critical_ratio"),
-    *((t, "window", ">=", 2, "block") for t in ("kl_schedule", "grad_norms", "length_bias", "losses")),
-    *((t, "min_history", "<=", 1, "window") for t in ("kl_schedule", "grad_norms", "losses")),
-    ("throughput", "run_window", ">=", 2, "run_block"),
-    ("throughput", "min_history", "<=", 1, "run_window"),
-)
+def renamed_rules() -> dict[str, str]:
+    """Old rule id -> the rule's id now (each rule's ``formerly``): renamed so that an id's
+    prefix names the module that holds the rule.
 
-#: Regular-expression parameters whose group 1 is read: they need at least one group.
-REGEX_GROUPS: tuple[tuple[str, str], ...] = (("generation", "think_pattern"),
-                                             ("generation", "answer_pattern"))
+    >>> renamed_rules()["lr.change"]
+    'hyperparams.lr_change'
+    """
+    return {old: r.id for _, r in all_rules() for old in r.formerly}
+
+
+def rule_renamed_note(old: str, new: str, where: str = "") -> str:
+    """The deprecation note for an old id read somewhere (``where``: the file, or empty)."""
+    at = f"{where}: " if where else ""
+    return f"{at}rule id {old!r} is deprecated, read as {new!r}: use {new!r} instead"
+
+
+def current_rule_id(rule: str, where: str = "") -> str:
+    """``rule``, or the id a renamed rule has now, with a :class:`RuleRenamed` warning naming it."""
+    new = renamed_rules().get(rule)
+    if new is None:
+        return rule
+    warnings.warn(rule_renamed_note(rule, new, where), RuleRenamed, stacklevel=2)
+    return new
+
+
+#: Rules between two parameters of one tracker, ``(tracker, a, op, times, b)``: each Params
+#: class's ``relations`` (:data:`forensics.config.Relations`), declared beside its parameters. A
+#: persistence count cannot exceed its window; a band's low edge lies below its high edge; a robust
+#: baseline's window holds at least two of its blocks and the history it asks for.
+PARAM_RELATIONS: tuple[tuple[str, str, str, int, str], ...] = tuple(
+    (name, *rel) for name, cls in TRACKERS.items() for rel in getattr(cls.Params, "relations", ()))
+
+#: Regular-expression parameters whose group 1 is read (each Params class's ``regex_groups``):
+#: they need at least one group.
+REGEX_GROUPS: tuple[tuple[str, str], ...] = tuple(
+    (name, p) for name, cls in TRACKERS.items() for p in getattr(cls.Params, "regex_groups", ()))
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {"<=": operator.le, "<": operator.lt, ">=": operator.ge}
 _MIRROR = {"<=": ">=", "<": ">", ">=": "<="}

@@ -12,10 +12,11 @@ sharding bug.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from ...config import param
+from ...config import Relations, param
 from ...io.canonical import Batch
 from ..findings import RuleSpec, Severity
 from ..spans import step_span
@@ -45,6 +46,7 @@ class AdvantagesParams:
     skew: float = param(2.0, "|skewness| above this is a lopsided distribution.")
     persist_k: int = param(5, "Persistence: rows out of persist_m the condition must hold.")
     persist_m: int = param(8, "Persistence window (rows).")
+    relations: ClassVar[Relations] = (("persist_k", "<=", 1, "persist_m"),)
 
 
 _R = RuleSpec

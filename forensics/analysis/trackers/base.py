@@ -76,6 +76,11 @@ class Tracker:
     ``stream`` attribute tells which one it comes from. ``update`` may return derived per-row series
     for the batch (written to the per-step CSV); it only mutates the tracker's state.
 
+    Each ``update`` decides for itself whether a batch is its business (which stream, which
+    columns, a run it declines with ``skip_reason``) and then sets ``active`` and counts the
+    ``rows`` it judges: the trackers differ in that (a sample stream counts steps, not rows), so
+    the base imposes no ``begin`` step; ``logs_start`` is the common test.
+
     The contract: ``update`` and ``close`` change the streaming state; ``finish`` only reads it.
     The base class owns the findings (``emit``) and starts them afresh on every ``finish``, so
     ``finish`` may be called at any point of the stream (``Scan.peek``), and twice gives the same
@@ -128,14 +133,9 @@ class Tracker:
         """The columns of which one must be logged for the tracker to run."""
         return self.starts_on or self.requires
 
-    def begin(self, batch: Batch) -> bool:
-        """Whether ``batch`` is this tracker's business: once one of its required columns has
-        been logged, every later batch is (the tracker becomes active and counts the rows)."""
-        if not self.active and not any(batch.has(c) for c in self.starts()):
-            return False
-        self.active = True
-        self.rows += len(batch)
-        return True
+    def logs_start(self, batch: Batch) -> bool:
+        """Whether ``batch`` logs one of the columns the tracker starts on (reads nothing else)."""
+        return any(batch.has(c) for c in self.starts())
 
     @classmethod
     def rule(cls, rule_id: str) -> RuleSpec:

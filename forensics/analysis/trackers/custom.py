@@ -287,8 +287,10 @@ class CustomRules(Tracker):
         return v
 
     def update(self, batch: Batch) -> None:
-        if not self.begin(batch):
+        if not (self.active or self.logs_start(batch)):
             return None
+        self.active = True
+        self.rows += len(batch)
         cols = {m: self._column(batch, m) for m in self.requires}
         for r in self.custom:
             cond = np.ones(len(batch), dtype=bool)

@@ -19,11 +19,11 @@ LMs*; DAPO (Yu et al. 2025) sections 3.1, 3.3.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ...config import param
+from ...config import Relations, param
 from ...io.canonical import Batch
 from ..findings import RuleSpec, Severity
 from ..spans import step_span
@@ -59,6 +59,7 @@ class EntropyParams:
                          "instruct models start near 0.2-1; 0.02 leaves almost no exploration).")
     floor_k: int = param(5, "Rows out of floor_m below the floor (no probation).")
     floor_m: int = param(8, "Persistence window of the floor (rows).")
+    relations: ClassVar[Relations] = (("floor_k", "<=", 1, "floor_m"),)
 
 
 _R = RuleSpec

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ...config import param
+from ...config import Relations, param
 from ...io.canonical import Batch
 from ...schema import REWARD_COMPONENT_PREFIX
 from ..findings import RuleSpec, Severity
@@ -64,6 +64,9 @@ class GenerationParams:
     repetition_share: float = param(0.5, "Repeated n-gram share above this is degenerate repetition.", le=1)
     persist_k: int = param(5, "Persistence: steps out of persist_m.")
     persist_m: int = param(8, "Persistence window (steps).")
+    relations: ClassVar[Relations] = (("persist_k", "<=", 1, "persist_m"),)
+    #: patterns whose group 1 is read: they need at least one group
+    regex_groups: ClassVar[tuple[str, ...]] = ("think_pattern", "answer_pattern")
 
 
 _R = RuleSpec

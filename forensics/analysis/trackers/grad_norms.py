@@ -12,10 +12,11 @@ clipping), OPT-175B logbook, PaLM (spikes despite clipping).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from ...config import param
+from ...config import Relations, param
 from ...io.canonical import Batch
 from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
@@ -65,6 +66,10 @@ class GradNormsParams:
                               "a known clip) is a spike: priors need no probation.")
     spike_critical_ratio: float = param(30.0, "Spike peak / trailing median that makes grad.spike "
                                         "critical.")
+    relations: ClassVar[Relations] = (("explode_k", "<=", 1, "explode_m"),
+                                      ("spike_warning_ratio", "<=", 1, "spike_critical_ratio"),
+                                      ("window", ">=", 2, "block"),
+                                      ("min_history", "<=", 1, "window"))
 
 
 _R = RuleSpec
@@ -158,11 +163,8 @@ class GradNorms(Tracker):
         self.rows += len(batch)
         p = self.p
         rows, steps = batch.rows, batch.steps
-        after = rows >= p.probation
         g = batch.col("grad_norm")
-        gv = batch.col("grad_norm_value")
         self.source_keys.setdefault("grad_norm", "grad_norm")
-
         nonfinite = batch.nonfinite("grad_norm") | batch.nonfinite("grad_norm_value")
         self.nonfinite_rows += int(nonfinite.sum())
         self.ep["grad.nonfinite"].update(rows, steps, nonfinite,
@@ -173,29 +175,56 @@ class GradNorms(Tracker):
         med, sigma = self.bs.update(logg, batch.row0)
         sigma = np.fmax(sigma, 0.05)  # log-scale floor: a 5% wiggle is never a spike
         z = (logg - med) / sigma
-        ratio = g / np.exp(med)
         # the early baseline: the trailing one adapts to a sustained explosion, this one does not
         if self.baseline is None:
-            sel = (rows >= p.probation) & (rows < p.probation + p.baseline_rows)
-            self.base_vals.append(g[sel])
-            if rows[-1] >= p.probation + p.baseline_rows - 1:
-                vals = np.concatenate(self.base_vals)
-                vals = vals[np.isfinite(vals)]
-                self.baseline = float(np.median(vals)) if len(vals) else None
-        has_base = rows >= p.probation + p.baseline_rows
+            self.baseline = self._early_median(self.base_vals, rows, g, None)
         base = self.baseline if self.baseline else np.nan
-        explode = (after & (ratio > p.explode_ratio)) | (np.isfinite(g) & (g > p.explode_abs))
+        self._explosions(rows, steps, g, np.exp(med), base)
+        self._spikes(rows, steps, g, z, np.exp(med), base)
+        vanish = np.isfinite(g) & ((g < p.vanish_abs) | (self._has_base(rows) & (g < p.vanish_ratio * base)))
+        self.ep["grad.vanish"].update(rows, steps, vanish, g, {"baseline": np.full(len(g), base)})
+        lr = self._imbalance(rows, steps, g, batch.col("grad_norm_value"))
+        if self.meta.max_grad_norm:  # clipping saturation, when the clip threshold is known
+            self._clipping(rows, steps, g, self.meta.max_grad_norm, self.rows - len(batch))
+        return {"grad_norm_robust_z": z, "grad_policy_value_log10": lr}
+
+    def _has_base(self, rows: np.ndarray) -> np.ndarray:
+        return rows >= self.p.probation + self.p.baseline_rows
+
+    def _early_median(self, kept: list[np.ndarray], rows: np.ndarray, x: np.ndarray,
+                      empty: float | None) -> float | None:
+        """Keep the rows of ``x`` in [probation, probation + baseline_rows); once that stretch
+        is complete, their median (``empty`` when none is finite), else None."""
+        p = self.p
+        kept.append(x[(rows >= p.probation) & (rows < p.probation + p.baseline_rows)])
+        if rows[-1] < p.probation + p.baseline_rows - 1:
+            return None
+        vals = np.concatenate(kept)
+        vals = vals[np.isfinite(vals)]
+        return float(np.median(vals)) if len(vals) else empty
+
+    def _explosions(self, rows: np.ndarray, steps: np.ndarray, g: np.ndarray, median: np.ndarray,
+                    base: float) -> None:
+        """grad.explode: far above the trailing median, the early baseline or the absolute cap."""
+        p = self.p
+        ratio = g / median
+        has_base = self._has_base(rows)
+        explode = ((rows >= p.probation) & (ratio > p.explode_ratio)) | (np.isfinite(g) & (g > p.explode_abs))
         explode |= has_base & (g > p.explode_ratio * base)
         self.ep["grad.explode"].update(rows, steps, explode, g,
-                                       {"ratio": ratio, "median": np.exp(med),
+                                       {"ratio": ratio, "median": median,
                                         "base_ratio": g / base if has_base.any() else np.full(len(g), np.nan)})
-        # judged against the run's own level: the trailing median, or the early baseline when the
-        # norm has sunk far below it (a spike out of a stretch of near-zero gradients is no larger
-        # than the run's usual step)
-        ref = np.fmax(np.exp(med), base) if np.isfinite(base) else np.exp(med)
+
+    def _spikes(self, rows: np.ndarray, steps: np.ndarray, g: np.ndarray, z: np.ndarray,
+                median: np.ndarray, base: float) -> None:
+        """grad.spike: judged against the run's own level: the trailing median, or the early
+        baseline when the norm has sunk far below it (a spike out of a stretch of near-zero
+        gradients is no larger than the run's usual step); in the first rows, before a trailing
+        baseline exists, against the previous row and the clip."""
+        p = self.p
+        ref = np.fmax(median, base) if np.isfinite(base) else median
         ratio_s = g / ref
-        spike = after & (z > p.spike_z) & (ratio_s > p.spike_min_ratio)
-        # the first rows, before a trailing baseline exists: against the previous row and the clip
+        spike = (rows >= p.probation) & (z > p.spike_z) & (ratio_s > p.spike_min_ratio)
         prev = np.concatenate([[self.g_prev], g[:-1]])
         self.g_prev = float(g[-1])
         clip = self.meta.max_grad_norm if "max_grad_norm" not in self.meta.assumed else None
@@ -206,9 +235,11 @@ class GradNorms(Tracker):
         self.ep["grad.spike"].update(rows, steps, spike | jump, ratio_s,
                                      {"grad_norm": g, "z": z, "median": np.where(jump, prev, ref),
                                       "early": jump.astype(np.float64)})
-        vanish = np.isfinite(g) & ((g < p.vanish_abs) | (has_base & (g < p.vanish_ratio * base)))
-        self.ep["grad.vanish"].update(rows, steps, vanish, g, {"baseline": np.full(len(g), base)})
-        # policy / value imbalance
+
+    def _imbalance(self, rows: np.ndarray, steps: np.ndarray, g: np.ndarray, gv: np.ndarray) -> np.ndarray:
+        """grad.imbalance: log10 of the policy over the value gradient norm (returned), far from
+        zero or shifted from its early level."""
+        p = self.p
         with np.errstate(divide="ignore", invalid="ignore"):
             lr = np.log10(g / gv)
         ok = np.isfinite(lr)
@@ -217,39 +248,35 @@ class GradNorms(Tracker):
                 self.log_ratio_first = float(lr[ok][0])
             self.log_ratio_last = float(lr[ok][-1])
         if self.base_ratio is None:
-            sel = (rows >= p.probation) & (rows < p.probation + p.baseline_rows)
-            self.ratio_vals.append(lr[sel])
-            if rows[-1] >= p.probation + p.baseline_rows - 1:
-                vals = np.concatenate(self.ratio_vals)
-                vals = vals[np.isfinite(vals)]
-                self.base_ratio = float(np.median(vals)) if len(vals) else float("nan")
-        shifted = has_base & (np.abs(lr - (self.base_ratio if self.base_ratio is not None
-                                           else np.nan)) > p.imbalance_shift)
-        imb = ok & after & ((np.abs(lr) > p.imbalance_decades) | shifted)
-        self.ep["grad.imbalance"].update(rows, steps, imb, lr,
-                                         {"policy": g, "value": gv})
-        # clipping saturation, when the clip threshold is known
-        clip = self.meta.max_grad_norm
-        if clip:
-            clipped = np.isfinite(g) & (g > clip)
-            self.clipped_rows += int(clipped.sum())
-            cfull, c0 = self.clip_ctx.extend(c=clipped)
-            k = max(1, int(np.ceil(p.clip_share * p.clip_window)))
-            sat = persist(cfull["c"], k, p.clip_window)[c0:] & after
-            counts = np.cumsum(np.concatenate([[0], cfull["c"].astype(np.int64)]))
-            idx = np.arange(1, len(cfull["c"]) + 1)
-            share = ((counts[idx] - counts[np.maximum(idx - p.clip_window, 0)])
-                     / np.minimum(idx + (self.rows - len(batch) - c0), p.clip_window))[c0:]
-            # the norm against its early level: a norm steadily above the clip is the run's own
-            # scale (information); one that keeps growing past it is a warning
-            base = self.baseline if self.baseline else np.nan
-            self.ep["grad.clip_saturation"].update(rows, steps, sat, share, {"growth": g / base})
-            if "max_grad_norm" not in self.meta.assumed:
-                # against a default the run may not use (DPO's pre-clip norms sit at 10-100 with
-                # the Trainer's 1.0), a far-above-the-clip norm proves nothing
-                self.ep["grad.clip_far"].update(rows, steps, np.isfinite(g) & (g >= p.clip_far * clip),
-                                                g / clip, {"grad_norm": g})
-        return {"grad_norm_robust_z": z, "grad_policy_value_log10": lr}
+            self.base_ratio = self._early_median(self.ratio_vals, rows, lr, float("nan"))
+        shifted = self._has_base(rows) & (np.abs(lr - (self.base_ratio if self.base_ratio is not None
+                                                       else np.nan)) > p.imbalance_shift)
+        imb = ok & (rows >= p.probation) & ((np.abs(lr) > p.imbalance_decades) | shifted)
+        self.ep["grad.imbalance"].update(rows, steps, imb, lr, {"policy": g, "value": gv})
+        return lr
+
+    def _clipping(self, rows: np.ndarray, steps: np.ndarray, g: np.ndarray, clip: float, row0: int) -> None:
+        """grad.clip_saturation (the share of clipped steps over a window) and a norm far above the clip."""
+        p = self.p
+        after = rows >= p.probation
+        clipped = np.isfinite(g) & (g > clip)
+        self.clipped_rows += int(clipped.sum())
+        cfull, c0 = self.clip_ctx.extend(c=clipped)
+        k = max(1, int(np.ceil(p.clip_share * p.clip_window)))
+        sat = persist(cfull["c"], k, p.clip_window)[c0:] & after
+        counts = np.cumsum(np.concatenate([[0], cfull["c"].astype(np.int64)]))
+        idx = np.arange(1, len(cfull["c"]) + 1)
+        share = ((counts[idx] - counts[np.maximum(idx - p.clip_window, 0)])
+                 / np.minimum(idx + (row0 - c0), p.clip_window))[c0:]
+        # the norm against its early level: a norm steadily above the clip is the run's own
+        # scale (information); one that keeps growing past it is a warning
+        base = self.baseline if self.baseline else np.nan
+        self.ep["grad.clip_saturation"].update(rows, steps, sat, share, {"growth": g / base})
+        if "max_grad_norm" not in self.meta.assumed:
+            # against a default the run may not use (DPO's pre-clip norms sit at 10-100 with
+            # the Trainer's 1.0), a far-above-the-clip norm proves nothing
+            self.ep["grad.clip_far"].update(rows, steps, np.isfinite(g) & (g >= p.clip_far * clip),
+                                            g / clip, {"grad_norm": g})
 
     def _spike_severity(self, ep) -> Severity:  # type: ignore[no-untyped-def]
         """Severity by magnitude; a spike the clip cut back to near the usual update size is
@@ -272,7 +299,6 @@ class GradNorms(Tracker):
         return Severity.WARNING if ep.peak >= p.spike_warning_ratio or far else Severity.INFO
 
     def conclude(self) -> TrackerResult:
-        p = self.p
         notes = []
         if not self.meta.max_grad_norm:
             notes.append("clip value unknown (run.json max_grad_norm): clipping saturation "
@@ -286,12 +312,20 @@ class GradNorms(Tracker):
         }
         if self.meta.max_grad_norm and self.norm_rows:
             summary["clipped_share"] = round(self.clipped_rows / self.norm_rows, 4)
-        explode_eps = self.ep["grad.explode"].finish()
-        spans = [(e.first_step, e.last_step) for e in explode_eps]
         for ep in self.ep["grad.nonfinite"].finish():
             self.emit("grad.nonfinite", ep,
                       f"{ep.n_rows} non-finite gradient norms, {step_span(ep.first_step, ep.last_step)}",
                       {"rows": ep.n_rows, "metrics": ["grad_norm"]})
+        self._emit_explosions_and_spikes()
+        self._emit_vanish_and_imbalance()
+        self._emit_clipping()
+        return self.result(summary, notes)
+
+    def _emit_explosions_and_spikes(self) -> None:
+        """grad.explode, then the spikes no explosion covers."""
+        p = self.p
+        explode_eps = self.ep["grad.explode"].finish()
+        spans = [(e.first_step, e.last_step) for e in explode_eps]
         for ep in explode_eps:
             ratio, base_ratio = ep.extras.get("ratio", float("nan")), ep.extras.get("base_ratio", float("nan"))
             # against the early baseline when the trailing median has caught up with a lasting rise
@@ -315,6 +349,9 @@ class GradNorms(Tracker):
                        "robust_z": ep.extras.get("z"), "threshold_z": p.spike_z,
                        "threshold_ratio": p.spike_min_ratio, "metrics": ["grad_norm"]},
                       self._spike_severity(ep))
+
+    def _emit_vanish_and_imbalance(self) -> None:
+        p = self.p
         for ep in self.ep["grad.vanish"].finish():
             base = ep.extras.get("baseline", float("nan"))
             vs = f"early baseline {base:.3g}" if base == base else "no early level above it to compare"
@@ -333,6 +370,10 @@ class GradNorms(Tracker):
                        "threshold_decades": p.imbalance_decades,
                        "threshold_shift_decades": p.imbalance_shift,
                        "metrics": ["grad_norm", "grad_norm_value"]})
+
+    def _emit_clipping(self) -> None:
+        """grad.clip_saturation: a share of clipped steps, or a norm far above the clip."""
+        p = self.p
         assumed = "max_grad_norm" in self.meta.assumed
         for ep in self.ep["grad.clip_saturation"].finish():
             self.emit("grad.clip_saturation", ep,
@@ -354,4 +395,3 @@ class GradNorms(Tracker):
                       {"peak_over_clip": ep.peak, "peak": ep.extras.get("grad_norm"),
                        "threshold": p.clip_far, "max_grad_norm": self.meta.max_grad_norm,
                        "rows": ep.n_rows, "metrics": ["grad_norm"]}, Severity.CRITICAL)
-        return self.result(summary, notes)

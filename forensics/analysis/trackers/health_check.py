@@ -30,46 +30,12 @@ judged (there is nothing to compare its moves with).
 Issues
 ------
 
-============================  ==================================================================
-issue                         condition
-============================  ==================================================================
-``kl_rising``                 log KL moved up and the window's geometric-mean KL is
-                              ``kl_rise_factor`` times the previous window's or more
-``loss_spiking``              the window's largest loss lies ``spike_z`` standard deviations of
-                              the window's other loss values above their mean (windows of
-                              ``spike_min_rows`` values or more)
-``reward_declining``          the mean reward moved down
-``loss_high``                 the mean loss moved up to above every one of the last ``memory``
-                              windows (*)
-``variance_high``             the reward variance exceeds ``variance_ratio`` x the median of the
-                              last ``memory`` windows' and ``jump_z`` standard errors of the log
-                              variance, and its standard deviation exceeds
-                              ``variance_min_share`` of the range of window means so far
-``overfitting``               reward and loss both moved up (*)
-``reward_plateau``            over the last ``plateau_windows`` windows the mean reward neither
-                              rose nor fell (slope within ``plateau_t`` standard errors of 0)
-``exploration_needed``        the loss moved down while the reward stayed flat (*)
-============================  ==================================================================
-
-(*) Only where the loss is a progress signal: its window mean is ``loss_level_sigmas`` standard
+Each issue is one row of :data:`RULE_TABLE` (an :class:`IssueRule`): the condition it checks,
+its priority, the adjustments it asks for and its advice, declared together; ``forensics rules``
+and ``docs/rules.md`` list them beside the rules (tracker ``windows``). The conditions marked (*)
+hold only where the loss is a progress signal: its window mean is ``loss_level_sigmas`` standard
 deviations away from zero, and the algorithm is not a critic-free group method (GRPO, RLOO,
 DAPO: their loss sits near zero and rises with beta * KL, SIGNATURES 1.1).
-
-Rule table (:data:`RULE_TABLE`): issue -> adjustments
------------------------------------------------------
-
-======================  ============  ==========================================================
-issue                   priority      adjustments
-======================  ============  ==========================================================
-``kl_rising``           immediate     KL coefficient +20%
-``loss_spiking``        immediate     learning rate -20%, gradient clip -20%
-``reward_declining``    immediate     learning rate -20%
-``loss_high``           short_term    learning rate -20%
-``overfitting``         short_term    KL coefficient +20%
-``variance_high``       short_term    gradient clip -20%
-``reward_plateau``      medium_term   none: stop early if the run has converged
-``exploration_needed``  medium_term   temperature +10%
-======================  ============  ==========================================================
 
 When several issues change the same parameter, the most urgent one wins (ties: table order) and
 a change is never compounded; an issue that would move a parameter the other way is held back.
@@ -77,7 +43,8 @@ In a scan, :mod:`forensics.analysis.diagnosis.recommendations` ranks these below
 causal chain.
 
 Config keys (online use): an adjustment names the key of the trainer config passed in when the
-config holds one of the parameter's usual keys (:data:`CONFIG_KEYS`), with the new value computed
+config holds one of the parameter's keys (:data:`forensics.analysis.trainer_keys.CONFIG_KEYS`, the
+one table of trainer config keys), with the new value computed
 from the config's value; otherwise the adjustment is given in words (``text``), never under a
 made-up key.
 
@@ -105,10 +72,9 @@ import numpy as np
 
 from ...config import algorithm_family, param
 from ..stats.moments import Moments
-from ..trainer_keys import set_key
+from ..trainer_keys import PARAMETERS, config_keys, set_key
 
 __all__ = [
-    "CONFIG_KEYS",
     "ISSUES",
     "PRIORITIES",
     "RULE_TABLE",
@@ -176,23 +142,36 @@ class Adjustment:
 
 @dataclass(frozen=True)
 class IssueRule:
+    """One window issue: when it holds (``condition``), how urgent it is, what to change."""
+
     issue: str
     priority: str
     description: str
+    condition: str
     adjustments: tuple[Adjustment, ...]
     advice: str = ""
+
+    @property
+    def remedy(self) -> str:
+        """The adjustments in words (``learning rate -20%``), then the advice."""
+        changes = ", ".join(f"{PARAMETERS.get(a.parameter, a.parameter)} {a.change}" for a in self.adjustments)
+        return ". ".join(t for t in (changes, self.advice) if t) or "none"
 
 
 _A = Adjustment
 #: The documented rule table: issue -> priority and adjustments (see the module docstring).
 RULE_TABLE: tuple[IssueRule, ...] = (
-    IssueRule("kl_rising", "immediate", "KL to the reference rose sharply", (
+    IssueRule("kl_rising", "immediate", "KL to the reference rose sharply",
+              "log KL moved up and the window's geometric-mean KL is kl_rise_factor times the "
+              "previous window's or more.", (
         _A("kl_coef", 1.2,
            "The policy is leaving the reference faster than the penalty holds it; a stronger "
            "penalty pulls it back before the reward is hacked or collapses.",
            "KL levels off within a window; reward growth may slow."),
     )),
-    IssueRule("loss_spiking", "immediate", "a loss value spiked far above the window's others", (
+    IssueRule("loss_spiking", "immediate", "a loss value spiked far above the window's others",
+              "The window's largest loss lies spike_z standard deviations of the window's other "
+              "loss values above their mean (windows of spike_min_rows values or more).", (
         _A("learning_rate", 0.8,
            "Spikes mean single updates overshoot; a smaller step keeps them inside the trust region.",
            "Fewer and smaller loss spikes within one or two windows; slightly slower progress."),
@@ -200,31 +179,40 @@ RULE_TABLE: tuple[IssueRule, ...] = (
            "A tighter gradient clip bounds the size of the update a bad batch can make.",
            "Spike magnitude capped; grad_norm clipped more often (keep it under ~5% of steps)."),
     )),
-    IssueRule("reward_declining", "immediate", "mean reward fell significantly", (
+    IssueRule("reward_declining", "immediate", "mean reward fell significantly",
+              "The mean reward moved down.", (
         _A("learning_rate", 0.8,
            "A falling reward often follows too-large policy updates; a smaller step stabilises them.",
            "Reward stops falling; recovery is gradual."),
     ), "Roll back to the checkpoint at the best level; if KL surged, see the KL findings first."),
-    IssueRule("loss_high", "short_term", "loss rose above the recent windows' level", (
+    IssueRule("loss_high", "short_term", "loss rose above the recent windows' level",
+              "The mean loss moved up to above every one of the last memory windows (*).", (
         _A("learning_rate", 0.8,
            "A loss above the run's own level suggests the optimiser overshoots its minimum.",
            "Loss returns toward the run's earlier level over the next windows."),
     )),
-    IssueRule("overfitting", "short_term", "reward and loss rising together", (
+    IssueRule("overfitting", "short_term", "reward and loss rising together",
+              "Reward and loss both moved up (*).", (
         _A("kl_coef", 1.2,
            "Reward rising with the loss is the over-optimisation signature: the policy exploits the "
            "reward while drifting from the reference; a stronger KL penalty holds it back.",
            "KL to the reference flattens; reward growth slows but generalises better."),
     )),
-    IssueRule("variance_high", "short_term", "reward variance high", (
+    IssueRule("variance_high", "short_term", "reward variance high",
+              "The reward variance exceeds variance_ratio x the median of the last memory windows' "
+              "and jump_z standard errors of the log variance, and its standard deviation exceeds "
+              "variance_min_share of the range of window means so far.", (
         _A("max_grad_norm", 0.8,
            "High reward variance gives high-variance gradients; a tighter clip bounds their effect.",
            "Steadier updates; reward variance falls over the next windows."),
     )),
-    IssueRule("reward_plateau", "medium_term", "reward on a plateau", (),
+    IssueRule("reward_plateau", "medium_term", "reward on a plateau",
+              "Over the last plateau_windows windows the mean reward neither rose nor fell (slope "
+              "within plateau_t standard errors of 0).", (),
               "Stop early if the run has converged; otherwise check the entropy (collapse) and "
               "the share of groups whose responses all score alike."),
-    IssueRule("exploration_needed", "medium_term", "loss improving but reward flat", (
+    IssueRule("exploration_needed", "medium_term", "loss improving but reward flat",
+              "The loss moved down while the reward stayed flat (*).", (
         _A("temperature", 1.1,
            "The optimiser still makes progress on its loss but the samples no longer discover "
            "higher-reward behaviour: sampling is too narrow.",
@@ -233,17 +221,6 @@ RULE_TABLE: tuple[IssueRule, ...] = (
 )
 ISSUES = tuple(r.issue for r in RULE_TABLE)
 _RULES = {r.issue: r for r in RULE_TABLE}
-
-#: Config keys (online use) each parameter may be stored under in the config a trainer passes in,
-#: as the trainers name them (TRL, veRL, OpenRLHF); dotted = nested.
-CONFIG_KEYS: dict[str, tuple[str, ...]] = {
-    "learning_rate": ("learning_rate", "lr", "actor_learning_rate", "actor_rollout_ref.actor.optim.lr"),
-    "kl_coef": ("kl_coef", "beta", "init_kl_coef", "actor_rollout_ref.actor.kl_loss_coef",
-                "algorithm.kl_ctrl.kl_coef"),
-    "max_grad_norm": ("max_grad_norm", "max_norm", "actor_rollout_ref.actor.grad_clip"),
-    "temperature": ("temperature", "actor_rollout_ref.rollout.temperature"),
-}
-
 
 # -- window statistics ---------------------------------------------------------------------------
 def _arr(values: Any) -> np.ndarray:
@@ -414,6 +391,36 @@ class HealthCheck:
             return slope == 0.0
         return abs(slope) / se < self.params.plateau_t
 
+    def _variance_high(self, r: Moments) -> bool:
+        """The window's reward variance far above the median of earlier windows' (a jump beyond
+        its sampling noise, given the autocorrelation), and large against the range of means."""
+        p, mem = self.params, self._mem
+        if r.var is None or len(mem.reward_vars) < p.min_windows:
+            return False
+        self.work += len(mem.reward_vars)
+        ref = float(np.median(np.asarray(mem.reward_vars)))
+        phi = self._phi("reward")
+        neff = r.n * (1 - phi) / (1 + phi)
+        se_log = math.sqrt(2.0 / max(neff - 1.0, 1.0))
+        spread = mem.mean_range[1] - mem.mean_range[0]
+        return bool(r.var > p.variance_ratio * max(ref, 1e-12)
+                    and math.log(r.var / max(ref, 1e-300)) > p.jump_z * se_log
+                    and math.sqrt(r.var) > p.variance_min_share * spread)
+
+    def _remember(self, cur: dict[str, Moments], moves: dict[str, float | None]) -> None:
+        """The current window joins the bounded summary."""
+        mem = self._mem
+        for s in SERIES:
+            move = moves[s]
+            if move is not None:
+                mem.moves[s].append(move)
+            mean = cur[s].mean
+            if mean is not None:
+                mem.means[s].append(mean)
+        if cur["reward"].var is not None:
+            mem.reward_vars.append(cur["reward"].var)
+        self._prev = cur
+
     def add_window(self, window: Any, moments: Mapping[str, Moments]) -> WindowReport:
         """Judge a window (its :func:`window_stats`) against the bounded summary of earlier ones."""
         p, mem = self.params, self._mem
@@ -447,31 +454,14 @@ class HealthCheck:
             issues.append("loss_high")
         if informative and dirs["reward"] == "up" and dirs["loss"] == "up":
             issues.append("overfitting")
-        if r.var is not None and len(mem.reward_vars) >= p.min_windows:
-            self.work += len(mem.reward_vars)
-            ref = float(np.median(np.asarray(mem.reward_vars)))
-            phi = self._phi("reward")
-            neff = r.n * (1 - phi) / (1 + phi)
-            se_log = math.sqrt(2.0 / max(neff - 1.0, 1.0))
-            spread = mem.mean_range[1] - mem.mean_range[0]
-            if r.var > p.variance_ratio * max(ref, 1e-12) and \
-                    math.log(r.var / max(ref, 1e-300)) > p.jump_z * se_log and \
-                    math.sqrt(r.var) > p.variance_min_share * spread:
-                issues.append("variance_high")
+        if self._variance_high(r):
+            issues.append("variance_high")
         if self._plateau(dirs):
             issues.append("reward_plateau")
         if informative and dirs["loss"] == "down" and dirs["reward"] == "flat":
             issues.append("exploration_needed")
         issues = [i for i in ISSUES if i in issues]  # table order
-        # the current window joins the bounded summary
-        for s in SERIES:
-            if moves[s] is not None:
-                mem.moves[s].append(moves[s])  # type: ignore[arg-type]
-            if cur[s].mean is not None:
-                mem.means[s].append(cur[s].mean)  # type: ignore[arg-type]
-        if r.var is not None:
-            mem.reward_vars.append(r.var)
-        self._prev = cur
+        self._remember(cur, moves)
         rep = WindowReport(window, summary(cur), moves["reward"], moves["loss"], dirs["reward"],
                            dirs["loss"], issues, _status(issues))
         rep.adjustments = self.adjustments_for(issues)
@@ -612,7 +602,7 @@ def _lookup(config: Mapping[str, Any], dotted: str) -> tuple[bool, Any, bool]:
 
 
 def _find_key(parameter: str, config: Mapping[str, Any]) -> tuple[str | None, Any, bool]:
-    for key in CONFIG_KEYS.get(parameter, (parameter,)):
+    for key in config_keys(parameter) or (parameter,):
         found, value, nested = _lookup(config, key)
         if found:
             return key, value, nested

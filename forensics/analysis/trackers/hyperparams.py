@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ...config import param
+from ...config import Relations, param
 from ...io.canonical import Batch
 from ..findings import RuleSpec, Severity
 from ..spans import step_span
@@ -51,10 +51,10 @@ class Setting:
 
 
 SETTINGS = (
-    Setting("learning_rate", "lr.change", "learning rate", True),
-    Setting("kl_coef", "kl_coef.change", "KL coefficient", False),
-    Setting("clip_range", "clip.change", "clip range", True),
-    Setting("batch_size", "batch_size.change", "batch size", False),
+    Setting("learning_rate", "hyperparams.lr_change", "learning rate", True),
+    Setting("kl_coef", "hyperparams.kl_coef_change", "KL coefficient", False),
+    Setting("clip_range", "hyperparams.clip_change", "clip range", True),
+    Setting("batch_size", "hyperparams.batch_size_change", "batch size", False),
 )
 
 
@@ -75,8 +75,8 @@ class HyperparamsParams:
                              "summary (a schedule that jumps every few steps).")
     lr_high: float = param(1e-3, "A learning rate above this is far outside what RL and preference "
                            "fine-tuning of language models use (full fine-tuning 1e-7 to 1e-5, LoRA "
-                           "up to about 2e-4): lr.out_of_range.")
-    lr_critical: float = param(1e-2, "A learning rate above this makes lr.out_of_range critical.")
+                           "up to about 2e-4): hyperparams.lr_out_of_range.")
+    lr_critical: float = param(1e-2, "A learning rate above this makes hyperparams.lr_out_of_range critical.")
     lr_high_preference: float = param(1e-4, "lr_high for preference optimisation (DPO, IPO, KTO, ORPO): "
                                       "full fine-tuning uses 5e-7 to 5e-6 and LoRA up to about 5e-5 "
                                       "(TRL's DPO docs and the DPO, Zephyr and Tulu recipes).")
@@ -87,22 +87,26 @@ class HyperparamsParams:
     lr_rows: int = param(3, "Rows out of 5 the learning rate must be out of range (no probation; "
                          "judged from the first step).", le=5)
     warmup_moves: int = param(20, "Logged moves of the learning rate needed before a warm-up that "
-                              "never ends is judged (lr.warmup_unfinished).")
+                              "never ends is judged (hyperparams.lr_warmup_unfinished).")
     warmup_share: float = param(0.9, "Share of the learning rate's logged moves that must rise, with "
                                 "none falling, for the warm-up to have lasted the whole run.", le=1)
+    relations: ClassVar[Relations] = (("lr_low", "<", 1, "lr_high"),
+                                      ("lr_high", "<=", 1, "lr_critical"),
+                                      ("lr_low", "<", 1, "lr_high_preference"),
+                                      ("lr_high_preference", "<=", 1, "lr_critical_preference"))
 
 
 _R = RuleSpec
 _SEVERITY_DOC = ("warning_factor", "critical_factor", "safe_warning_factor", "change_ratio", "ramp_factor")
 RULES = (
-    _R("lr.change", Severity.INFO, "Learning rate changed",
+    _R("hyperparams.lr_change", Severity.INFO, "Learning rate changed",
        "The logged learning rate jumped between two consecutive steps (not a warmup or decay "
        "ramp). A larger rate makes larger updates, which show first in the gradients and KL; a "
        "rate cut by orders of magnitude stops the policy from moving. Severity follows the factor.",
        "If the change was not intended, restore the learning rate to its value before the change "
        "and resume from a checkpoint before it; check the scheduler and the config.",
-       _SEVERITY_DOC),
-    _R("lr.out_of_range", Severity.WARNING, "Learning rate far outside the usual range",
+       _SEVERITY_DOC, formerly=("lr.change",)),
+    _R("hyperparams.lr_out_of_range", Severity.WARNING, "Learning rate far outside the usual range",
        "The logged learning rate is far above (or, from the start, far below) the rates RL and "
        "preference fine-tuning of language models use (by family: preference optimisation runs "
        "10x lower than RL, so its ceiling is too): far above, the first updates break the "
@@ -112,33 +116,33 @@ RULES = (
        "Set the learning rate in the usual range: 1e-6 to 1e-5 for full fine-tuning with PPO, GRPO "
        "or RLOO, 5e-7 to 5e-6 for DPO, up to 1e-4 with LoRA.",
        ("lr_high", "lr_critical", "lr_high_preference", "lr_critical_preference", "lr_low", "lr_rows"),
-       "SIGNATURES #16, #20; TRL and veRL defaults; TRL DPO docs"),
-    _R("lr.warmup_unfinished", Severity.WARNING, "Learning-rate warm-up never finished",
+       "SIGNATURES #16, #20; TRL and veRL defaults; TRL DPO docs", formerly=("lr.out_of_range",)),
+    _R("hyperparams.lr_warmup_unfinished", Severity.WARNING, "Learning-rate warm-up never finished",
        "The logged learning rate rose on nearly every logged step and never fell: the warm-up "
        "lasted the whole run, so the run trained below its configured peak rate throughout "
        "(warmup_steps or warmup_ratio longer than the run). A warning when the log ends at a "
        "whole epoch (the run completed its schedule); information when the log stops mid-epoch "
        "(a run stopped early inside its warm-up is not misconfigured). A rate still rising is "
-       "never judged too low (lr.out_of_range waits for the warm-up to end).",
+       "never judged too low (hyperparams.lr_out_of_range waits for the warm-up to end).",
        "Shorten the warm-up to a few percent of the run (warmup_ratio 0.03-0.1, or warmup_steps "
        "below a tenth of the total steps) so the peak learning rate is reached early.",
-       ("warmup_moves", "warmup_share"), "the schedulers of transformers and veRL"),
-    _R("kl_coef.change", Severity.INFO, "KL coefficient changed",
+       ("warmup_moves", "warmup_share"), "the schedulers of transformers and veRL", formerly=("lr.warmup_unfinished",)),
+    _R("hyperparams.kl_coef_change", Severity.INFO, "KL coefficient changed",
        "The logged KL coefficient jumped (not an adaptive controller's gradual moves). A smaller "
        "coefficient, or none, lets the policy drift from the reference. Severity follows the factor.",
        "If the change was not intended, restore the KL coefficient to its value before the change; "
        "check the controller and the config.",
-       _SEVERITY_DOC),
-    _R("clip.change", Severity.INFO, "Clip range changed",
+       _SEVERITY_DOC, formerly=("kl_coef.change",)),
+    _R("hyperparams.clip_change", Severity.INFO, "Clip range changed",
        "The logged PPO clip range jumped. A wider range allows larger policy updates per step. "
        "Severity follows the factor.",
        "If the change was not intended, restore the clip range to its value before the change.",
-       _SEVERITY_DOC),
-    _R("batch_size.change", Severity.INFO, "Batch size changed",
+       _SEVERITY_DOC, formerly=("clip.change",)),
+    _R("hyperparams.batch_size_change", Severity.INFO, "Batch size changed",
        "The logged batch size jumped. A smaller batch gives noisier gradients and KL estimates. "
        "Severity follows the factor.",
        "If the change was not intended, restore the batch size to its value before the change.",
-       _SEVERITY_DOC),
+       _SEVERITY_DOC, formerly=("batch_size.change",)),
 )
 
 
@@ -326,7 +330,7 @@ class Hyperparams(Tracker):
         for ep in self.lr_ep.finish():
             lr = ep.extras.get("lr", float("nan"))
             high = ep.peak > 0
-            self.emit("lr.out_of_range", ep,
+            self.emit("hyperparams.lr_out_of_range", ep,
                       f"learning rate {lr:.3g} at step {ep.peak_step} is "
                       + (f"above {lr_high:g}, far above" if high else f"below {p.lr_low:g}, far below")
                       + f" the usual range for {which} of a language model, from step {ep.onset_step}",
@@ -347,7 +351,7 @@ class Hyperparams(Tracker):
         ep = Episode(onset_step=first, first_step=first, last_step=last_step, last_row=0, n_rows=moves + 1)
         ended = (f"the run ended at epoch {self.last_epoch:g}" if completed
                  else "the log ends inside the warm-up")
-        self.emit("lr.warmup_unfinished", ep,
+        self.emit("hyperparams.lr_warmup_unfinished", ep,
                   f"learning rate rose on {up} of {moves} logged moves and never fell "
                   f"({st.first:.3g} -> {st.last:.3g} at step {last_step}); {ended}: the warm-up "
                   "never finished, so the run trained below its peak rate throughout",

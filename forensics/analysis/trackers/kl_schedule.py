@@ -21,15 +21,17 @@ Ziegler et al. 2019, *Fine-Tuning Language Models from Human Preferences*, arXiv
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from ...config import param
+from ...config import Relations, param
 from ...io.canonical import Batch
 from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
-from ..stats.episodes import Episodes
+from ..stats.episodes import Episode, Episodes
 from ..stats.trailing import BlockStats, Context, History, TrailingRunMedian, _block_median_mad
 from .base import Tracker, TrackerResult
 
@@ -87,9 +89,17 @@ class KLScheduleParams:
                                "highest earlier block median means the policy stopped moving.")
     stall_rows: int = param(10, "Consecutive rows the stalled-update condition must hold.")
     coef_explode: float = param(100.0, "beta above this multiple of beta_0 is a runaway.")
+    relations: ClassVar[Relations] = (("excessive_token", "<=", 1, "excessive_critical_token"),
+                                      ("excessive_sequence", "<=", 1, "excessive_critical_sequence"),
+                                      ("band_low", "<", 1, "band_high"),
+                                      ("window", ">=", 2, "block"),
+                                      ("min_history", "<=", 1, "window"))
 
 
 _R = RuleSpec
+#: a rule's message and its severity (None: the rule's own)
+_Said = tuple[str, Severity | None]
+Evidence = dict[str, object]
 RULES = (
     _R("kl.excessive", Severity.WARNING, "KL to the reference far above any healthy run",
        "The KL between the policy and the reference is at a level no healthy language-model "
@@ -167,13 +177,13 @@ RULES = (
        "the controller overcorrects.",
        "Lengthen the controller horizon (e.g. double it) or lower the learning rate 20%.",
        ("oscillation_crossings", "window"), stability=True),
-    _R("update.stalled", Severity.WARNING, "Policy updates stalled",
+    _R("kl.update_stalled", Severity.WARNING, "Policy updates stalled",
        "The KL between the policy before and after each update (approx_kl) fell by orders of "
        "magnitude below its earlier level and stayed there: the optimizer no longer moves the "
        "policy (learning rate far too low, a schedule that decayed to zero, or skipped steps).",
        "Check the learning rate and its schedule (raise it back to the value the run started "
        "with); check that optimizer.step() runs and that gradients reach the policy parameters.",
-       ("stall_ratio", "stall_rows"), "SIGNATURES #16"),
+       ("stall_ratio", "stall_rows"), "SIGNATURES #16", formerly=("update.stalled",)),
     _R("kl_ctl.runaway", Severity.WARNING, "KL coefficient ran away",
        "beta collapsed toward zero or grew by orders of magnitude from its initial value.",
        "Retune the KL target; bound beta; check the KL units fed to the controller.",
@@ -219,7 +229,7 @@ class KLSchedule(Tracker):
             "kl_ctl.overshoot": Episodes(1, 1, gap=p.window),
             "kl_ctl.oscillation": Episodes(1, 1, gap=p.window),
             "kl_ctl.runaway": Episodes(1, 1, gap=p.window),
-            "update.stalled": Episodes(p.stall_rows, p.stall_rows, gap=p.window, mode="min"),
+            "kl.update_stalled": Episodes(p.stall_rows, p.stall_rows, gap=p.window, mode="min"),
         }
         self.upd_partial = np.zeros(0)
         self.upd_max = -np.inf
@@ -258,61 +268,87 @@ class KLSchedule(Tracker):
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
         if batch.has("approx_kl") or len(self.upd_partial) or np.isfinite(self.upd_max):
             self._update_stall(batch)
+        if not self._takes(batch):
+            return None
+        self.active = True
+        self.rows += len(batch)
+        name = self.series_name or "kl"
+        self.source_keys.setdefault("kl", name)
+        kl = batch.col(name)
+        rows, steps = batch.rows, batch.steps
+        with np.errstate(invalid="ignore", divide="ignore"):
+            logkl = np.log(np.where(kl > 0, kl, np.nan))
+        z, sigma, med = self._robust_z(logkl, batch.row0, rows)
+        self._update_baseline(kl, rows, steps)
+        self.n_rows_kl += int(np.isfinite(kl).sum())
+        # the level in nats/token where it can be known (priors and floors are per token)
+        per_token = self._per_token(batch, kl, name)
+        floor = np.where(np.isfinite(per_token), per_token >= self.p.spike_floor_token,
+                         kl >= (self.p.spike_floor_token if name == "kl" else self.p.spike_floor_sequence))
+        self._update_level(rows, steps, kl, per_token, z, floor, np.exp(med))
+        target = self._target()
+        if target is not None:
+            self._update_band(rows, steps, kl, target)
+        else:
+            self._update_drift(rows, steps, kl, floor)
+        after_probation = rows >= self.p.probation
+        neg = self.p.negative_token if name == "kl" else self.p.negative_sequence
+        self.ep["kl.negative"].update(rows, steps, after_probation & (kl < neg), kl)
+        robust_cv = np.expm1(sigma)
+        self.ep["kl.volatile"].update(rows, steps, after_probation & (robust_cv > 1.0), robust_cv)
+        self.tail.extend(kl)
+        self.last_step = int(steps[-1])
+        self._controller(batch, kl, batch.col("kl_coef"), target)
+        return {"kl_robust_z": z}
+
+    def _takes(self, batch: Batch) -> bool:
+        """Whether the batch is this tracker's business: a KL series (the first one logged, in
+        the target's unit where both are) or a coefficient, in a run that samples."""
         if self.series_name is None:
             # with both units logged, follow the target's unit (run.json kl_target_unit)
             prefer = ("kl_seq", "kl") if self.meta.kl_target_unit == "sequence" else ("kl", "kl_seq")
             self.series_name = next((s for s in prefer if batch.has(s)), None)
-        has_coef = batch.has("kl_coef")
-        if self.series_name is None and not has_coef and not self.coef_seen:
-            return None
+        if self.series_name is None and not batch.has("kl_coef") and not self.coef_seen:
+            return False
         if self._offline_preference():
             self.skip_reason = "offline preference optimisation samples nothing: no sampling KL to judge"
-            return None
-        self.active = True
-        self.rows += len(batch)
-        p = self.p
-        name = self.series_name or "kl"
-        self.source_keys.setdefault("kl", name)
-        kl = batch.col(name)
-        coef = batch.col("kl_coef")
-        rows, steps = batch.rows, batch.steps
-        after_probation = rows >= p.probation
+            return False
+        return True
 
-        with np.errstate(invalid="ignore", divide="ignore"):
-            logkl = np.log(np.where(kl > 0, kl, np.nan))
-        med, sigma = self.bs.update(logkl, batch.row0)
+    def _robust_z(self, logkl: np.ndarray, row0: int,
+                  rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Robust z-score of log KL against the trailing block medians, the sigma and the median."""
+        med, sigma = self.bs.update(logkl, row0)
         sigma = np.fmax(sigma, 0.05)  # log-scale floor: a 5% wiggle is never a spike
         # ...nor a wander the run makes all the time (AR(1) noise at phi 0.9 spreads a window only
         # half as wide as the run): the run's median deviation from the trailing median, as a sigma
-        dev = np.where(after_probation, np.abs(logkl - med), np.nan)
+        dev = np.where(rows >= self.p.probation, np.abs(logkl - med), np.nan)
         run_sigma = self.run_spread.update(rows, dev) / 0.6745
         sigma = np.where(run_sigma > sigma, run_sigma, sigma)
-        z = (logkl - med) / sigma
-        ratio = kl / np.exp(med)
+        return (logkl - med) / sigma, sigma, med
+
+    def _rising(self) -> np.ndarray:
         recent, previous = self.bs.trend(max(self.bs.nblocks // 2, 1))
-        rising = np.exp(recent - previous) > p.trend_ratio
-        # KL's level one window earlier: the reference for drift when there is no target (the
-        # early baseline would be: KL starts at 0, so any healthy growth is a large multiple)
-        # (judged only once that whole earlier window lies past probation: not against the
-        # first rows, where KL grows from 0)
-        _, lagged = self.bs.trend(self.bs.nblocks)
-        lagged_kl = np.where(rows >= p.probation + 2 * p.window, np.exp(lagged), np.nan)
+        return np.exp(recent - previous) > self.p.trend_ratio
 
-        # baseline: robust median over [probation, probation + baseline_rows)
-        if self.baseline is None:
-            sel = (rows >= p.probation) & (rows < p.probation + p.baseline_rows)
-            self.baseline_vals.append(kl[sel])
-            if rows[-1] >= p.probation + p.baseline_rows - 1:
-                vals = np.concatenate(self.baseline_vals)
-                vals = vals[np.isfinite(vals)]
-                self.baseline = float(np.median(vals)) if len(vals) else None
-                end = rows == p.probation + p.baseline_rows - 1
-                self.baseline_end_step = int(steps[end][0]) if end.any() else int(steps[-1])
+    def _update_baseline(self, kl: np.ndarray, rows: np.ndarray, steps: np.ndarray) -> None:
+        """The baseline: robust median over [probation, probation + baseline_rows)."""
+        p = self.p
+        if self.baseline is not None:
+            return
+        sel = (rows >= p.probation) & (rows < p.probation + p.baseline_rows)
+        self.baseline_vals.append(kl[sel])
+        if rows[-1] >= p.probation + p.baseline_rows - 1:
+            vals = np.concatenate(self.baseline_vals)
+            vals = vals[np.isfinite(vals)]
+            self.baseline = float(np.median(vals)) if len(vals) else None
+            end = rows == p.probation + p.baseline_rows - 1
+            self.baseline_end_step = int(steps[end][0]) if end.any() else int(steps[-1])
 
-        finite = np.isfinite(kl)
-        self.n_rows_kl += int(finite.sum())
-        # the level in nats/token where it can be known (priors and floors are per token)
-        per_token = self._per_token(batch, kl, name)
+    def _update_level(self, rows: np.ndarray, steps: np.ndarray, kl: np.ndarray, per_token: np.ndarray,
+                      z: np.ndarray, floor: np.ndarray, median: np.ndarray) -> None:
+        """kl.excessive (the level against the language-model priors) and kl.spike."""
+        p = self.p
         if self.meta.lm_priors:
             warn_at, _ = self._excessive_levels(per_token)
             level = np.where(np.isfinite(per_token), per_token, kl)
@@ -320,48 +356,41 @@ class KLSchedule(Tracker):
                 self.first_level = float(level[np.isfinite(level)][0])
             self.ep["kl.excessive"].update(rows, steps, level > warn_at, level,
                                            {"kl": kl, "per_token": per_token})
-        floor = np.where(np.isfinite(per_token), per_token >= p.spike_floor_token,
-                         kl >= (p.spike_floor_token if name == "kl" else p.spike_floor_sequence))
-        # spikes
-        spike = after_probation & (z > p.spike_z) & (ratio > p.spike_min_ratio) & floor
-        self.ep["kl.spike"].update(rows, steps, spike, ratio, {"kl": kl, "z": z,
-                                                              "median": np.exp(med),
+        ratio = kl / median
+        spike = (rows >= p.probation) & (z > p.spike_z) & (ratio > p.spike_min_ratio) & floor
+        self.ep["kl.spike"].update(rows, steps, spike, ratio, {"kl": kl, "z": z, "median": median,
                                                               "per_token": per_token})
-        # runaway and band
-        target = self._target()
-        if target is not None:
-            hi, lo = target * p.band_high, target * p.band_low
-            band_state = np.where(kl > hi, 1, np.where(kl < lo, -1, 0))
-            band_state = np.where(finite, band_state, 0)
-            self.in_band += int((finite & (band_state == 0)).sum())
-            # the smoothed level must be out of band too: a noisy KL straddling the band edge
-            # is not a runaway
-            level_log, _ = self.bs.trend(2)
-            runaway = after_probation & (kl > hi) & (np.exp(level_log) > hi) & rising
-            self.ep["kl.runaway"].update(rows, steps, runaway, kl / target,
-                                         {"kl": kl, "target": np.full(len(kl), target)})
-            off = after_probation & (band_state != 0)
-            self.ep["kl.off_target"].update(rows, steps, off, kl / target, {"kl": kl})
-            # crossings are judged on the smoothed level (median of the two blocks before each
-            # row): a noisy KL that straddles the band is not an oscillating controller
-            level_log, _ = self.bs.trend(2)
-            level = np.exp(level_log)
-            smooth_state = np.where(level > hi, 1, np.where(level < lo, -1, 0))
-            smooth_state = np.where(np.isfinite(level), smooth_state, 0)
-            self._crossings(rows, steps, smooth_state, level / target)
-        else:
-            runaway = after_probation & (kl > p.drift_factor * lagged_kl) & rising & floor
-            self.ep["kl.runaway"].update(rows, steps, runaway, kl / lagged_kl,
-                                         {"kl": kl, "reference": lagged_kl})
-        neg = p.negative_token if name == "kl" else p.negative_sequence
-        self.ep["kl.negative"].update(rows, steps, after_probation & (kl < neg), kl)
-        robust_cv = np.expm1(sigma)
-        self.ep["kl.volatile"].update(rows, steps, after_probation & (robust_cv > 1.0),
-                                      robust_cv)
-        self.tail.extend(kl)
-        self.last_step = int(steps[-1])
-        self._controller(batch, kl, coef, target)
-        return {"kl_robust_z": z}
+
+    def _update_band(self, rows: np.ndarray, steps: np.ndarray, kl: np.ndarray, target: float) -> None:
+        """Runaway, time in band, off-target stretches and band crossings against a target."""
+        p = self.p
+        after_probation = rows >= p.probation
+        hi, lo = target * p.band_high, target * p.band_low
+        finite = np.isfinite(kl)
+        band_state = np.where(finite, np.where(kl > hi, 1, np.where(kl < lo, -1, 0)), 0)
+        self.in_band += int((finite & (band_state == 0)).sum())
+        # the smoothed level (median of the two blocks before each row) must be out of band too:
+        # a noisy KL straddling the band edge is not a runaway, nor an oscillating controller
+        level = np.exp(self.bs.trend(2)[0])
+        runaway = after_probation & (kl > hi) & (level > hi) & self._rising()
+        self.ep["kl.runaway"].update(rows, steps, runaway, kl / target,
+                                     {"kl": kl, "target": np.full(len(kl), target)})
+        off = after_probation & (band_state != 0)
+        self.ep["kl.off_target"].update(rows, steps, off, kl / target, {"kl": kl})
+        smooth_state = np.where(level > hi, 1, np.where(level < lo, -1, 0))
+        smooth_state = np.where(np.isfinite(level), smooth_state, 0)
+        self._crossings(rows, steps, smooth_state, level / target)
+
+    def _update_drift(self, rows: np.ndarray, steps: np.ndarray, kl: np.ndarray, floor: np.ndarray) -> None:
+        """Runaway without a target: against KL's level one window earlier (the early baseline
+        would not do: KL starts at 0, so any healthy growth is a large multiple), judged only once
+        that whole earlier window lies past probation, not against the first rows."""
+        p = self.p
+        _, lagged = self.bs.trend(self.bs.nblocks)
+        lagged_kl = np.where(rows >= p.probation + 2 * p.window, np.exp(lagged), np.nan)
+        runaway = (rows >= p.probation) & (kl > p.drift_factor * lagged_kl) & self._rising() & floor
+        self.ep["kl.runaway"].update(rows, steps, runaway, kl / lagged_kl,
+                                     {"kl": kl, "reference": lagged_kl})
 
     def _per_token(self, batch: Batch, kl: np.ndarray, name: str) -> np.ndarray:
         """KL in nats/token: the per-token series itself, or the per-sequence sum over the mean
@@ -405,7 +434,7 @@ class KLSchedule(Tracker):
         after = batch.rows >= p.probation
         with np.errstate(invalid="ignore"):
             stalled = after & np.isfinite(la) & (la < np.log(p.stall_ratio) + ref)
-        self.ep["update.stalled"].update(batch.rows, batch.steps, stalled, ak,
+        self.ep["kl.update_stalled"].update(batch.rows, batch.steps, stalled, ak,
                                          {"reference": np.exp(ref)})
 
     def _crossings(self, rows: np.ndarray, steps: np.ndarray, state: np.ndarray,
@@ -529,8 +558,6 @@ class KLSchedule(Tracker):
         if isinstance(late_over_early, float) and late_over_early > p.drift_factor and not any(
             f.rule == "kl.runaway" for f in self._findings
         ):
-            from ..stats.episodes import Episode
-
             ep = Episode(onset_step=self.baseline_end_step, first_step=self.baseline_end_step,
                          last_step=self.last_step, last_row=0, n_rows=p.window)
             self.emit("kl.drift", ep,
@@ -540,111 +567,138 @@ class KLSchedule(Tracker):
                        "threshold": p.drift_factor, "metrics": ["kl"]})
         return self.result(summary, notes)
 
-    def _emit(self, rule: str, ep, target: float | None, unit: str) -> None:  # type: ignore[no-untyped-def]
-        p = self.p
-        ev: dict[str, object] = {"metrics": ["kl"], "rows": ep.n_rows}
-        sev = None
-        if rule == "kl.excessive":
-            per_token = ep.extras.get("per_token", float("nan"))
-            token = per_token == per_token
-            warn, crit = ((p.excessive_token, p.excessive_critical_token) if token or
-                          self.series_name == "kl" else
-                          (p.excessive_sequence, p.excessive_critical_sequence))
-            level_unit = "nats/token" if token or self.series_name == "kl" else unit
-            seq = (f" ({ep.extras.get('kl', float('nan')):.3g} {unit} over the response length)"
-                   if token and self.series_name != "kl" else "")
-            msg = (f"KL to the reference reached {ep.peak:.3g} {level_unit}{seq} at step "
-                   f"{ep.peak_step}, above the {warn:g} {level_unit} no healthy run sustains, from "
-                   f"step {ep.onset_step}")
-            ev.update(peak_level=ep.peak, level_unit=level_unit, prior=warn, critical_prior=crit,
-                      peak_kl=ep.extras.get("kl"))
-            if ep.peak >= crit:
-                sev = Severity.CRITICAL
-            if self.first_level is not None and self.first_level > warn and ep.peak <= 2.0 * self.first_level:
-                # a KL to the policy's own starting point is 0 at the first step: one already at
-                # the prior there, and flat since, is to another model (a teacher: the objective)
-                sev = Severity.INFO
-                msg += (f"; but it was already {self.first_level:.3g} at the first logged step and "
-                        "never doubled: a KL to the policy's own start is 0 there, so this is a KL to "
-                        "another model (on-policy distillation's teacher, the objective) and the "
-                        "RLHF prior is set aside")
-                ev.update(prior_set_aside="KL at the prior from the first step: not a drift measure",
-                          first_level=self.first_level)
-        elif rule == "kl.spike":
-            kl = ep.extras.get("kl", float("nan"))
-            med = ep.extras.get("median", float("nan"))
-            per_token = ep.extras.get("per_token", float("nan"))
-            msg = append_span(f"KL spiked to {kl:.3g} {unit} at step {ep.peak_step} ({ep.peak:.3g}x the "
-                              f"trailing median {med:.3g})", ep.first_step, ep.last_step)
-            ev.update(peak_kl=kl, trailing_median=med, peak_ratio=ep.peak,
-                      robust_z=ep.extras.get("z"), threshold_z=p.spike_z,
-                      threshold_ratio=p.spike_min_ratio, peak_per_token=per_token)
-            # critical only where the level itself matters, not a large ratio to a tiny baseline
-            level = per_token if per_token == per_token else (
-                kl if self.series_name == "kl" else kl / p.excessive_sequence * p.excessive_token)
-            if ep.peak >= p.spike_critical_ratio and level >= p.excessive_token:
-                sev = Severity.CRITICAL
-            elif ep.n_rows < 2 and not level >= 2 * p.spike_floor_token:
-                # one step to a modest level, back at once: a noisy batch, not a KL event
-                # (SIGNATURES #1: transient spikes were reported harmless; require persistence)
-                sev = Severity.INFO
-        elif rule == "kl.runaway":
-            ref = "target" if target is not None else f"level {p.window} rows earlier"
-            msg = (f"KL reached {ep.peak:.3g}x the {ref} at step {ep.peak_step} and kept rising "
-                   f"({step_span(ep.first_step, ep.last_step)})")
-            ev.update(peak_ratio=ep.peak, peak_kl=ep.extras.get("kl"), reference=ref,
-                      threshold=p.band_high if target is not None else p.drift_factor)
-            if target is not None and ep.peak >= p.runaway_critical:
-                sev = Severity.CRITICAL
-        elif rule == "kl.negative":
-            msg = f"KL stayed negative (down to {ep.peak:.3g} {unit}), {step_span(ep.first_step, ep.last_step)}"
-            ev.update(min_kl=ep.peak)
-        elif rule == "kl.off_target":
-            msg = (f"KL outside the target band for {ep.n_rows} rows (up to {ep.peak:.3g}x the "
-                   f"target), {step_span(ep.first_step, ep.last_step)}")
-            ev.update(peak_ratio=ep.peak, band=[p.band_low, p.band_high], target=target)
-        elif rule == "kl.volatile":
-            msg = f"KL robust spread exceeded its median (CV {ep.peak:.3g}), {step_span(ep.first_step, ep.last_step)}"
-            ev.update(robust_cv=ep.peak)
-        elif rule == "kl_ctl.wrong_direction":
-            msg = (f"KL coefficient moved against the KL error on {ep.n_rows} updates, "
-                   f"{step_span(ep.first_step, ep.last_step)} (e.g. KL {ep.extras.get('kl', float('nan')):.3g} "
-                   f"vs target {target}, log-change of beta {ep.extras.get('dlog_beta', float('nan')):.3g})")
-            ev.update(kl=ep.extras.get("kl"), beta=ep.extras.get("beta"), target=target,
-                      clipped_error=ep.peak)
-        elif rule == "kl_ctl.stuck":
-            msg = (f"adaptive KL coefficient did not move while KL was out of band, "
-                   f"{step_span(ep.first_step, ep.last_step)}")
-            ev.update(kl_over_target=ep.peak)
-        elif rule == "kl_ctl.saturated":
-            msg = (f"KL stayed >=20% from the target for {ep.n_rows} updates (up to {ep.peak:.3g}x), "
-                   f"{step_span(ep.first_step, ep.last_step)}")
-            ev.update(kl_over_target=ep.peak, threshold_rows=p.saturation_rows)
-        elif rule == "kl_ctl.law_mismatch":
-            msg = (f"beta updates deviate from the adaptive law by up to {ep.peak:.3g} (log) on "
-                   f"{ep.n_rows} updates, {step_span(ep.first_step, ep.last_step)}")
-            ev.update(max_residual=ep.peak, tolerance=p.law_tolerance,
-                      observed=ep.extras.get("observed"), predicted=ep.extras.get("predicted"),
-                      horizon=self.meta.kl_horizon, batch_size=self.meta.kl_batch_size)
-        elif rule == "kl_ctl.overshoot":
-            msg = f"KL crossed the target band to the other side at step {ep.onset_step} ({ep.peak:.3g}x target)"
-            ev.update(kl_over_target=ep.peak)
-        elif rule == "kl_ctl.oscillation":
-            msg = (f"KL crossed the band {int(ep.peak)} times within {p.window} rows, "
-                   f"{step_span(ep.first_step, ep.last_step)}")
-            ev.update(crossings=ep.peak, threshold=p.oscillation_crossings)
-        elif rule == "update.stalled":
-            ref = ep.extras.get("reference", float("nan"))
-            msg = (f"approx_kl fell to {ep.peak:.3g} ({ref / ep.peak if ep.peak else float('inf'):.3g}x "
-                   f"below its earlier level {ref:.3g}): the policy stopped moving, "
-                   f"{step_span(ep.first_step, ep.last_step)}")
-            ev.update(min_approx_kl=ep.peak, earlier_level=ref, threshold_ratio=p.stall_ratio,
-                      metrics=["approx_kl"])
-        else:  # kl_ctl.runaway
-            msg = f"KL coefficient reached {ep.peak:.3g}x its initial value at step {ep.peak_step}"
-            ev.update(beta_over_beta0=ep.peak, beta0=self.beta0)
-        if self.meta.kl_penalty == "none" and rule.startswith("kl."):
+    def _emit(self, rule: str, ep: Episode, target: float | None, unit: str) -> None:
+        ev: Evidence = {"metrics": ["kl"], "rows": ep.n_rows}
+        msg, sev = self._MESSAGES[rule](self, ep, target, unit, ev)
+        if self.meta.kl_penalty == "none" and rule.startswith("kl.") and rule != "kl.update_stalled":
             # no KL regularisation by design (DAPO, beta = 0): the level is information
             sev = Severity.INFO
             msg += " (the run has no KL penalty: reported, not judged)"
         self.emit(rule, ep, msg, ev, sev)
+
+    # -- one message (and severity) per rule: (episode, target, unit, evidence to fill) ----------
+    def _say_excessive(self, ep: Episode, target: float | None, unit: str, ev: Evidence) -> _Said:
+        p = self.p
+        per_token = ep.extras.get("per_token", float("nan"))
+        token = per_token == per_token
+        warn, crit = ((p.excessive_token, p.excessive_critical_token) if token or
+                      self.series_name == "kl" else
+                      (p.excessive_sequence, p.excessive_critical_sequence))
+        level_unit = "nats/token" if token or self.series_name == "kl" else unit
+        seq = (f" ({ep.extras.get('kl', float('nan')):.3g} {unit} over the response length)"
+               if token and self.series_name != "kl" else "")
+        msg = (f"KL to the reference reached {ep.peak:.3g} {level_unit}{seq} at step "
+               f"{ep.peak_step}, above the {warn:g} {level_unit} no healthy run sustains, from "
+               f"step {ep.onset_step}")
+        ev.update(peak_level=ep.peak, level_unit=level_unit, prior=warn, critical_prior=crit,
+                  peak_kl=ep.extras.get("kl"))
+        sev = Severity.CRITICAL if ep.peak >= crit else None
+        if self.first_level is not None and self.first_level > warn and ep.peak <= 2.0 * self.first_level:
+            # a KL to the policy's own starting point is 0 at the first step: one already at
+            # the prior there, and flat since, is to another model (a teacher: the objective)
+            sev = Severity.INFO
+            msg += (f"; but it was already {self.first_level:.3g} at the first logged step and "
+                    "never doubled: a KL to the policy's own start is 0 there, so this is a KL to "
+                    "another model (on-policy distillation's teacher, the objective) and the "
+                    "RLHF prior is set aside")
+            ev.update(prior_set_aside="KL at the prior from the first step: not a drift measure",
+                      first_level=self.first_level)
+        return msg, sev
+
+    def _say_spike(self, ep: Episode, target: float | None, unit: str, ev: Evidence) -> _Said:
+        p = self.p
+        kl = ep.extras.get("kl", float("nan"))
+        med = ep.extras.get("median", float("nan"))
+        per_token = ep.extras.get("per_token", float("nan"))
+        msg = append_span(f"KL spiked to {kl:.3g} {unit} at step {ep.peak_step} ({ep.peak:.3g}x the "
+                          f"trailing median {med:.3g})", ep.first_step, ep.last_step)
+        ev.update(peak_kl=kl, trailing_median=med, peak_ratio=ep.peak,
+                  robust_z=ep.extras.get("z"), threshold_z=p.spike_z,
+                  threshold_ratio=p.spike_min_ratio, peak_per_token=per_token)
+        # critical only where the level itself matters, not a large ratio to a tiny baseline
+        level = per_token if per_token == per_token else (
+            kl if self.series_name == "kl" else kl / p.excessive_sequence * p.excessive_token)
+        if ep.peak >= p.spike_critical_ratio and level >= p.excessive_token:
+            return msg, Severity.CRITICAL
+        if ep.n_rows < 2 and not level >= 2 * p.spike_floor_token:
+            # one step to a modest level, back at once: a noisy batch, not a KL event
+            # (SIGNATURES #1: transient spikes were reported harmless; require persistence)
+            return msg, Severity.INFO
+        return msg, None
+
+    def _say_runaway(self, ep: Episode, target: float | None, unit: str, ev: Evidence) -> _Said:
+        p = self.p
+        ref = "target" if target is not None else f"level {p.window} rows earlier"
+        msg = (f"KL reached {ep.peak:.3g}x the {ref} at step {ep.peak_step} and kept rising "
+               f"({step_span(ep.first_step, ep.last_step)})")
+        ev.update(peak_ratio=ep.peak, peak_kl=ep.extras.get("kl"), reference=ref,
+                  threshold=p.band_high if target is not None else p.drift_factor)
+        return msg, Severity.CRITICAL if target is not None and ep.peak >= p.runaway_critical else None
+
+    def _say_negative(self, ep: Episode, target: float | None, unit: str, ev: Evidence) -> _Said:
+        ev.update(min_kl=ep.peak)
+        return f"KL stayed negative (down to {ep.peak:.3g} {unit}), {step_span(ep.first_step, ep.last_step)}", None
+
+    def _say_off_target(self, ep: Episode, target: float | None, unit: str, ev: Evidence) -> _Said:
+        ev.update(peak_ratio=ep.peak, band=[self.p.band_low, self.p.band_high], target=target)
+        return (f"KL outside the target band for {ep.n_rows} rows (up to {ep.peak:.3g}x the "
+                f"target), {step_span(ep.first_step, ep.last_step)}"), None
+
+    def _say_volatile(self, ep: Episode, target: float | None, unit: str, ev: Evidence) -> _Said:
+        ev.update(robust_cv=ep.peak)
+        return (f"KL robust spread exceeded its median (CV {ep.peak:.3g}), "
+                f"{step_span(ep.first_step, ep.last_step)}"), None
+
+    def _say_wrong_direction(self, ep: Episode, target: float | None, unit: str, ev: Evidence) -> _Said:
+        ev.update(kl=ep.extras.get("kl"), beta=ep.extras.get("beta"), target=target,
+                  clipped_error=ep.peak)
+        return (f"KL coefficient moved against the KL error on {ep.n_rows} updates, "
+                f"{step_span(ep.first_step, ep.last_step)} (e.g. KL {ep.extras.get('kl', float('nan')):.3g} "
+                f"vs target {target}, log-change of beta {ep.extras.get('dlog_beta', float('nan')):.3g})"), None
+
+    def _say_stuck(self, ep: Episode, target: float | None, unit: str, ev: Evidence) -> _Said:
+        ev.update(kl_over_target=ep.peak)
+        return (f"adaptive KL coefficient did not move while KL was out of band, "
+                f"{step_span(ep.first_step, ep.last_step)}"), None
+
+    def _say_saturated(self, ep: Episode, target: float | None, unit: str, ev: Evidence) -> _Said:
+        ev.update(kl_over_target=ep.peak, threshold_rows=self.p.saturation_rows)
+        return (f"KL stayed >=20% from the target for {ep.n_rows} updates (up to {ep.peak:.3g}x), "
+                f"{step_span(ep.first_step, ep.last_step)}"), None
+
+    def _say_law_mismatch(self, ep: Episode, target: float | None, unit: str, ev: Evidence) -> _Said:
+        ev.update(max_residual=ep.peak, tolerance=self.p.law_tolerance,
+                  observed=ep.extras.get("observed"), predicted=ep.extras.get("predicted"),
+                  horizon=self.meta.kl_horizon, batch_size=self.meta.kl_batch_size)
+        return (f"beta updates deviate from the adaptive law by up to {ep.peak:.3g} (log) on "
+                f"{ep.n_rows} updates, {step_span(ep.first_step, ep.last_step)}"), None
+
+    def _say_overshoot(self, ep: Episode, target: float | None, unit: str, ev: Evidence) -> _Said:
+        ev.update(kl_over_target=ep.peak)
+        return f"KL crossed the target band to the other side at step {ep.onset_step} ({ep.peak:.3g}x target)", None
+
+    def _say_oscillation(self, ep: Episode, target: float | None, unit: str, ev: Evidence) -> _Said:
+        ev.update(crossings=ep.peak, threshold=self.p.oscillation_crossings)
+        return (f"KL crossed the band {int(ep.peak)} times within {self.p.window} rows, "
+                f"{step_span(ep.first_step, ep.last_step)}"), None
+
+    def _say_stalled(self, ep: Episode, target: float | None, unit: str, ev: Evidence) -> _Said:
+        ref = ep.extras.get("reference", float("nan"))
+        ev.update(min_approx_kl=ep.peak, earlier_level=ref, threshold_ratio=self.p.stall_ratio,
+                  metrics=["approx_kl"])
+        return (f"approx_kl fell to {ep.peak:.3g} ({ref / ep.peak if ep.peak else float('inf'):.3g}x "
+                f"below its earlier level {ref:.3g}): the policy stopped moving, "
+                f"{step_span(ep.first_step, ep.last_step)}"), None
+
+    def _say_coef_runaway(self, ep: Episode, target: float | None, unit: str, ev: Evidence) -> _Said:
+        ev.update(beta_over_beta0=ep.peak, beta0=self.beta0)
+        return f"KL coefficient reached {ep.peak:.3g}x its initial value at step {ep.peak_step}", None
+
+    _MESSAGES: ClassVar[dict[str, Callable[..., _Said]]] = {
+        "kl.excessive": _say_excessive, "kl.spike": _say_spike, "kl.runaway": _say_runaway,
+        "kl.negative": _say_negative, "kl.off_target": _say_off_target, "kl.volatile": _say_volatile,
+        "kl_ctl.wrong_direction": _say_wrong_direction, "kl_ctl.stuck": _say_stuck,
+        "kl_ctl.saturated": _say_saturated, "kl_ctl.law_mismatch": _say_law_mismatch,
+        "kl_ctl.overshoot": _say_overshoot, "kl_ctl.oscillation": _say_oscillation,
+        "kl.update_stalled": _say_stalled, "kl_ctl.runaway": _say_coef_runaway,
+    }

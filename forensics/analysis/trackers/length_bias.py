@@ -23,10 +23,11 @@ the coupled-growth rule is therefore informational unless the per-response corre
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from ...config import param
+from ...config import Relations, param
 from ...io.canonical import Batch
 from ..findings import RuleSpec, Severity
 from ..spans import step_span
@@ -76,6 +77,7 @@ class LengthBiasParams:
                                      "overall Spearman correlation and the long/short reward gap "
                                      "(the per-step statistics and the overall Pearson use all).",
                                      le=10**7)
+    relations: ClassVar[Relations] = (("persist_k", "<=", 1, "persist_m"), ("window", ">=", 2, "block"))
 
 
 _R = RuleSpec
@@ -177,30 +179,44 @@ class LengthBias(Tracker):
         self.active = True
         self.step_rows += len(batch)
         self.rows += len(batch)
-        p = self.p
         rows, steps = batch.rows, batch.steps
-        after = rows >= p.probation
         length = batch.col("response_length_mean")
         reward = batch.col("reward_mean")
         trunc = batch.col("truncation_rate")
         self.source_keys.setdefault("response_length_mean", "response_length_mean")
         if self.base_len is None:
-            sel = (rows >= p.probation) & (rows < p.probation + p.baseline_rows)
-            self.base["len"].append(length[sel])
-            self.base["trunc"].append(trunc[sel])
-            if rows[-1] >= p.probation + p.baseline_rows - 1:
-                bl = np.concatenate(self.base["len"])
-                bt = np.concatenate(self.base["trunc"])
-                bl, bt = bl[np.isfinite(bl)], bt[np.isfinite(bt)]
-                self.base_len = float(np.median(bl)) if len(bl) else float("nan")
-                self.base_trunc = float(np.median(bt)) if len(bt) else float("nan")
+            self._early_baseline(rows, length, trunc)
+        self._growth(rows, steps, length, reward, batch.row0)
+        self._truncation(rows, steps, length, trunc, batch.col("response_length_max"))
+        self._collapse(rows, steps, length)
+        return None
+
+    def _early_baseline(self, rows: np.ndarray, length: np.ndarray, trunc: np.ndarray) -> None:
+        """Median length and truncation rate over [probation, probation + baseline_rows)."""
+        p = self.p
+        sel = (rows >= p.probation) & (rows < p.probation + p.baseline_rows)
+        self.base["len"].append(length[sel])
+        self.base["trunc"].append(trunc[sel])
+        if rows[-1] >= p.probation + p.baseline_rows - 1:
+            bl = np.concatenate(self.base["len"])
+            bt = np.concatenate(self.base["trunc"])
+            bl, bt = bl[np.isfinite(bl)], bt[np.isfinite(bt)]
+            self.base_len = float(np.median(bl)) if len(bl) else float("nan")
+            self.base_trunc = float(np.median(bt)) if len(bt) else float("nan")
+
+    def _growth(self, rows: np.ndarray, steps: np.ndarray, length: np.ndarray, reward: np.ndarray,
+                row0: int) -> None:
+        """length.growth (the length rising past its baseline while the reward stalls) and
+        length.coupled_growth (with the reward)."""
+        p = self.p
+        after = rows >= p.probation
         has_base = rows >= p.probation + p.baseline_rows
         base_len = self.base_len if self.base_len is not None else np.nan
         half = max(self.bs_len.nblocks // 2, 1)
-        self.bs_len.update(length, batch.row0)
+        self.bs_len.update(length, row0)
         rec_l, prev_l = self.bs_len.trend(half)
         rising_len = (rec_l / prev_l) > p.rising_ratio
-        _, sigma_r = self.bs_rew.update(reward, batch.row0)
+        _, sigma_r = self.bs_rew.update(reward, row0)
         rec_r, prev_r = self.bs_rew.trend(half)
         reward_gain = (rec_r - prev_r) / np.fmax(sigma_r, 1e-9)
         reward_known = np.isfinite(reward_gain)
@@ -212,21 +228,31 @@ class LengthBias(Tracker):
                                         {"length": length, "reward_gain": reward_gain})
         self.ep["length.coupled_growth"].update(rows, steps, grown & rising_reward, rel,
                                                 {"length": length, "reward_gain": reward_gain})
+
+    def _truncation(self, rows: np.ndarray, steps: np.ndarray, length: np.ndarray, trunc: np.ndarray,
+                    lmax: np.ndarray) -> None:
+        """length.truncation: the share cut at the cap, high or risen over the early share, or a
+        mean length at the cap."""
+        p = self.p
+        after = rows >= p.probation
+        has_base = rows >= p.probation + p.baseline_rows
         base_tr = self.base_trunc if self.base_trunc is not None else np.nan
         # the share cut at the cap is a prior: judged from the first row (no probation); a rise
         # over the run's own early share needs the baseline
         tr_cond = (trunc > p.truncation_rate) | (
             after & has_base & (trunc > p.truncation_rise * base_tr) & (trunc > 0.05))
         cap = self.meta.max_length
-        lmax = batch.col("response_length_max")
         if cap:
             tr_cond |= np.isfinite(lmax) & (length >= p.length_cap_share * cap)
         self.ep["length.truncation"].update(rows, steps, tr_cond, trunc, {"length": length})
         self.ep["length.truncation_all"].update(rows, steps, trunc >= p.truncation_all, trunc,
                                                 {"length": length})
-        # collapse: each row's length against the highest 5-row median level reached before it
-        # (the median keeps one long outlier from setting the reference; persistence keeps one
-        # short batch from being a collapse)
+
+    def _collapse(self, rows: np.ndarray, steps: np.ndarray, length: np.ndarray) -> None:
+        """length.collapse: each row's length against the highest 5-row median level reached
+        before it (the median keeps one long outlier from setting the reference; persistence
+        keeps one short batch from being a collapse)."""
+        p = self.p
         full, n0 = self.len_ctx.extend(length=length)
         # (from the first row: a collapse at the second logged row is judged against the first)
         level = window_median(full["length"], 5, 1)[n0:]
@@ -237,7 +263,6 @@ class LengthBias(Tracker):
         empty = (length <= p.collapse_floor) & (fall >= 4.0)
         self.ep["length.collapse"].update(rows, steps, np.isfinite(fall) & ((fall >= p.collapse_factor) | empty),
                                           fall, {"length": length, "before": peak[:-1]})
-        return None
 
     # -- sample stream ----------------------------------------------------------------------
     def _update_samples(self, batch: Batch) -> None:
@@ -342,10 +367,25 @@ class LengthBias(Tracker):
             self._steps_done(block)
 
     def conclude(self) -> TrackerResult:
-        p = self.p
         summary: dict[str, object] = {"step_rows": self.step_rows,
                                       "sample_rows": self.sample_rows,
                                       "baseline_length": self.base_len}
+        summary.update(self._correlation_summary())
+        if self.sample_rows and not self.rows:
+            self.rows = self.sample_steps
+        self._emit_correlation()
+        self._emit_length_findings()
+        series = {}
+        if self.series["step"]:
+            st = np.concatenate(self.series["step"]).astype(np.int64)
+            series = {"length_reward_spearman": (st, np.concatenate(self.series["rho"])),
+                      "length_reward_r2": (st, np.concatenate(self.series["r2"]))}
+        return self.result(summary, [], series)
+
+    def _correlation_summary(self) -> dict[str, object]:
+        """Length against reward over every response: Pearson, Spearman on the sketch, and the
+        reward gap between the longest and the shortest quarter."""
+        summary: dict[str, object] = {}
         n, _, _, sxx, syy, sxy = self.moments
         if n:
             r = float(np.clip(sxy / np.sqrt(sxx * syy), -1, 1)) if sxx > 0 and syy > 0 else float("nan")
@@ -361,8 +401,10 @@ class LengthBias(Tracker):
                 long, short = rs[ls >= q3], rs[ls <= q1]
                 if len(long) and len(short):
                     summary["reward_gap_long_short"] = float(long.mean() - short.mean())
-        if self.sample_rows and not self.rows:
-            self.rows = self.sample_steps
+        return summary
+
+    def _emit_correlation(self) -> None:
+        p = self.p
         for ep in self.ep["length.reward_correlation"].finish():
             grown = ep.extras.get("length_over_baseline", float("nan"))
             self.emit("length.reward_correlation", ep,
@@ -378,6 +420,11 @@ class LengthBias(Tracker):
                        "baseline_spearman": float(np.median(self.s_base_rho))
                        if self.s_base_rho else None,
                        "threshold": p.rho_threshold, "metrics": ["length", "reward"]})
+
+    def _emit_length_findings(self) -> None:
+        """length.growth and coupled_growth, length.truncation (the step and sample stream's, and
+        nearly every response cut), length.collapse."""
+        p = self.p
         for rule in ("length.growth", "length.coupled_growth"):
             for ep in self.ep[rule].finish():
                 what = "while reward stalled" if rule == "length.growth" else "with reward"
@@ -408,9 +455,3 @@ class LengthBias(Tracker):
                        "level_before": ep.extras.get("before"), "threshold": p.collapse_factor,
                        "metrics": ["response_length_mean"]},
                       Severity.CRITICAL if ep.peak >= p.collapse_critical else None)
-        series = {}
-        if self.series["step"]:
-            st = np.concatenate(self.series["step"]).astype(np.int64)
-            series = {"length_reward_spearman": (st, np.concatenate(self.series["rho"])),
-                      "length_reward_r2": (st, np.concatenate(self.series["r2"]))}
-        return self.result(summary, [], series)

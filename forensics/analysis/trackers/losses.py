@@ -36,11 +36,11 @@ AR(1) noise at phi 0.9 gave 16 to 325 divergence warnings.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ...config import param
+from ...config import Relations, param
 from ...io.canonical import Batch
 from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
@@ -94,6 +94,9 @@ class LossesParams:
                                "values do not make a noise of zero.")
     divergence_k: int = param(15, "Divergence persistence: rows out of divergence_m.")
     divergence_m: int = param(20, "Divergence persistence window (rows).")
+    relations: ClassVar[Relations] = (("divergence_k", "<=", 1, "divergence_m"),
+                                      ("window", ">=", 2, "block"),
+                                      ("min_history", "<=", 1, "window"))
 
 
 _R = RuleSpec
@@ -251,13 +254,22 @@ class _LossSeries:
         ready = (rows >= max(p.probation, self.decided_row)) if self.log is not None \
             else np.zeros(len(rows), dtype=bool)
         med_b, sigma_b = self._baseline(rows, yf, n0)
+        z = self._spikes(rows, steps, x, yf[n0:], med_b, sigma_b, ready)
+        swing_f = self._oscillation(rows, steps, yf, n0)
+        self._divergence(rows, steps, yf, n0, swing_f, sigma_b, ready)
+        return {f"{self.name}_robust_z": z}
+
+    def _spikes(self, rows: np.ndarray, steps: np.ndarray, x: np.ndarray, y: np.ndarray,
+                med_b: np.ndarray, sigma_b: np.ndarray, ready: np.ndarray) -> np.ndarray:
+        """loss.spike: the robust z-score of the new rows (returned) against the baseline."""
+        p = self.p
         scale_b = np.fmax(sigma_b, np.fmax(0.0 if self.log else 1e-3 * np.abs(med_b), 1e-12))
         # a loss that wanders slowly looks calm within one window: the run's median deviation
         # from the trailing median (one window back) floors the sigma, as for KL spikes
-        dev = np.where(ready, np.abs(yf[n0:] - med_b), np.nan)
+        dev = np.where(ready, np.abs(y - med_b), np.nan)
         run_sigma = self.spread.update(rows, dev) / 0.6745
         scale_b = np.where(run_sigma > scale_b, run_sigma, scale_b)
-        z = (yf[n0:] - med_b) / scale_b
+        z = (y - med_b) / scale_b
         if self.log:
             spike = (z > p.spike_z) & (x >= p.spike_min_ratio * np.exp(med_b))
             median_x = np.exp(med_b)
@@ -273,7 +285,12 @@ class _LossSeries:
         spike &= np.isfinite(z) & ready & self.judge_level
         self.ep["loss.spike"].update(rows, steps, spike, z, {"value": x, "median": median_x,
                                                             "scale": scale_b})
-        # oscillation: swing over half a window vs the early swing
+        return z
+
+    def _oscillation(self, rows: np.ndarray, steps: np.ndarray, yf: np.ndarray, n0: int) -> np.ndarray:
+        """loss.oscillation: the swing over half a window against the early swing, with a negative
+        lag-1 autocorrelation. Returns the swing over the context (the divergence's noise)."""
+        p = self.p
         half = max(p.window // 2, 2)
         d = np.abs(np.diff(yf, prepend=np.nan))
         swing_f = window_median(d, half, max(half // 2, 1))
@@ -289,22 +306,24 @@ class _LossSeries:
                 self.base_end = b0 + p.baseline_rows
         has_base = rows >= self.base_end
         base_swing = self.base_swing if self.base_swing is not None else np.nan
-        ratio = swing / max(base_swing, 1e-12) if np.isfinite(base_swing) else np.full(len(x), np.nan)
+        ratio = swing / max(base_swing, 1e-12) if np.isfinite(base_swing) else np.full(len(rows), np.nan)
         wide = has_base & np.isfinite(ratio) & (ratio > p.oscillation_ratio)
         rho1 = lag1_autocorr(yf, half, np.concatenate([np.zeros(n0, dtype=bool), wide]))[n0:]
         osc = wide & (rho1 < -p.oscillation_rho) & self.judge_level
         self.ep["loss.oscillation"].update(rows, steps, osc, ratio, {"swing": swing, "lag1": rho1})
-        # divergence: level vs one window ago and vs the lowest level, in noise sigmas
-        level_f = window_median(yf, p.smooth, max(p.smooth // 2, 1))
+        return swing_f
+
+    def _level_noise(self, rows: np.ndarray, level_f: np.ndarray, swing_f: np.ndarray, n0: int,
+                     ready: np.ndarray) -> np.ndarray:
+        """The noise the level's moves are measured in, per new row."""
+        p = self.p
         level = level_f[n0:]
-        level_ago = shift(level_f, p.window)[n0:]
         noise_f = swing_f / DIFF_TO_SIGMA  # robust per-step noise over half a window
         noise = np.where(np.isfinite(shift(noise_f, p.window)), shift(noise_f, p.window), noise_f)[n0:]
         # a floor on the noise: a log that rounds its values (fp16 losses, 4-digit consoles)
         # repeats them, and a zero step noise would turn any rise into millions of sigmas
-        level_now = level_f[n0:]
         noise = np.fmax(noise, p.noise_floor if self.log else
-                        np.fmax(p.noise_floor * np.abs(level_now), 1e-12))
+                        np.fmax(p.noise_floor * np.abs(level), 1e-12))
         # ...and under the level's own wander: an autocorrelated loss (AR(1) noise at phi 0.9)
         # moves little from step to step but its level wanders by twice that per-step noise, and
         # over a long run its lowest level sits far below its mean. The run-long median move of
@@ -313,7 +332,16 @@ class _LossSeries:
         # and changes nothing
         move = np.where(ready, np.abs(level - shift(level_f, p.smooth)[n0:]), np.nan)
         wander = self.wander.update(rows, move) / 0.6745
-        noise = np.where(wander > noise, wander, noise)
+        return np.where(wander > noise, wander, noise)
+
+    def _divergence(self, rows: np.ndarray, steps: np.ndarray, yf: np.ndarray, n0: int,
+                    swing_f: np.ndarray, sigma_b: np.ndarray, ready: np.ndarray) -> None:
+        """loss.divergence: the level against one window ago and against its lowest, in noise sigmas."""
+        p = self.p
+        level_f = window_median(yf, p.smooth, max(p.smooth // 2, 1))
+        level = level_f[n0:]
+        level_ago = shift(level_f, p.window)[n0:]
+        noise = self._level_noise(rows, level_f, swing_f, n0, ready)
         lv = np.where(np.isfinite(level) & ready, level, np.inf)
         lowest = np.minimum.accumulate(np.concatenate([[self.lowest], lv]))[1:]
         self.lowest = float(lowest[-1])
@@ -332,7 +360,6 @@ class _LossSeries:
                & (above > p.divergence_sigmas) & (rel >= p.divergence_min_ratio - 1.0))
         self.ep["loss.divergence"].update(rows, steps, div, rel,
                                           {"level": level_x, "lowest": lowest_x, "sigmas": above})
-        return {f"{self.name}_robust_z": z}
 
 
 class Losses(Tracker):

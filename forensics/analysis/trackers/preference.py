@@ -181,8 +181,10 @@ class Preference(Tracker):
         self.last: dict[str, float] = {}
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
-        if not self.begin(batch):
+        if not (self.active or self.logs_start(batch)):
             return None
+        self.active = True
+        self.rows += len(batch)
         p = self.p
         rows, steps = batch.rows, batch.steps
         cols = {name: batch.col(name) for name in ("loss", "pref_accuracy", "pref_margin", "logp_chosen",

@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ...config import param
+from ...config import Relations, param
 from ...io.canonical import Batch
 from ...schema import REWARD_COMPONENT_PREFIX
 from ..findings import RuleSpec, Severity
@@ -88,6 +88,7 @@ class RewardsParams:
     decline_k: int = param(15, "Decline persistence: rows out of decline_m.")
     decline_m: int = param(20, "Decline persistence window (rows).")
     target: float = param(float("nan"), "Reward target ([rewards] target); NaN: none configured.")
+    relations: ClassVar[Relations] = (("decline_k", "<=", 1, "decline_m"),)
 
 
 _R = RuleSpec
@@ -495,40 +496,53 @@ class Rewards(Tracker):
             self._sample_steps(steps, groups)
 
     def conclude(self) -> TrackerResult:
-        p = self.p
         notes: list[str] = []
         summary: dict[str, Any] = {"rows": self.rows, "source": self.source}
         if self.active:
-            rho, used = self.reward.trend_spearman()
-            summary["reward_step_spearman"] = rho
-            if used < len(self.reward):
-                notes.append(f"reward_step_spearman ranks every {-(-len(self.reward) // used)}th "
-                             f"reward ({used:,} of {len(self.reward):,}): the run is too long to "
-                             f"rank every one in memory")
-            summary["total"] = self.trends["reward_mean"].stats() if "reward_mean" in self.trends \
-                else {"rows": 0}
-            summary["components"] = {name[len(REWARD_COMPONENT_PREFIX):]: tr.stats()
-                                     for name, tr in self.trends.items() if name != "reward_mean"}
-            for key, v in self.comp_std.items():
-                short = key.split("/")[1]
-                if len(v) and short in summary["components"]:
-                    summary["components"][short]["batch_std_median"] = v.quantiles([0.5])[0]
-            summary["best_level"] = self.best if np.isfinite(self.best) else None
-            summary["current_level"] = self.last_level
-            if len(self.var):
-                summary["variance"] = self._variance(self.var)
-            if len(g := self.gap):
-                summary["best_of_n_gap"] = {"mean": g.mean(), "median": g.quantiles([0.5])[0],
-                                            "first": float(np.median(g.head())),
-                                            "last": float(np.median(g.tail()))}
-            if np.isfinite(p.target):
-                cur = self.last_level
-                summary["target"] = {"target": p.target, "current": cur, "distance": p.target - cur,
-                                     "share_achieved": cur / p.target if p.target else None,
-                                     "reached_step": self.target_step}
-            if not self.moved:
-                notes.append("reward_mean is constant over the run (group-normalised rewards?): "
-                             "stagnation and decline not judged")
+            summary.update(self._active_summary(notes))
+        self._emit_component_trends()
+        self._never_improved()
+        self._emit_level_findings()
+        return self.result(summary, notes)
+
+    def _active_summary(self, notes: list[str]) -> dict[str, Any]:
+        """The reward's trend, components, levels, variance and target (notes added to ``notes``)."""
+        p = self.p
+        summary: dict[str, Any] = {}
+        rho, used = self.reward.trend_spearman()
+        summary["reward_step_spearman"] = rho
+        if used < len(self.reward):
+            notes.append(f"reward_step_spearman ranks every {-(-len(self.reward) // used)}th "
+                         f"reward ({used:,} of {len(self.reward):,}): the run is too long to "
+                         f"rank every one in memory")
+        summary["total"] = self.trends["reward_mean"].stats() if "reward_mean" in self.trends \
+            else {"rows": 0}
+        summary["components"] = {name[len(REWARD_COMPONENT_PREFIX):]: tr.stats()
+                                 for name, tr in self.trends.items() if name != "reward_mean"}
+        for key, v in self.comp_std.items():
+            short = key.split("/")[1]
+            if len(v) and short in summary["components"]:
+                summary["components"][short]["batch_std_median"] = v.quantiles([0.5])[0]
+        summary["best_level"] = self.best if np.isfinite(self.best) else None
+        summary["current_level"] = self.last_level
+        if len(self.var):
+            summary["variance"] = self._variance(self.var)
+        if len(g := self.gap):
+            summary["best_of_n_gap"] = {"mean": g.mean(), "median": g.quantiles([0.5])[0],
+                                        "first": float(np.median(g.head())),
+                                        "last": float(np.median(g.tail()))}
+        if np.isfinite(p.target):
+            cur = self.last_level
+            summary["target"] = {"target": p.target, "current": cur, "distance": p.target - cur,
+                                 "share_achieved": cur / p.target if p.target else None,
+                                 "reached_step": self.target_step}
+        if not self.moved:
+            notes.append("reward_mean is constant over the run (group-normalised rewards?): "
+                         "stagnation and decline not judged")
+        return summary
+
+    def _emit_component_trends(self) -> None:
+        p = self.p
         for name, tr in self.trends.items():
             if name == "reward_mean":  # the total's trend is in the summary and the window table
                 continue
@@ -544,7 +558,10 @@ class Rewards(Tracker):
                               {"component": name, "direction": direction, "change_share": ep.peak,
                                "previous_level": prev, "level": lvl, "threshold": p.trend_share,
                                "metrics": [name]})
-        self._never_improved()
+
+    def _emit_level_findings(self) -> None:
+        """reward.stagnation, reward.sign_flip and reward.decline."""
+        p = self.p
         for ep in self.ep["reward.stagnation"].finish():
             span = ep.extras.get("span", p.stagnation_window)
             before, recent = ep.extras.get("earlier_mean", float("nan")), ep.extras.get("recent_mean", float("nan"))
@@ -573,7 +590,6 @@ class Rewards(Tracker):
                        "level": ep.extras.get("level"), "noise_sigma": sig,
                        "threshold_sigmas": p.decline_sigmas, "threshold_share": p.decline_share,
                        "metrics": ["reward_mean"]})
-        return self.result(summary, notes)
 
     def _variance(self, v: RunValues) -> dict[str, Any]:
         """Within-batch reward variance (reward_std squared): level and early-vs-late trend."""

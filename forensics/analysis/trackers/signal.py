@@ -19,11 +19,11 @@ References: SIGNATURES.md #12 (zero-variance groups; DAPO section 3.2, dynamic s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ...config import param
+from ...config import Relations, param
 from ...io.canonical import Batch
 from ..findings import RuleSpec, Severity
 from ..stats.episodes import Episodes
@@ -44,14 +44,17 @@ class SignalParams:
                         "a third of the steps are caught).")
     critical_share: float = param(0.75, "Mean dead share over a stretch without signal (the share of "
                                   "tied batches where only a batch tie is logged) that, with the "
-                                  "reward not improving, makes group.no_signal critical.", le=1)
+                                  "reward not improving, makes signal.dead_groups critical.", le=1)
     floor_rows: int = param(10, "Consecutive rows a reward must sit at its floor.")
-    floor_critical_rows: int = param(50, "Rows at the floor that make reward.floor critical.")
+    floor_critical_rows: int = param(50, "Rows at the floor that make signal.reward_floor critical.")
+    relations: ClassVar[Relations] = (("dead_k", "<=", 1, "dead_m"),
+                                      ("none_k", "<=", 1, "dead_m"),
+                                      ("floor_rows", "<=", 1, "floor_critical_rows"))
 
 
 _R = RuleSpec
 RULES = (
-    _R("group.no_signal", Severity.WARNING, "Groups carry no learning signal",
+    _R("signal.dead_groups", Severity.WARNING, "Groups carry no learning signal",
        "Most prompt groups (or the whole batch) have rewards that all tie, so their advantages "
        "are zero and they contribute no gradient; an exact-zero gradient norm says the same. "
        "Critical when no signal is left at all, most of the stretch is dead (critical_share) and "
@@ -66,14 +69,15 @@ RULES = (
        "raise the group size (num_generations); match the task difficulty to the model (a "
        "curriculum); if the reward is at its floor from the first step, check the verifier and "
        "the answer format it expects.",
-       ("dead_share", "dead_k", "dead_m", "none_share", "none_k"), "SIGNATURES #12; DAPO 3.2"),
-    _R("reward.floor", Severity.WARNING, "Reward pinned at its floor",
+       ("dead_share", "dead_k", "dead_m", "none_share", "none_k"), "SIGNATURES #12; DAPO 3.2",
+       formerly=("group.no_signal",)),
+    _R("signal.reward_floor", Severity.WARNING, "Reward pinned at its floor",
        "The reward fell to a value every response shares (mean = min = max, or a zero std) and "
        "stayed there: the policy produces degenerate answers that all score the same, and the "
        "zero spread leaves nothing to learn from.",
        "Roll back to the checkpoint before the onset and lower the learning rate 50%; look at "
        "the samples at the onset (empty, truncated or repeated answers).",
-       ("floor_rows", "floor_critical_rows"), "SIGNATURES #4, #12"),
+       ("floor_rows", "floor_critical_rows"), "SIGNATURES #4, #12", formerly=("reward.floor",)),
 )
 
 
@@ -105,8 +109,10 @@ class Signal(Tracker):
         self.zero_grad_rows = 0
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
-        if not self.begin(batch):
+        if not (self.active or self.logs_start(batch)):
             return None
+        self.active = True
+        self.rows += len(batch)
         p = self.p
         rows, steps = batch.rows, batch.steps
         f = batch.col("frac_reward_zero_std")
@@ -170,7 +176,7 @@ class Signal(Tracker):
                 self._emit_no_signal(ep, None)
         for ep in self.floor.finish():
             before = ep.extras.get("before", float("nan"))
-            self.emit("reward.floor", ep,
+            self.emit("signal.reward_floor", ep,
                       f"reward fell to {ep.peak:.4g} (from {before:.4g}) and every response "
                       f"scores the same, {ep.n_rows} rows from step {ep.onset_step}",
                       {"reward": ep.peak, "best_before": before, "rows": ep.n_rows,
@@ -220,7 +226,7 @@ class Signal(Tracker):
             cause = "rewards tie within most groups"
         if ep.extras.get("improving"):
             cause += "; the reward still rises, so the other steps carry the learning"
-        self.emit("group.no_signal", ep,
+        self.emit("signal.dead_groups", ep,
                   f"{what} at step {ep.peak_step} ({cause}), from step {ep.onset_step}",
                   {"share": ep.peak, "reward_mean": mean, "reward_min": rmin, "reward_max": rmax,
                    "rows": ep.n_rows, "threshold": self.p.dead_share,

@@ -15,7 +15,7 @@ planned number of steps in the trainer config (``max_steps``, ``total_steps``,
   quantile, for ``tokens_rows`` rows. Medians of recent rows rather than single rows (SIGNATURES
   says 5/5 rows) because per-step tokens/s varies with response lengths; the quantile guard keeps
   a noisy host (CPU runs, shared nodes) from firing on its normal spread.
-* ``resource.memory_growth`` (warning): GPU memory (allocated or reserved) or host RAM grows
+* ``throughput.memory_growth`` (warning): GPU memory (allocated or reserved) or host RAM grows
   steadily: four consecutive block medians of ``growth_block`` rows each rise, by at least
   ``growth_share`` in all, sustained for ``growth_block`` rows (a leak, not a warm-up plateau).
 """
@@ -23,11 +23,11 @@ planned number of steps in the trainer config (``max_steps``, ``total_steps``,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ...config import param
+from ...config import Relations, param
 from ...io.canonical import Batch
 from ..findings import RuleSpec, Severity
 from ..spans import step_span
@@ -77,6 +77,7 @@ class ThroughputParams:
     growth_share: float = param(0.05, "Total rise over the four blocks, as a share of the first, "
                                 "that is growth.")
     eta_rows: int = param(30, "Last rows whose median step time predicts the ETA.")
+    relations: ClassVar[Relations] = (("run_window", ">=", 2, "run_block"), ("min_history", "<=", 1, "run_window"))
 
 
 _R = RuleSpec
@@ -88,12 +89,12 @@ RULES = (
        "responses slow steps legitimately) and with dynamic sampling.",
        ("recent_rows", "step_time_ratio", "run_window", "run_quantile", "tokens_drop", "tokens_rows"),
        "SIGNATURES #27"),
-    _R("resource.memory_growth", Severity.WARNING, "Memory grows steadily",
+    _R("throughput.memory_growth", Severity.WARNING, "Memory grows steadily",
        "GPU or host memory rises block after block: a leak (tensors kept alive, growing caches, "
        "lists of logged tensors) that ends in an out-of-memory crash.",
        "Look for tensors kept across steps (logging without .item()/.detach()), growing replay "
        "buffers or caches; call torch.cuda.empty_cache() only to confirm, not as a fix.",
-       ("growth_block", "growth_share", "probation")),
+       ("growth_block", "growth_share", "probation"), formerly=("resource.memory_growth",)),
 )
 
 
@@ -282,22 +283,8 @@ class Throughput(Tracker):
         return self.result(summary, notes)
 
     def _summary(self, v: dict[str, RunValues], notes: list[str]) -> dict[str, Any]:
-        p = self.p
-        s: dict[str, Any] = {}
-        for name in RATES:
-            if name in v:
-                s[name] = _stats(v[name])
-        st_t = v.get("step_time")
-        duration: dict[str, Any] | None = None
-        if self.ts_count >= 2:
-            duration = {"seconds": self.ts_last - self.ts_first, "source": "timestamps"}
-        elif st_t is not None:
-            duration = {"seconds": st_t.fsum(), "source": "sum of step_time"}
-        s["duration"] = duration
-        if duration and duration["seconds"] > 0:
-            s["steps_per_s"] = (self.n_steps - (1 if duration["source"] == "timestamps" else 0)) / duration[
-                "seconds"]
-        # totals
+        s: dict[str, Any] = {name: _stats(v[name]) for name in RATES if name in v}
+        s.update(self._duration(v.get("step_time")))
         totals: dict[str, Any] = {}
         if self.num_tokens is not None:
             totals["num_tokens"] = self.num_tokens
@@ -305,7 +292,6 @@ class Throughput(Tracker):
             if key in v:
                 totals[key] = v[key].fsum()
         s["totals"] = totals
-        # MFU
         for name in ("mfu", "mfu_estimated"):
             if name in v:
                 s["mfu"] = {**_stats(v[name]), "source": "logged" if name == "mfu" else
@@ -315,25 +301,57 @@ class Throughput(Tracker):
             if "train_tokens_per_s" in v and not (self.meta.param_count and self.meta.peak_flops):
                 notes.append("MFU not logged and param_count / peak_flops not in run metadata: MFU "
                              "not estimated")
-        # ETA
+        eta = self._eta(v.get("step_time"))
+        if eta is not None:
+            s["eta"] = eta
+        api = self._api_usage(v)
+        if api:
+            s["api"] = api
+        res: dict[str, Any] = {}
+        for name in RESOURCES:
+            if name in v:
+                res[name] = {**_stats(v[name]), "last": float(v[name].tail()[-1])}
+        if res:
+            s["resources"] = res
+        return s
+
+    def _duration(self, st_t: RunValues | None) -> dict[str, Any]:
+        """The run's duration (from timestamps, else the sum of step times) and its step rate."""
+        s: dict[str, Any] = {}
+        duration: dict[str, Any] | None = None
+        if self.ts_count >= 2:
+            duration = {"seconds": self.ts_last - self.ts_first, "source": "timestamps"}
+        elif st_t is not None:
+            duration = {"seconds": st_t.fsum(), "source": "sum of step_time"}
+        s["duration"] = duration
+        if duration and duration["seconds"] > 0:
+            s["steps_per_s"] = (self.n_steps - (1 if duration["source"] == "timestamps" else 0)) / duration[
+                "seconds"]
+        return s
+
+    def _eta(self, st_t: RunValues | None) -> dict[str, Any] | None:
+        """Steps left to the configured total and the time they take at the recent pace."""
         total = None
         for key in TOTAL_STEP_KEYS:
             val = _config_value(self.meta.config, key)
             if isinstance(val, (int, float)) and not isinstance(val, bool) and val > 0:
                 total = (key, float(val))
                 break
-        if total is not None and self.n_steps:
-            remaining = max(total[1] - float(self.last_step), 0.0)
-            per_step = None
-            if st_t is not None:
-                per_step = float(np.median(st_t.tail()[-p.eta_rows:]))
-            elif self.ts_count >= 2:
-                dt = np.diff(self.eta_ts.values) / np.diff(self.eta_steps.values)
-                per_step = float(np.median(dt)) if len(dt) else None
-            s["eta"] = {"total_steps": total[1], "config_key": total[0], "remaining_steps": remaining,
-                        "seconds_per_step": per_step,
-                        "eta_seconds": remaining * per_step if per_step is not None else None}
-        # API usage
+        if total is None or not self.n_steps:
+            return None
+        remaining = max(total[1] - float(self.last_step), 0.0)
+        per_step = None
+        if st_t is not None:
+            per_step = float(np.median(st_t.tail()[-self.p.eta_rows:]))
+        elif self.ts_count >= 2:
+            dt = np.diff(self.eta_ts.values) / np.diff(self.eta_steps.values)
+            per_step = float(np.median(dt)) if len(dt) else None
+        return {"total_steps": total[1], "config_key": total[0], "remaining_steps": remaining,
+                "seconds_per_step": per_step,
+                "eta_seconds": remaining * per_step if per_step is not None else None}
+
+    def _api_usage(self, v: dict[str, RunValues]) -> dict[str, Any]:
+        """API calls and tokens: run totals, per step and per epoch, and the token rates."""
         api: dict[str, Any] = {}
         for name in API:
             if name in v:
@@ -344,15 +362,7 @@ class Throughput(Tracker):
         for name in ("api_input_tokens_per_s", "api_output_tokens_per_s"):
             if name in v:
                 api[name] = _stats(v[name])
-        if api:
-            s["api"] = api
-        res: dict[str, Any] = {}
-        for name in RESOURCES:
-            if name in v:
-                res[name] = {**_stats(v[name]), "last": float(v[name].tail()[-1])}
-        if res:
-            s["resources"] = res
-        return s
+        return api
 
     def _emit_all(self) -> None:
         p = self.p
@@ -368,7 +378,7 @@ class Throughput(Tracker):
                                "run_median": ep.extras.get("run"), "threshold": p.step_time_ratio,
                                "metrics": [name]})
                 elif name in MEMORY:
-                    self.emit("resource.memory_growth", ep,
+                    self.emit("throughput.memory_growth", ep,
                               f"{name} grew {ep.peak:.0%} over {4 * p.growth_block} rows (to "
                               f"{ep.extras.get('level', float('nan')):.4g}, "
                               f"{ep.extras.get('slope', float('nan')):.3g} per row), {span}",

@@ -142,7 +142,7 @@ class Windows(Tracker):
             return None
         if self.epochs is None:
             self.epochs = bool(batch.logged("epoch")[0]) and bool(np.isfinite(batch.col("epoch")[0]))
-        if any(batch.has(c) for c in self.starts()):
+        if self.logs_start(batch):
             self.active = True
         if self.loss_metric is None:
             self.loss_metric = "loss" if batch.has("loss") else ("policy_loss" if batch.has("policy_loss")

@@ -89,7 +89,7 @@ FAULTS: dict[str, FaultSpec] = {
             "0 -> 50-90, and the policy collapses (KL 0.5 -> 40, reward 0.6 -> 0.03, entropy "
             "1.2 -> 0.07) and never recovers."),
         FaultSpec(
-            "lr_tiny", "ppo", 40, ("update.stalled", "reward.stagnation"), 80,
+            "lr_tiny", "ppo", 40, ("kl.update_stalled", "reward.stagnation"), 80,
             "The learning rate drops 1e4x (a scheduler stepped per micro-batch): the policy "
             "stops moving (approx_kl < 1e-7, clip_frac 0 from onset) and the reward stays "
             "at ~0.57 while healthy runs climb to ~0.67. The gradient norm keeps its scale "
