@@ -684,7 +684,7 @@ def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, 
         if not isinstance(new, (int, float)):
             return None
         change = "set"
-        note = "the nearest end of the usual range for full fine-tuning (up to 1e-4 with LoRA)"
+        note = f"the geometric centre of the usual range ({ev.get('usual_range', 'for full fine-tuning')})"
         if current is not None:
             direction = "lower" if new < current else "raise"
     elif a.direction == "set":
