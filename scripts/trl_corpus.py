@@ -877,6 +877,8 @@ def main() -> None:
         for r in by_name.values():
             if key == "steps":
                 r.steps = int(value)
+            elif key in ("reward", "reward_weights", "reward_scale"):  # the run's, not the config's
+                setattr(r, key, json.loads(value))
             else:
                 r.config[key] = json.loads(value)
     if a.list:

@@ -50,6 +50,7 @@ from .health_check import (
     _window_text,
     monitoring,
 )
+from .ranges import KL_RANGES
 from .spans import step_span
 from .trainer_keys import PARAMETERS, Trainer, set_key, trainer_for
 
@@ -271,7 +272,7 @@ def _config_values(analysis: Analysis, findings: Sequence[Mapping[str, Any]], tr
     if trainer is not None:
         for parameter, value in trainer.defaults.items():
             out[parameter] = (float(value), f"assumed: {trainer.config}'s default (the log does not record it)")
-    if kl_read is not None and analysis.meta.family != "preference":
+    if kl_read is not None:  # the value the log shows wins over the trainer's default
         out["kl_coef"] = kl_read
     cap = _logged_cap(analysis, findings)
     if cap is not None:
@@ -349,11 +350,16 @@ def _descendants(root: str | None, links: list[dict[str, Any]]) -> set[str]:
     return out
 
 
+#: A spike rule and the rule of a sustained rise of the same signal: a spike that such a rise
+#: follows is not isolated (it repeats as the rise), so its "if spikes repeat" changes apply.
+_SUSTAINED = {"grad.spike": "grad.explode", "loss.spike": "loss.divergence", "kl.spike": "kl.runaway"}
+
+
 def _repeats(rule: str, finding: Mapping[str, Any], counts: Mapping[str, int]) -> bool:
     ev = finding.get("evidence") or {}
     episodes = ev.get("episodes")
     return counts.get(rule, 0) > 1 or (isinstance(episodes, list) and len(episodes) > 1) or \
-        (isinstance(ev.get("count"), (int, float)) and ev["count"] > 1)
+        (isinstance(ev.get("count"), (int, float)) and ev["count"] > 1) or counts.get(_SUSTAINED.get(rule, ""), 0) > 0
 
 
 def applicable_actions(finding: Mapping[str, Any], findings: Sequence[Mapping[str, Any]],
@@ -416,9 +422,9 @@ def fit_remedy(remedy: str, family: str | None) -> str:
 #: What a policy drifting from its reference shows when nothing holds it there.
 _DRIFT = ("entropy.blowup", "length.growth", "length.coupled_growth", "length.reward_correlation",
           "kl.runaway", "kl.excessive", "kl.drift")
-#: The KL coefficient to turn a penalty back on with: TRL GRPO's former default, the value of the
-#: DeepSeekMath GRPO recipe.
-KL_ON = 0.04
+#: The KL coefficient to turn a penalty in the loss back on with (the usual range's typical value:
+#: the DeepSeekMath GRPO recipe, TRL GRPO's former default).
+KL_ON = KL_RANGES["loss"].typical
 
 
 @dataclass
@@ -435,10 +441,20 @@ class _Facts:
     length_reward: _LengthReward | None = None
 
 
-def _kl_on(trainer: Trainer | None) -> float:
-    """The coefficient to turn a KL penalty on with: TRL PPOConfig's default kl_coef (0.05) where
-    the penalty sits in the reward under that key, else :data:`KL_ON`."""
-    return 0.05 if trainer is not None and trainer.name == "TRL" and trainer.key("kl_coef") == "kl_coef" else KL_ON
+def _kl_placement(trainer: Trainer | None) -> str:
+    """Where the penalty the trainer's KL key sets sits: the reward for TRL PPO's kl_coef and
+    veRL's kl_ctrl.kl_coef, the loss otherwise (GRPO's beta, veRL's kl_loss_coef)."""
+    key = trainer.key("kl_coef") if trainer is not None else None
+    return "reward" if key in ("kl_coef", "algorithm.kl_ctrl.kl_coef") else "loss"
+
+
+def _kl_on(trainer: Trainer | None, hackable: bool) -> float:
+    """The coefficient to turn a KL penalty on with: the typical value of the usual range for
+    where it sits (TRL PPOConfig's 0.05 in the reward, 0.04 in the loss); with a reward the
+    policy can hack (one that pays for length) the top of the range, since the reward pulls for
+    as long as the run trains and the penalty alone holds the policy back."""
+    r = KL_RANGES[_kl_placement(trainer)]
+    return r.high if hackable else r.typical
 
 
 def _kl_off(findings: list[dict[str, Any]], facts: _Facts) -> _Candidate | None:
@@ -454,9 +470,11 @@ def _kl_off(findings: list[dict[str, Any]], facts: _Facts) -> _Candidate | None:
     f = drift[0]
     read = facts.kl_read
     what = "beta = 0" if read is None else f"KL coefficient {read[0]:g}, {read[1]}"
-    return _Candidate(Action("kl_coef", "set", value=_kl_on(facts.trainer)), "immediate", "kl_penalty_off",
+    hackable = facts.length_reward is not None
+    why = "; the reward pays for length: the top of the usual range" if hackable else ""
+    return _Candidate(Action("kl_coef", "set", value=_kl_on(facts.trainer, hackable)), "immediate", "kl_penalty_off",
                       int(f["onset_step"]), f"no KL penalty ({what}): nothing holds the policy near "
-                      f"the reference while it drifts ({f['rule']} from step {f['onset_step']})", None)
+                      f"the reference while it drifts ({f['rule']} from step {f['onset_step']}){why}", None)
 
 
 #: Rules whose remedy asks to check that the KL penalty is on.
@@ -473,13 +491,16 @@ def _kl_from_value(findings: list[dict[str, Any]], facts: _Facts, analysis: Anal
     if facts.kl_read is None or facts.kl_read[0] <= 0:
         return []
     coef, how = facts.kl_read
+    if facts.family == "preference":
+        return _beta_too_small(findings, coef, how)
     out = []
     far = [f for f in findings if f["rule"] in _KL_LEVEL and f["severity"] != "info"]
-    if far and coef < KL_ON:
+    on = KL_RANGES[_kl_placement(facts.trainer)].typical
+    if far and coef < on:
         f = far[0]
-        out.append(_Candidate(Action("kl_coef", "set", value=KL_ON), "short_term", "kl_coef_weak",
+        out.append(_Candidate(Action("kl_coef", "set", value=on), "short_term", "kl_coef_weak",
                               int(f["onset_step"]), f"the KL penalty is on but weak: coefficient {coef:g} ({how}), "
-                              f"{KL_ON / coef:.2g}x below {KL_ON:g}, while {f['rule']} from step {f['onset_step']}"))
+                              f"{on / coef:.2g}x below {on:g}, while {f['rule']} from step {f['onset_step']}"))
     share = _penalty_share(analysis) if analysis is not None else None
     serious = [f for f in findings if f["severity"] != "info"]
     if share is not None and share > KL_DOMINATES and serious:
@@ -489,6 +510,67 @@ def _kl_from_value(findings: list[dict[str, Any]], facts: _Facts, analysis: Anal
                               f"second half of the run (coefficient {coef:g}, {how}): it, not the reward, "
                               f"drives the policy; {new:g} levels them"))
     return out
+
+
+#: Rules that say a preference run's pairs are not being separated.
+_NOT_SEPARATING = ("pref.not_learning",)
+
+
+def _beta_too_small(findings: list[dict[str, Any]], beta: float, how: str) -> list[_Candidate]:
+    """A preference loss whose beta (read from the log) is below the usual range while the
+    pairs are not separated: the policy moves, but beta times that move is too small for the
+    loss to feel it. Beta back to the range's typical value."""
+    r = KL_RANGES["preference"]
+    stuck = [f for f in findings if f["rule"] in _NOT_SEPARATING and f["severity"] != "info"]
+    if not stuck or beta >= r.low:
+        return []
+    f = stuck[0]
+    return [_Candidate(Action("kl_coef", "set", value=r.typical), "immediate", "beta_too_small",
+                       int(f["onset_step"]), f"beta {beta:g} ({how}) is {r.low / beta:.2g}x below the usual "
+                       f"range ({r.low:g} to {r.high:g}): the log-probabilities move, the implicit rewards "
+                       f"(beta times that move) hardly do ({f['rule']} from step {f['onset_step']})")]
+
+
+def beta_from_log(analysis: Analysis) -> tuple[float, str] | None:
+    """A preference loss's beta as the log shows it: the implicit rewards are beta times the
+    policy's log-probability change from the reference, so the change of the rewards (chosen and
+    rejected) over the run, against the change of the logged log-probabilities, is beta (a
+    least-squares ratio of the two changes, first tenth of the run to last). None when the
+    log-probabilities moved less than 0.1 nats (nothing to read it from)."""
+    names = ["pref_reward_chosen", "pref_reward_rejected", "logp_chosen", "logp_rejected"]
+    cols = _series(analysis, names)
+    if not cols or len(cols["step"]) < 20:
+        return None
+    k = max(len(cols["step"]) // 10, 5)
+    delta = {n: float(np.nanmean(cols[n][-k:]) - np.nanmean(cols[n][:k])) for n in names}
+    dr = np.array([delta["pref_reward_chosen"], delta["pref_reward_rejected"]])
+    dl = np.array([delta["logp_chosen"], delta["logp_rejected"]])
+    if not (np.all(np.isfinite(dr)) and np.all(np.isfinite(dl))) or float(np.hypot(*dl)) < 0.1:
+        return None
+    beta = float(dr @ dl / (dl @ dl))
+    if not beta > 0:
+        return None
+    return float(f"{beta:.1g}"), ("read from the log: the change of the implicit rewards over the change "
+                                  "of the log-probabilities (rewards = beta x log-ratio)")
+
+
+def _reward_weights_fix(findings: list[dict[str, Any]], facts: _Facts,
+                        root: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A total reward that is minus its only reward function's score (``reward.sign_flip``):
+    the weight the trainer gives it is -1 (the log shows total = -component), so the fix is a
+    weight of +1, in the trainer's key (TRL's ``reward_weights``, a list: one function, one
+    weight; the rule fires only where the reward has one function)."""
+    f = next((f for f in findings if f["rule"] == "reward.sign_flip" and f["severity"] != "info"), None)
+    key = facts.trainer.key("reward_weights") if facts.trainer else None
+    if f is None or key is None:
+        return None
+    comp = (f.get("evidence") or {}).get("component", "the reward function")
+    return {"parameter": "reward_weights", "direction": "raise", "change": "set", "factor": None,
+            "current": [-1.0], "current_from": "read from the log: the total reward is minus " + comp,
+            "new": [1.0], "priority": "immediate", "source": f["rule"], "step": int(f["onset_step"]),
+            "reason": f.get("message", ""), "first_domino": root is not None and root["rule"] == f["rule"],
+            "because": [], "held_back": [], "key": key, "command_line": f"--{key} 1.0",
+            "text": f"reward weights: [-1] -> [1] (set), the weight of {comp}, the only reward function"}
 
 
 def _penalty_share(analysis: Analysis) -> float | None:
@@ -563,9 +645,17 @@ def _round(v: float) -> float:
 class _Values:
     """What the log and the run's config say a parameter's value is."""
 
+    #: the config class of the trainer that wrote the log (GRPOConfig), when known
+    trainer_config: str | None = None
+
     def __init__(self, analysis: Analysis, cands: list[_Candidate], columns: Mapping[str, str],
                  known: Mapping[str, tuple[float, str]] | None = None) -> None:
         self.columns = dict(columns)
+        #: the model's context in tokens (its config.json's max_position_embeddings), when shown
+        self.context_length = next((float(v) for r in analysis.inputs
+                                    for k, v in (getattr(r, "run_config", None) or {}).items()
+                                    if k == "model.max_position_embeddings" and isinstance(v, (int, float))
+                                    and not isinstance(v, bool) and v > 0), None)
         #: steps where each parameter changed in a jump (the hyperparams tracker's findings)
         self.changes: dict[str, list[int]] = {}
         for f in analysis.findings:
@@ -694,6 +784,9 @@ def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, 
             note = f"{c.reason}; turn the penalty on"
         if current is not None and new is not None:
             direction = "lower" if new < current else "raise"
+    elif (room := _room_for_answers(c, values, current)) is not None:
+        new, note = room
+        change = "set"
     else:
         factor = float(a.factor or 1.0)
         change = f"{(factor - 1.0) * 100:+.0f}%"
@@ -734,6 +827,32 @@ def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, 
             "current": current, "current_from": source or None, "new": new, "priority": c.priority,
             "source": c.source, "step": c.step, "reason": c.reason, "first_domino": c.chain_root,
             "because": [], "held_back": [], "text": text, "words_only": words_only}
+
+
+#: The response length cap of the trainers' configs by default (TRL 1.16 GRPOConfig and
+#: RLOOConfig max_completion_length).
+_DEFAULT_CAP = {"GRPOConfig": 512, "RLOOConfig": 512}
+
+
+def _room_for_answers(c: _Candidate, values: _Values, current: float | None) -> tuple[float, str] | None:
+    """A cap that cut (nearly) every response from the first steps, before the policy moved: it
+    is below what the model writes, and the log cannot say how far (every length it shows is the
+    cap). 50% more is a guess; the trainer's default cap is what its authors chose for any task,
+    bounded by the model's context (max_position_embeddings in its config.json)."""
+    ev = (c.finding or {}).get("evidence") or {}
+    if c.action.parameter != "max_length" or c.source != "length.truncation" or current is None or \
+            not ev.get("baseline", 0.0) >= ev.get("threshold", 0.9) >= 0.5:
+        return None
+    default = _DEFAULT_CAP.get(values.trainer_config or "")
+    if default is None:
+        return None
+    context = values.context_length
+    new = int(min(default, context)) if context else default
+    if new <= current:
+        return None
+    where = (f"the model's context (max_position_embeddings {context:g}), below the trainer's default "
+             f"{default}" if context and context < default else f"the trainer's default ({values.trainer_config})")
+    return new, f"every response was cut from the first steps, so the log cannot say how long answers need: {where}"
 
 
 #: A first domino this bad is fixed alone: a learning rate far outside any usual range, a jump
@@ -817,6 +936,9 @@ def _recommendations(cands: list[_Candidate], findings: list[dict[str, Any]], ti
     dom = timeline.get("first_domino") or {}
     root = findings[dom["finding_index"]] if dom.get("finding_index") is not None and \
         dom["finding_index"] < len(findings) else None
+    flip = _reward_weights_fix(findings, facts, root)
+    if flip is not None:
+        adjustments.insert(0, flip)
     alone = _catastrophe(root, cands, facts)
     if alone is not None:  # the root's fix alone; the symptoms' remedies wait for it
         for a in adjustments:
@@ -904,7 +1026,8 @@ def _facts(analysis: Analysis, findings: list[dict[str, Any]]) -> _Facts:
     printed = {k for r in analysis.inputs for k in (getattr(r, "run_config", None) or {})}
     trainer = trainer_for([r.format for r in analysis.inputs], meta.algorithm, source_keys,
                           meta.config, analysis.context, printed)
-    kl_read = None if meta.family == "preference" else kl_coef_from_log(analysis)
+    kl_read = (beta_from_log(analysis) if meta.algorithm not in _NO_REFERENCE else None) \
+        if meta.family == "preference" else kl_coef_from_log(analysis)
     kl_penalty = meta.kl_penalty
     if kl_read is not None and kl_read[0] == 0.0 and kl_penalty in (None, "reward", "loss"):
         kl_penalty = "none"  # the trainer logs a penalty of 0 while the KL grows: the coefficient is 0
@@ -933,6 +1056,7 @@ def advice_sections(analysis: Analysis, timeline: Mapping[str, Any]) -> dict[str
     facts = _facts(analysis, findings)
     cands = _candidates(findings, timeline, windows, facts, analysis)
     values = _Values(analysis, cands, columns, _config_values(analysis, findings, facts.trainer, facts.kl_read))
+    values.trainer_config = facts.trainer.config if facts.trainer else None
     rec = _recommendations(cands, findings, timeline, windows, facts, values,
                            analysis.meta.kl_controller == "adaptive", params)
     return {"windows": windows, "recommendations": rec} if windows else {"recommendations": rec}

@@ -52,13 +52,14 @@ PARAMETERS = {
     "clip_range": "clip range",
     "clip_range_high": "upper clip range (clip-higher)",
     "batch_size": "batch size",
+    "reward_weights": "reward weights",
 }
 
 _TRAINING_ARGUMENTS = {"learning_rate": "learning_rate", "max_grad_norm": "max_grad_norm",
                        "batch_size": "per_device_train_batch_size"}
 _TRL_GROUP = {**_TRAINING_ARGUMENTS, "kl_coef": "beta", "temperature": "temperature",
               "max_length": "max_completion_length", "clip_range": "epsilon",
-              "clip_range_high": "epsilon_high"}
+              "clip_range_high": "epsilon_high", "reward_weights": "reward_weights"}
 _TRL_ON_POLICY = {**_TRAINING_ARGUMENTS, "kl_coef": "kl_coef", "temperature": "temperature",
                   "max_length": "response_length", "clip_range": "cliprange"}
 _TRL_DPO = {**_TRAINING_ARGUMENTS, "kl_coef": "beta"}

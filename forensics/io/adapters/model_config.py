@@ -20,7 +20,8 @@ __all__ = ["MODEL_KEYS", "read_model_config"]
 MODEL_KEYS = ("architectures", "model_type", "_name_or_path", "num_parameters", "vocab_size",
               "hidden_size", "n_embd", "d_model", "num_hidden_layers", "n_layer", "num_layers",
               "intermediate_size", "n_inner", "ffn_dim", "num_attention_heads", "num_key_value_heads",
-              "head_dim", "tie_word_embeddings", "hidden_act", "num_experts", "num_local_experts")
+              "head_dim", "tie_word_embeddings", "hidden_act", "num_experts", "num_local_experts",
+              "max_position_embeddings")
 _ADAPTER_KEYS = ("peft_type", "r", "base_model_name_or_path")
 #: A config file larger than this is not a model config (a real one is a few kB).
 _MAX_BYTES = 1 << 20
