@@ -1,8 +1,8 @@
 """Usual learning rates and KL coefficients, by algorithm family and model size, with sources.
 
-**Learning rates.** The ranges below are quoted for a model of :data:`REFERENCE_PARAMS` (7B: the
-size the recipes and trainer defaults are written for) trained in full (every weight). Two
-things move them:
+**Learning rates.** The ranges below are quoted for a model of 7B parameters (the size the
+recipes and trainer defaults are written for) trained in full (every weight). Two things move
+them:
 
 * **Model size.** The rate a model trains at falls as it grows: GPT-3's rates fall 10x from 125M
   to 175B parameters (Brown et al. 2020, table 2.1: about N^-1/3), muP's Adam rate for the hidden
@@ -12,9 +12,10 @@ things move them:
   model trains at 2.4x a 7B model's rate, a 100k-parameter toy language model at about 40x (an
   extrapolation below the smallest fine-tuned models of the sources, about 1e8, by the same rule).
   Where the size is unknown the 7B range is used, and the advice says so.
-* **LoRA.** Adapters train at about 10x the full fine-tuning rate (TRL's PEFT examples: 1e-4 to
-  2e-4 where full fine-tuning uses 1e-5 to 2e-5). Where the run does not show whether it trained
-  adapters or the whole model, the top of the usual range allows LoRA.
+* **LoRA.** Adapters train at about 10x the full fine-tuning rate (Schulman et al. 2025, "LoRA
+  Without Regret"; TRL's LoRA examples use 2e-4 where its SFT default is 2e-5). Where the run
+  does not show whether it trained adapters or the whole model, the top of the usual range
+  allows LoRA.
 
 KL coefficients weigh nats of KL against units of reward (or of the preference loss), so they do
 not scale with the model; they depend on where the penalty sits.

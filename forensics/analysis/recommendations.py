@@ -21,8 +21,8 @@ Where the learning rate follows a smooth schedule, the factor applies to the sch
 highest rate logged up to that step), which is what a config sets; where a setting jumped again
 after the finding, to its last logged value (the value in force). Where the log does not show
 the value, the run's own config (run.json) may; otherwise the change is given in words. The
-config patch holds numbers only, under the keys of the trainer that wrote the log
-(:mod:`forensics.analysis.trainer_keys`); a parameter the trainer has no key for, or whose
+config patch holds numbers only (a list of them for TRL's ``reward_weights``), under the keys of
+the trainer that wrote the log (:mod:`forensics.analysis.trainer_keys`); a parameter the trainer has no key for, or whose
 current value is unknown, is listed in words (``not_in_config``).
 
 The same pass annotates the window table: a window lists the warning and critical findings whose
@@ -528,30 +528,30 @@ def _beta_too_small(findings: list[dict[str, Any]], beta: float, how: str) -> li
     return [_Candidate(Action("kl_coef", "set", value=r.typical), "immediate", "beta_too_small",
                        int(f["onset_step"]), f"beta {beta:g} ({how}) is {r.low / beta:.2g}x below the usual "
                        f"range ({r.low:g} to {r.high:g}): the log-probabilities move, the implicit rewards "
-                       f"(beta times that move) hardly do ({f['rule']} from step {f['onset_step']})")]
+                       f"(beta times that move) hardly do ({f['rule']} from step {f['onset_step']})", f)]
 
 
 def beta_from_log(analysis: Analysis) -> tuple[float, str] | None:
     """A preference loss's beta as the log shows it: the implicit rewards are beta times the
-    policy's log-probability change from the reference, so the change of the rewards (chosen and
-    rejected) over the run, against the change of the logged log-probabilities, is beta (a
-    least-squares ratio of the two changes, first tenth of the run to last). None when the
-    log-probabilities moved less than 0.1 nats (nothing to read it from)."""
+    policy's log-probability change from the reference, so the change of the reward margin
+    (chosen minus rejected) over the run, against the change of the log-probability margin, is
+    beta (first tenth of the run to last: the margin is what the loss moves). None when the
+    log-probability margin moved less than 0.1 nats (nothing to read it from)."""
     names = ["pref_reward_chosen", "pref_reward_rejected", "logp_chosen", "logp_rejected"]
     cols = _series(analysis, names)
     if not cols or len(cols["step"]) < 20:
         return None
     k = max(len(cols["step"]) // 10, 5)
     delta = {n: float(np.nanmean(cols[n][-k:]) - np.nanmean(cols[n][:k])) for n in names}
-    dr = np.array([delta["pref_reward_chosen"], delta["pref_reward_rejected"]])
-    dl = np.array([delta["logp_chosen"], delta["logp_rejected"]])
-    if not (np.all(np.isfinite(dr)) and np.all(np.isfinite(dl))) or float(np.hypot(*dl)) < 0.1:
+    dr = delta["pref_reward_chosen"] - delta["pref_reward_rejected"]
+    dl = delta["logp_chosen"] - delta["logp_rejected"]
+    if not (math.isfinite(dr) and math.isfinite(dl)) or abs(dl) < 0.1:
         return None
-    beta = float(dr @ dl / (dl @ dl))
+    beta = dr / dl
     if not beta > 0:
         return None
-    return float(f"{beta:.1g}"), ("read from the log: the change of the implicit rewards over the change "
-                                  "of the log-probabilities (rewards = beta x log-ratio)")
+    return float(f"{beta:.1g}"), ("read from the log: the change of the reward margin over the change of the "
+                                  "log-probability margin (rewards = beta x log-ratio)")
 
 
 def _reward_weights_fix(findings: list[dict[str, Any]], facts: _Facts,
@@ -610,7 +610,11 @@ def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],
         urgent = f["severity"] == "critical" and i not in effect_findings
         ordered.append((i, "immediate" if urgent else "short_term", False))
     out: list[_Candidate] = [c for c in (_kl_off(findings, facts),) if c is not None]
-    out += [c for c in _kl_from_value(findings, facts, analysis) if c.priority == "immediate"]
+    root = findings[dom["finding_index"]] if dom.get("finding_index") is not None and \
+        dom["finding_index"] < len(findings) else None
+    for c in _kl_from_value(findings, facts, analysis):
+        c.chain_root = c.finding is not None and c.finding is root  # the fix of the first domino
+        out += [c] if c.priority == "immediate" else []
     for i, priority, root in ordered:
         f = findings[i]
         for act in applicable_actions(f, findings, root, i in explained, facts.algorithm, facts.family):
@@ -782,6 +786,8 @@ def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, 
         change = "set"
         if c.finding is None and c.source == "kl_penalty_off":
             note = f"{c.reason}; turn the penalty on"
+        elif c.source == "beta_too_small":
+            note = c.reason
         if current is not None and new is not None:
             direction = "lower" if new < current else "raise"
     elif (room := _room_for_answers(c, values, current)) is not None:
