@@ -484,7 +484,8 @@ def test_a_beta_below_its_range_is_read_from_the_log_and_raised() -> None:
 def test_a_flipped_reward_weight_is_patched_in_the_trainers_key() -> None:
     rec = _rec("grpo_reward_sign")
     assert rec["config_patch"] == {"reward_weights": [1.0]} and rec["command_line"] == ["--reward_weights 1.0"]
-    assert rec["priorities"]["immediate"][0].startswith("reward weights: [-1] -> [1] (set), the weight of reward/sentiment")
+    first = rec["priorities"]["immediate"][0]
+    assert first.startswith("reward weights: [-1] -> [1] (set), the weight of reward/sentiment")
 
 
 def test_a_spike_that_grows_into_an_explosion_lowers_the_learning_rate_first() -> None:

@@ -22,8 +22,8 @@ highest rate logged up to that step), which is what a config sets; where a setti
 after the finding, to its last logged value (the value in force). Where the log does not show
 the value, the run's own config (run.json) may; otherwise the change is given in words. The
 config patch holds numbers only (a list of them for TRL's ``reward_weights``), under the keys of
-the trainer that wrote the log (:mod:`forensics.analysis.trainer_keys`); a parameter the trainer has no key for, or whose
-current value is unknown, is listed in words (``not_in_config``).
+the trainer that wrote the log (:mod:`forensics.analysis.trainer_keys`); a parameter the trainer
+has no key for, or whose current value is unknown, is listed in words (``not_in_config``).
 
 The same pass annotates the window table: a window lists the warning and critical findings whose
 episodes overlap it, and its status is at least ``warn`` (``alert`` for a critical), so windows
