@@ -835,6 +835,8 @@ def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, 
             "because": [], "held_back": [], "text": text, "words_only": words_only}
 
 
+#: The share of responses cut at a run's start from which (nearly) every response is cut.
+ALL_CUT = 0.9
 #: The response length cap of the trainers' configs by default (TRL 1.16 GRPOConfig and
 #: RLOOConfig max_completion_length).
 _DEFAULT_CAP = {"GRPOConfig": 512, "RLOOConfig": 512}
@@ -845,9 +847,9 @@ def _room_for_answers(c: _Candidate, values: _Values, current: float | None) -> 
     is below what the model writes, and the log cannot say how far (every length it shows is the
     cap). 50% more is a guess; the trainer's default cap is what its authors chose for any task,
     bounded by the model's context (max_position_embeddings in its config.json)."""
-    ev = (c.finding or {}).get("evidence") or {}
+    base = ((c.finding or {}).get("evidence") or {}).get("baseline")  # the share cut at the start
     if c.action.parameter != "max_length" or c.source != "length.truncation" or current is None or \
-            not ev.get("baseline", 0.0) >= ev.get("threshold", 0.9) >= 0.5:
+            not isinstance(base, (int, float)) or not base >= ALL_CUT:
         return None
     default = _DEFAULT_CAP.get(values.trainer_config or "")
     if default is None:
