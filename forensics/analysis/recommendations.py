@@ -655,6 +655,7 @@ class _Values:
     def __init__(self, analysis: Analysis, cands: list[_Candidate], columns: Mapping[str, str],
                  known: Mapping[str, tuple[float, str]] | None = None) -> None:
         self.columns = dict(columns)
+        self.first_step = (getattr(analysis, "steps", None) or {}).get("first")
         #: the model's context in tokens (its config.json's max_position_embeddings), when shown
         self.context_length = next((float(v) for r in analysis.inputs
                                     for k, v in (getattr(r, "run_config", None) or {}).items()
@@ -847,7 +848,10 @@ def _room_for_answers(c: _Candidate, values: _Values, current: float | None) -> 
     is below what the model writes, and the log cannot say how far (every length it shows is the
     cap). 50% more is a guess; the trainer's default cap is what its authors chose for any task,
     bounded by the model's context (max_position_embeddings in its config.json)."""
-    base = ((c.finding or {}).get("evidence") or {}).get("baseline")  # the share cut at the start
+    f = c.finding or {}
+    base = (f.get("evidence") or {}).get("baseline")  # the share cut at the start
+    if base is None and f.get("first_step") is not None and f.get("first_step") == values.first_step:
+        base = (f.get("evidence") or {}).get("truncation_rate")  # a log too short for a baseline
     if c.action.parameter != "max_length" or c.source != "length.truncation" or current is None or \
             not isinstance(base, (int, float)) or not base >= ALL_CUT:
         return None
