@@ -22,8 +22,8 @@ def test_the_patch_is_applied_retrained_and_judged(tmp_path: Path) -> None:
     """grpo_max_len_small (max_completion_length 4: every completion cut) and a healthy GRPO run,
     6 updates each. The fault's patch raises the cap in GRPOConfig's key (every completion cut
     from the first step: the trainer's default, bounded by the model's context, 64 in the
-    config.json the run keeps); re-trained with it, the truncation is gone. The healthy run gets an empty patch, and trained twice with nothing
-    applied it logs the same numbers."""
+    config.json the run keeps); re-trained with it, the truncation is gone. The healthy run gets
+    an empty patch, and trained twice with nothing applied it logs the same numbers."""
     out = tmp_path / "rows.json"
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "advice_eval.py"), "--only",
                            "grpo_max_len_small", "grpo_healthy_s0", "--steps", "6", "--check-healthy",
