@@ -799,9 +799,10 @@ INDEX_HEAD = """# The TRL corpus
 
 Runs that Hugging Face TRL trained on the CPU, written by `make fixtures-trl`
 (`scripts/trl_corpus.py`, whose docstring describes the language, the base model and the
-rewards). Each folder: `trainer_state.json` and `console.log` as TRL wrote them (checkpoints,
-weights, `training_args.bin` and optimizer state deleted; paths in the console log made relative
-to the repository) and `manifest.json` (the label: fault, onset step, expected rules with the
+rewards). Each folder: `trainer_state.json` and `console.log` as TRL wrote them, the policy's
+`config.json` as `save_model` writes it beside the weights (its architecture gives the model's size;
+checkpoints, weights, `training_args.bin` and optimizer state deleted; paths in the console log
+made relative to the repository) and `manifest.json` (the label: fault, onset step, expected rules with the
 primary one first, horizon; the training arguments; the observed numbers; the checks the generator
 ran on the log). This index is written by the generator from the manifests.
 
