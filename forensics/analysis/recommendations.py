@@ -422,11 +422,6 @@ def fit_remedy(remedy: str, family: str | None) -> str:
 #: What a policy drifting from its reference shows when nothing holds it there.
 _DRIFT = ("entropy.blowup", "length.growth", "length.coupled_growth", "length.reward_correlation",
           "kl.runaway", "kl.excessive", "kl.drift")
-#: The KL coefficient to turn a penalty in the loss back on with (the usual range's typical value:
-#: the DeepSeekMath GRPO recipe, TRL GRPO's former default).
-KL_ON = KL_RANGES["loss"].typical
-
-
 @dataclass
 class _Facts:
     """What the recommendations reason from besides the findings: the trainer, the algorithm,
@@ -485,9 +480,11 @@ KL_DOMINATES = 5.0
 
 def _kl_from_value(findings: list[dict[str, Any]], facts: _Facts, analysis: Analysis | None) -> list[_Candidate]:
     """Advice from the KL coefficient the log shows (item: coefficients read from the log are
-    used): a KL far out with a coefficient below :data:`KL_ON` raises it to that; a penalty in the
-    reward many times the score lowers the coefficient until they are level. Zero with drift is
-    :func:`_kl_off`'s."""
+    used): a KL far out with a coefficient below the typical value of the usual range for where
+    the penalty sits (:data:`~forensics.analysis.ranges.KL_RANGES`) raises it to that; a penalty
+    in the reward many times the score lowers the coefficient until they are level; a preference
+    loss's beta below its range while the pairs do not separate goes back to the typical value.
+    Zero with drift is :func:`_kl_off`'s."""
     if facts.kl_read is None or facts.kl_read[0] <= 0:
         return []
     coef, how = facts.kl_read
