@@ -319,6 +319,13 @@ class RunMeta:
                                         "of LM fine-tuning apply (levels of KL, entropy and learning "
                                         "rate no healthy run reaches). Default: yes, unless "
                                         "param_count is below 1e6 (a toy policy).", type=bool)
+    model_params: float | None = param(None, "Parameters of the policy model (the whole model: LoRA "
+                                       "trains fewer), for the usual learning rates at its size; read "
+                                       "from the model's config.json or a model name (Qwen2.5-7B) when "
+                                       "the run shows one.", type=float, gt=0)
+    lora: bool | None = param(None, "Whether the run trains LoRA adapters (about 10x the full "
+                              "fine-tuning learning rate); read from the trainer's config "
+                              "(lora_rank, lora_dim) or an adapter_config.json.", type=bool)
     peak_flops: float | None = param(None, "Peak FLOP/s of the hardware (for MFU).", type=float, gt=0)
     gpus: float | None = param(None, "GPUs the run used: the wall clock times this is its GPU-hours "
                                "(the cost of waste; --gpus).", type=float, gt=0)

@@ -17,7 +17,8 @@ dependency of the analyzer). Everything is local: no model hub, no data set down
   reward at the last token, which is how TRL's PPO reads a reward model.
 * **Runs.** ``RUNS`` below: healthy runs (two seeds per algorithm) and one fault each, with the
   rules that should fire. After each run the script checks that the fault really shows in what TRL
-  logged (``checks``: it fails loudly otherwise), then writes ``trainer_state.json`` (checkpoints,
+  logged (``checks``: it fails loudly otherwise), then writes ``trainer_state.json`` and the
+  policy's ``config.json`` (what ``trainer.save_model`` writes beside the weights; checkpoints,
   weights, ``training_args.bin`` and optimizer state are deleted), the console log (the metric
   dicts the trainer printed) and ``manifest.json`` with the observed numbers.
 
@@ -665,6 +666,7 @@ def train(run: Run, out: Path) -> str:
     else:
         raise ValueError(run.algorithm)
     trainer.save_state()
+    model.config.save_pretrained(out)  # config.json, as trainer.save_model writes it (the weights are not kept)
     return str(trl.__version__)
 
 
@@ -756,9 +758,9 @@ def check_run(run: Run, history: list[dict[str, Any]]) -> list[str]:
 
 
 def finish(run: Run, out: Path, version: str, seconds: float) -> dict[str, Any]:
-    """Keep what a user keeps (trainer_state.json, console.log); write manifest.json."""
+    """Keep what a user keeps (trainer_state.json, config.json, console.log); write manifest.json."""
     for p in list(out.iterdir()):
-        if p.name not in ("trainer_state.json", "console.log"):
+        if p.name not in ("trainer_state.json", "console.log", "config.json"):
             shutil.rmtree(p) if p.is_dir() else p.unlink()
     state = json.loads((out / "trainer_state.json").read_text())
     history = [r for r in state["log_history"] if "train_runtime" not in r]
@@ -797,9 +799,10 @@ INDEX_HEAD = """# The TRL corpus
 
 Runs that Hugging Face TRL trained on the CPU, written by `make fixtures-trl`
 (`scripts/trl_corpus.py`, whose docstring describes the language, the base model and the
-rewards). Each folder: `trainer_state.json` and `console.log` as TRL wrote them (checkpoints,
-weights, `training_args.bin` and optimizer state deleted; paths in the console log made relative
-to the repository) and `manifest.json` (the label: fault, onset step, expected rules with the
+rewards). Each folder: `trainer_state.json` and `console.log` as TRL wrote them, the policy's
+`config.json` as `save_model` writes it beside the weights (its architecture gives the model's size;
+checkpoints, weights, `training_args.bin` and optimizer state deleted; paths in the console log
+made relative to the repository) and `manifest.json` (the label: fault, onset step, expected rules with the
 primary one first, horizon; the training arguments; the observed numbers; the checks the generator
 ran on the log). This index is written by the generator from the manifests.
 
@@ -875,6 +878,8 @@ def main() -> None:
         for r in by_name.values():
             if key == "steps":
                 r.steps = int(value)
+            elif key in ("reward", "reward_weights", "reward_scale"):  # the run's, not the config's
+                setattr(r, key, json.loads(value))
             else:
                 r.config[key] = json.loads(value)
     if a.list:

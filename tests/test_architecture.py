@@ -232,7 +232,8 @@ def test_renderers_do_not_compute_the_diagnosis() -> None:
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("forensics.analysis.stats",),
     ("forensics.analysis.findings", "forensics.analysis.spans", "forensics.analysis.context",
-     "forensics.analysis.store", "forensics.analysis.trainer_keys", "forensics.analysis.stream"),
+     "forensics.analysis.store", "forensics.analysis.trainer_keys", "forensics.analysis.stream",
+     "forensics.analysis.ranges"),
     ("forensics.analysis.trackers",),
     ("forensics.analysis.diagnosis",),
     ("forensics.analysis.result", "forensics.analysis.catalogue"),

@@ -91,3 +91,26 @@ def test_a_broken_dump_is_ignored_not_fatal() -> None:
     for i, text in enumerate(["{'algorithm': {'x': __import__('os')}}"]):
         cap.feed(i, text)
     assert cap.config == {}
+
+
+def test_model_size_from_model_files_and_config_keys(tmp_path: Path) -> None:
+    """The model's size from config.json (not from a config.json that is no model's, nor from a
+    broken one), LoRA from adapter_config.json or a LoRA rank of 0 or more."""
+    from forensics.io.adapters.model_config import read_model_config
+
+    assert read_model_config(tmp_path) == ({}, "")
+    (tmp_path / "config.json").write_text('{"learning_rate": 1e-5}')  # a trainer's, not a model's
+    assert read_model_config(tmp_path) == ({}, "")
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "hidden_size": ')  # cut short
+    assert read_model_config(tmp_path) == ({}, "")
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896, "num_hidden_layers": 24,
+        "intermediate_size": 4864, "num_attention_heads": 14, "num_key_value_heads": 2,
+        "hidden_act": "silu", "tie_word_embeddings": True}))
+    found, origin = read_model_config(tmp_path)
+    assert origin.endswith("config.json")
+    ctx = infer_context([], "hf-trainer-state", found, origin)
+    assert 4.8e8 < ctx.values["model_params"] < 5.0e8 and ctx.values["lora"] is False  # Qwen2.5-0.5B: 494M
+    verl = infer_context([], "verl-console", {"actor_rollout_ref.model.path": "~/models/Qwen2.5-3B",
+                                              "actor_rollout_ref.model.lora_rank": 0})
+    assert verl.values["model_params"] == 3e9 and verl.values["lora"] is False

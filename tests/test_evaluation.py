@@ -173,8 +173,10 @@ def test_trl_run_has_a_valid_manifest_and_scans(folder: Path, tmp_path: Path) ->
     else:
         assert isinstance(m["onset_step"], int) and m["onset_step"] >= 1
         assert m["expected_rules"] and all(isinstance(r, str) and "." in r for r in m["expected_rules"])
-    # only what a user keeps: no weights, checkpoints, optimizer state or pickled arguments
-    assert {p.name for p in folder.iterdir()} <= {"manifest.json", "trainer_state.json", "console.log"}
+    # only what a user keeps: no weights, checkpoints, optimizer state or pickled arguments; the
+    # model's config.json (its size) as save_model writes it
+    assert {p.name for p in folder.iterdir()} <= {"manifest.json", "trainer_state.json", "console.log", "config.json"}
+    assert json.loads((folder / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
     state = folder / "trainer_state.json"
     steps = [r for r in json.loads(state.read_text())["log_history"] if "train_runtime" not in r]
     assert m["onset_step"] is None or m["onset_step"] <= steps[-1]["step"]

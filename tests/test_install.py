@@ -161,7 +161,7 @@ def test_the_readme_ci_example_runs_as_written_from_a_wheel_in_a_clean_venv(tmp_
     # the default policy fails a critical run: annotations and JUnit say so, the summary still runs
     broken = run_steps(gate_steps, workspace(tmp_path / "broken", "ppo_lr_high"), env)
     assert [rc for _, rc, _ in broken] == [0, 1, 1, 0], broken
-    assert "::error title=forensics lr.change" in broken[1][2]
+    assert "::error title=forensics hyperparams.lr_change" in broken[1][2]
     suite = ET.parse(tmp_path / "broken" / "reports" / "latest" / "gate.xml").getroot()
     assert suite.findall(".//failure")
 

@@ -92,9 +92,11 @@ def test_no_parameter_raised_and_lowered_and_no_finding_contradicted(
             ev = f.get("evidence") or {}
             if f["rule"] == "hyperparams.lr_out_of_range" and ev["learning_rate"] > ev["prior_high"]:
                 assert lr is not None and lr["new"] is not None and lr["new"] <= ev["prior_high"], (path, lr)
-        # the patch holds numbers only, under real keys
+        # the patch holds numbers only (a list of numbers for reward_weights), under real keys
         for value in _leaves(rec["config_patch"]):
-            assert isinstance(value, (int, float)) and not isinstance(value, bool), (path, value)
+            numbers = value if isinstance(value, list) else [value]
+            assert numbers and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers), \
+                (path, value)
 
 
 def _leaves(tree: Any) -> list[Any]:
@@ -245,12 +247,14 @@ def test_messages_say_one_step_as_a_step_and_no_range_twice(every_analysis: dict
 
 def test_no_kl_penalty_and_a_drifting_policy_turns_the_penalty_on() -> None:
     """TRL GRPO with beta 0 and a hackable reward: entropy doubles and completions run to the
-    cap. The first thing to do is to turn the KL penalty on (GRPOConfig.beta); no healthy run is
-    told anything of the kind."""
+    cap. The first thing to do is to turn the KL penalty on (GRPOConfig.beta), at the top of the
+    usual range for a KL term in the loss (0.1): the reward pays for length and pulls for as long
+    as the run trains; no healthy run is told anything of the kind."""
     d = scan_path(FIXTURES / "trl" / "grpo_kl_off_hack").to_dict()
     rec = d["recommendations"]
-    assert rec["priorities"]["immediate"][0].startswith("KL coefficient: set to 0.04, no KL penalty")
-    assert rec["config_patch"]["beta"] == 0.04
+    assert rec["priorities"]["immediate"][0].startswith("KL coefficient: set to 0.1, no KL penalty")
+    assert "the reward pays for length: the top of the usual range" in rec["priorities"]["immediate"][0]
+    assert rec["config_patch"]["beta"] == 0.1
     for run in sorted((FIXTURES / "trl").glob("*healthy*")):
         adj = scan_path(run).to_dict()["recommendations"]["adjustments"]
         assert not any(a["source"] == "kl_penalty_off" for a in adj), run.name
@@ -267,7 +271,13 @@ def test_a_catastrophic_learning_rate_is_fixed_alone(run: str) -> None:
     sampling temperature, a larger beta wait in the "if it persists after the fix" list."""
     rec = _rec(run)
     assert rec["root_cause"] == "hyperparams.lr_out_of_range"
-    assert list(rec["config_patch"]) == ["learning_rate"] and rec["config_patch"]["learning_rate"] <= 1e-5
+    # the centre of the usual range for the family at this model's size (92k parameters, read from
+    # its config.json: 42x a 7B model's rates), inside it: RL 4.2e-5 to 4.2e-4, preference half that
+    low, high = (2.1e-5, 2.1e-4) if run[:3] in ("dpo", "kto") else (4.2e-5, 4.2e-4)
+    lr = rec["config_patch"]["learning_rate"]
+    assert list(rec["config_patch"]) == ["learning_rate"] and low < lr < high
+    assert lr == pytest.approx((low * high) ** 0.5, rel=0.05)
+    assert "of a model of 92.1k parameters" in rec["priorities"]["immediate"][0]
     said = " ".join(p for ps in rec["priorities"].values() for p in ps)
     assert "temperature" not in said and "clip" not in said and "beta" not in said, said
     if run == "rloo_lr_high":  # the symptoms' remedies wait, in the trainer's keys
@@ -304,7 +314,7 @@ def test_kl_penalty_off_is_fixed_alone_and_read_from_the_log() -> None:
     """GRPO with beta 0 (no kl logged) and PPO whose log shows a penalty of 0 while its KL climbs
     to 23 nats: the KL coefficient alone, in each trainer's key and default."""
     grpo = _rec("grpo_kl_off_hack")
-    assert grpo["root_cause"] == "kl_penalty_off" and grpo["config_patch"] == {"beta": 0.04}
+    assert grpo["root_cause"] == "kl_penalty_off" and grpo["config_patch"] == {"beta": 0.1}
     assert "learning_rate" in grpo["if_persists_patch"]
     # the hackable reward is named too, after the penalty
     assert grpo["priorities"]["immediate"][1].startswith("The reward pays for length: reward/positive_words")
@@ -335,21 +345,28 @@ def test_remedies_declare_the_algorithms_they_apply_to() -> None:
 
 
 def test_every_adjustment_has_the_trainers_key_and_a_logged_value() -> None:
-    """DPO's beta (DPOConfig's default 0.1, said to be assumed), GRPO's truncation cap read from
-    the log (completions/max_length), the same on a real TRL console log."""
+    """DPO's beta (0.1, read from the log: the implicit rewards over the log-probability change),
+    GRPO's truncation cap read from the log (completions/max_length), the same on a real TRL
+    console log. A cap that cut every response from the first step goes back to the trainer's
+    default (GRPOConfig's 512), bounded by the model's context (64 in the corpus's config.json);
+    one that starts cutting later is raised 50% (the length grew)."""
     overfit = _rec("dpo_overfit")
     beta = next(a for a in overfit["adjustments"] if a["parameter"] == "kl_coef")
     assert beta["key"] == "beta" and beta["current"] == 0.1 and beta["new"] == 0.2
-    assert beta["current_from"].startswith("assumed: DPOConfig's default")
+    assert beta["current_from"].startswith("read from the log: the change of the reward margin")
     # a DPO learning rate of 1e-3 is the root cause (critical for preference optimisation): beta waits
     assert overfit["root_cause"] == "hyperparams.lr_out_of_range" and overfit["if_persists_patch"]["beta"] == 0.2
-    assert _rec("grpo_max_len_small")["config_patch"] == {"max_completion_length": 6}
-    assert _rec("rloo_max_len_small")["config_patch"] == {"max_completion_length": 8}  # 7.5 tokens: 8
+    grpo = _rec("grpo_max_len_small")
+    assert grpo["config_patch"] == {"max_completion_length": 64}
+    assert "the model's context (max_position_embeddings 64), below the trainer's default 512" in \
+        grpo["priorities"]["immediate"][0]
+    assert _rec("rloo_max_len_small")["config_patch"] == {"max_completion_length": 64}
+    assert _rec("grpo_length_reward")["if_persists_patch"]["max_completion_length"] == 36  # 24 x 1.5
     real = SHARED_LOGS / "calibration" / "trl_grpo_qwen0.5b_patch2prod_alltruncated-saturated.txt"
-    if real.exists():  # every completion cut at 192 tokens
+    if real.exists():  # every completion cut at 192 tokens from the first step; no config.json
         rec = scan_path(real).to_dict()["recommendations"]
         assert rec["trainer"]["config"] == "GRPOConfig"
-        assert rec["config_patch"]["max_completion_length"] == 288
+        assert rec["config_patch"]["max_completion_length"] == 512
 
 
 def test_a_veRL_key_the_printed_config_lacks_gets_hydras_plus() -> None:
@@ -397,3 +414,93 @@ def test_a_kl_penalty_that_dominates_the_score_is_lowered_from_its_value(tmp_pat
     dom = next((a for a in rec["adjustments"] if a["source"] == "kl_penalty_dominates"), None)
     assert dom is not None, rec["adjustments"]
     assert dom["key"] == "kl_coef" and dom["current"] == 0.02 and dom["new"] < 0.002
+
+
+# -- levels by algorithm and model size ---------------------------------------------------------------
+def test_the_model_size_is_read_where_the_run_shows_it(tmp_path: Path) -> None:
+    """A TRL output folder's config.json (the architecture gives the parameter count, no
+    adapter_config.json: the whole model trains); a checkpoint folder reads the output folder
+    above it, where adapter_config.json means LoRA and names the base model (its size in the
+    name); veRL's model.path and lora_rank, DeepSpeed-Chat's model name and lora_dim."""
+    import shutil
+
+    run = scan_path(FIXTURES / "trl" / "grpo_lr_high").to_dict()["run"]
+    assert run["model_params"] == 92096 and run["lora"] is False
+    ck = tmp_path / "out" / "checkpoint-60"
+    ck.mkdir(parents=True)
+    shutil.copy(FIXTURES / "trl" / "grpo_lr_high" / "trainer_state.json", ck)
+    (ck.parent / "adapter_config.json").write_text(json.dumps(
+        {"peft_type": "LORA", "r": 16, "base_model_name_or_path": "Qwen/Qwen2.5-0.5B-Instruct"}))
+    d = scan_path(tmp_path / "out").to_dict()
+    assert d["run"]["model_params"] == 5e8 and d["run"]["lora"] is True
+    # 0.5B with LoRA: 2.4x a 7B model's rates, LoRA's top: 2e-2 is still far out, the centre 2.4e-5
+    assert d["recommendations"]["config_patch"] == {"learning_rate": 2.4e-05}
+    for name, size, lora in (("verl_grpo_qwen7b-lora_econagent_healthy.log", 7e9, True),
+                             ("dschat_ppo_opt1.3b-lora_rlhf_healthy.log", 1.3e9, True)):
+        real = SHARED_LOGS / "calibration" / name
+        if real.exists():
+            run = scan_path(real).to_dict()["run"]
+            assert (run["model_params"], run["lora"]) == (size, lora), name
+
+
+def test_learning_rate_levels_follow_the_family_and_the_model_size(tmp_path: Path) -> None:
+    """The same GRPO log at 2e-2: with its config.json (92k parameters, the whole model) the
+    usual range is 42x a 7B model's and the rate goes to its centre, 1.3e-4 (the corpus's healthy
+    runs train at 1e-4); without it the size is unknown, the finding says so, the 7B thresholds
+    stand (critical above 1e-2) and the rate goes to the 7B range's centre. DPO's range is half
+    RL's; no healthy run of the corpus is out of its range."""
+    import shutil
+
+    sized = scan_path(FIXTURES / "trl" / "grpo_lr_high").to_dict()
+    f = next(f for f in sized["findings"] if f["rule"] == "hyperparams.lr_out_of_range")
+    assert "RL fine-tuning of a model of 92.1k parameters: 4.2e-05 to 0.00042 in full fine-tuning" in f["message"]
+    assert f["evidence"]["prior_high"] == pytest.approx(1e-3 * (7e9 / 92096) ** (1 / 3) / 10, rel=1e-3)
+    assert sized["recommendations"]["config_patch"] == {"learning_rate": 0.00013}
+    shutil.copy(FIXTURES / "trl" / "grpo_lr_high" / "trainer_state.json", tmp_path)
+    unknown = scan_path(tmp_path).to_dict()
+    f = next(f for f in unknown["findings"] if f["rule"] == "hyperparams.lr_out_of_range")
+    assert "of a language model of unknown size (the range for 7B)" in f["message"]
+    assert f["severity"] == "critical" and f["evidence"]["prior_high"] == 1e-3
+    assert unknown["recommendations"]["config_patch"] == {"learning_rate": 3.2e-06}
+    assert _rec("dpo_lr_high")["config_patch"] == {"learning_rate": 6.7e-05}
+    for run in sorted((FIXTURES / "trl").glob("*healthy*")):
+        rules = {f["rule"] for f in scan_path(run).to_dict()["findings"]}
+        assert "hyperparams.lr_out_of_range" not in rules, run.name
+
+
+def test_a_beta_below_its_range_is_read_from_the_log_and_raised() -> None:
+    """dpo_beta_tiny (beta 0.001): the log-probabilities move as in the healthy run while the
+    implicit rewards move 100x less; their ratio is beta. Below the usual range (0.01 to 0.5) with
+    the pairs not separating: beta back to 0.1. The healthy runs read 0.1 and get nothing."""
+    rec = _rec("dpo_beta_tiny")
+    assert rec["config_patch"] == {"beta": 0.1} and rec["first_domino"]["rule"] == "pref.not_learning"
+    beta = next(a for a in rec["adjustments"] if a["parameter"] == "kl_coef")
+    assert 0.0007 <= beta["current"] <= 0.0014 and beta["first_domino"]  # the run's beta: 0.001
+    assert rec["priorities"]["immediate"][0].startswith(f"beta: {beta['current']:g} -> 0.1 (set), beta ")
+    assert "read from the log: the change of the reward margin" in rec["priorities"]["immediate"][0]
+    for run in ("dpo_healthy_s0", "dpo_healthy_s1", "dpo_overfit"):  # beta 0.1, read as 0.1
+        assert _rec(run)["adjustments"] == [] or all(
+            a["source"] != "beta_too_small" for a in _rec(run)["adjustments"]), run
+
+
+def test_a_flipped_reward_weight_is_patched_in_the_trainers_key() -> None:
+    rec = _rec("grpo_reward_sign")
+    assert rec["config_patch"] == {"reward_weights": [1.0]} and rec["command_line"] == ["--reward_weights 1.0"]
+    first = rec["priorities"]["immediate"][0]
+    assert first.startswith("reward weights: [-1] -> [1] (set), the weight of reward/sentiment")
+
+
+def test_a_spike_that_grows_into_an_explosion_lowers_the_learning_rate_first() -> None:
+    """kto_unstable_s1: one gradient spike, then a sustained rise (grad.explode): the spike is not
+    isolated, so its "if spikes repeat" change (the learning rate) comes before clipping."""
+    rec = _rec("kto_unstable_s1")
+    assert list(rec["config_patch"].items()) == [("learning_rate", 4e-05), ("max_grad_norm", 0.8)]
+
+
+def test_the_rules_catalogue_gives_the_ranges_with_their_sources() -> None:
+    from forensics.analysis.ranges import KL_RANGES, LR_RANGES
+
+    doc = (ROOT / "docs" / "rules.md").read_text()
+    assert "## Learning rates and KL coefficients: the usual ranges" in doc
+    for r in [*LR_RANGES.values(), *KL_RANGES.values()]:
+        assert r.sources in doc

@@ -93,6 +93,15 @@ def _window_issues_markdown() -> list[str]:
               f"{_cell(i['remedy'])} |" for i in window_issues()], ""]
 
 
+def _ranges_section() -> list[str]:
+    """The usual learning rates and KL coefficients with their sources (analysis.ranges)."""
+    from . import ranges
+
+    doc = (ranges.__doc__ or "").strip().split("\n\n")
+    return ["## Learning rates and KL coefficients: the usual ranges", "",
+            *[line for para in doc[1:] for line in (_flow(para), "")], *ranges.ranges_tables()]
+
+
 def rules_markdown() -> str:
     """Every tracker with its parameters and rules; run metadata fields at the end."""
     from .trackers import TRACKERS, all_rules, param_rows
@@ -126,6 +135,7 @@ def rules_markdown() -> str:
             out.append("")
     out += _custom_rules()
     out += _renamed_rules()
+    out += _ranges_section()
     out += ["## Run metadata", "", "`run.json` beside the logs, or `[run]` in a config file.", "",
             "| field | allowed | meaning |", "| --- | --- | --- |"]
     out += [f"| `{f.name}` | {_cell(allowed_of(f).describe())} | {_cell(f.metadata.get('doc', ''))} |"

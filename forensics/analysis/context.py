@@ -198,6 +198,78 @@ def _from_config(ctx: RunContext, config: dict[str, Any], origin: str) -> None:
         if hit is not None and _number(hit[1]) is not None:
             ctx.set(name, _number(hit[1]), f"{where}: {hit[0]}={hit[1]}")
     _kl_from_verl(ctx, config, where)
+    _model_size(ctx, config, where)
+
+
+#: Config keys that name the policy model (a path or a hub name), first match wins.
+_MODEL_NAME_KEYS = ("actor_rollout_ref.model.path", "actor_model_name_or_path", "pretrain",
+                    "model_name_or_path", "model._name_or_path", "adapter.base_model_name_or_path")
+#: Config keys that give the LoRA rank (0: the whole model trains).
+_LORA_KEYS = ("actor_rollout_ref.model.lora_rank", "actor_lora_dim", "lora_rank", "adapter.r")
+_SIZE_IN_NAME = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*([bm])(?![a-z])", re.IGNORECASE)
+
+
+def size_from_name(name: str) -> float | None:
+    """A model's parameter count from its name (the last part of a path), or None.
+
+    >>> size_from_name("/models/Qwen2.5-7B-Instruct"), size_from_name("EleutherAI/pythia-160m")
+    (7000000000.0, 160000000.0)
+    >>> size_from_name("output/actor-models/1.3b"), size_from_name("gpt2"), size_from_name("v0.1")
+    (1300000000.0, None, None)
+    """
+    m = _SIZE_IN_NAME.search(name.rstrip("/").rsplit("/", 1)[-1])
+    if m is None:
+        return None
+    return float(m.group(1)) * (1e9 if m.group(2).lower() == "b" else 1e6)
+
+
+def params_from_model_config(config: dict[str, Any]) -> float | None:
+    """The parameters of a decoder-only transformer from its Hugging Face config (``model.*``
+    keys): embeddings, attention, the MLP (gated in Llama-style models) and the norms.
+
+    >>> params_from_model_config({"model.vocab_size": 77, "model.hidden_size": 64,
+    ...     "model.num_hidden_layers": 2, "model.intermediate_size": 128, "model.num_attention_heads": 4,
+    ...     "model.num_key_value_heads": 4, "model.hidden_act": "silu", "model.tie_word_embeddings": False})
+    92096.0
+    """
+    def get(*names: str) -> float | None:
+        hit = _first(config, tuple(f"model.{n}" for n in names))
+        return _number(hit[1]) if hit else None
+
+    if (n := get("num_parameters")) is not None:
+        return n
+    vocab, width, layers = get("vocab_size"), get("hidden_size", "n_embd", "d_model"), \
+        get("num_hidden_layers", "n_layer", "num_layers")
+    if vocab is None or width is None or layers is None:
+        return None
+    heads = get("num_attention_heads") or 1.0
+    head_dim = get("head_dim") or width / heads
+    kv = (get("num_key_value_heads") or heads) * head_dim
+    ffn = get("intermediate_size", "n_inner", "ffn_dim") or 4 * width
+    gated = str(config.get("model.hidden_act", "")).lower() in ("silu", "swiglu", "swish")
+    experts = get("num_experts", "num_local_experts") or 1.0
+    attention = 2 * width * heads * head_dim + 2 * width * kv
+    mlp = (3 if gated else 2) * width * ffn * experts
+    tied = config.get("model.tie_word_embeddings") is not False
+    return float(layers * (attention + mlp + 2 * width) + width + vocab * width * (1 if tied else 2))
+
+
+def _model_size(ctx: RunContext, config: dict[str, Any], where: str) -> None:
+    """``model_params`` and ``lora`` from a model config (config.json, adapter_config.json), a
+    model name with its size (Qwen2.5-7B) or a LoRA rank in the trainer's config."""
+    params = params_from_model_config(config)
+    if params is not None:
+        ctx.set("model_params", params, f"{where}: the model's architecture")
+    name = _first(config, _MODEL_NAME_KEYS)
+    if name is not None and isinstance(name[1], str) and (size := size_from_name(name[1])) is not None:
+        ctx.set("model_params", size, f"{where}: {name[0]}={name[1]}")
+    rank = _first(config, _LORA_KEYS)
+    if rank is not None and isinstance(rank[1], (int, float)) and not isinstance(rank[1], bool):
+        ctx.set("lora", rank[1] > 0, f"{where}: {rank[0]}={rank[1]}")
+    elif "adapter.peft_type" in config:
+        ctx.set("lora", True, f"{where}: adapter_config.json (peft_type {config['adapter.peft_type']})")
+    elif params is not None:
+        ctx.set("lora", False, f"{where}: the whole model's config.json, no adapter_config.json")
 
 
 def _kl_from_verl(ctx: RunContext, config: dict[str, Any], where: str) -> None:

@@ -53,6 +53,7 @@ PARAMETERS = {
     "clip_range": "clip range",
     "clip_range_high": "upper clip range (clip-higher)",
     "batch_size": "batch size",
+    "reward_weights": "reward weights",
 }
 
 @dataclass(frozen=True)
@@ -108,6 +109,7 @@ CONFIG_KEYS: dict[str, tuple[ConfigKey, ...]] = {
                    _K("clip_eps", ("generic",))),
     "clip_range_high": (_K("actor_rollout_ref.actor.clip_ratio_high", ("verl",)),
                         _K("epsilon_high", ("trl_group",))),
+    "reward_weights": (_K("reward_weights", ("trl_group",)),),
     "batch_size": (_K("data.train_batch_size", ("verl",)),
                    _K("train_batch_size", ("openrlhf",)),
                    _K("per_device_train_batch_size", _HF),

@@ -119,10 +119,11 @@ def do_now_changes(do_now: list[str], recommendations: Mapping[str, Any] | None
     source), and no change left for later ("next, if it persists").
 
     >>> rec = {"adjustments": [
-    ...   {"text": "lr: 0.03 -> 0.001", "source": "lr.change", "key": "config.lr", "command_line": "--lr 0.001"},
+    ...   {"text": "lr: 0.03 -> 0.001", "source": "hyperparams.lr_change", "key": "config.lr",
+    ...    "command_line": "--lr 0.001"},
     ...   {"text": "kl: raise", "source": "kl.spike", "key": "kl_coef", "command_line": None}],
     ...   "config_patch": {"config": {"lr": 0.001}, "kl_coef": 0.2}}
-    >>> do_now_changes(["lr: 0.03 -> 0.001 [lr.change, the first domino]"], rec)
+    >>> do_now_changes(["lr: 0.03 -> 0.001 [hyperparams.lr_change, the first domino]"], rec)
     ({'config': {'lr': 0.001}}, ['--lr 0.001'])
     """
     rec = recommendations or {}

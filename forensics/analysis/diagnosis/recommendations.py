@@ -21,9 +21,9 @@ Where the learning rate follows a smooth schedule, the factor applies to the sch
 highest rate logged up to that step), which is what a config sets; where a setting jumped again
 after the finding, to its last logged value (the value in force). Where the log does not show
 the value, the run's own config (run.json) may; otherwise the change is given in words. The
-config patch holds numbers only, under the keys of the trainer that wrote the log
-(:mod:`forensics.analysis.trainer_keys`); a parameter the trainer has no key for, or whose
-current value is unknown, is listed in words (``not_in_config``).
+config patch holds numbers only (a list of them for TRL's ``reward_weights``), under the keys of
+the trainer that wrote the log (:mod:`forensics.analysis.trainer_keys`); a parameter the trainer
+has no key for, or whose current value is unknown, is listed in words (``not_in_config``).
 
 The same pass annotates the window table: a window lists the warning and critical findings whose
 episodes overlap it, and its status is at least ``warn`` (``alert`` for a critical), so windows
@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...config import algorithm_family
+from ..ranges import KL_RANGES
 from ..spans import step_span
 from ..trackers.health_check import (
     ISSUES,
@@ -271,7 +272,7 @@ def _config_values(analysis: Analysis, findings: Sequence[Mapping[str, Any]], tr
     if trainer is not None:
         for parameter, value in trainer.defaults.items():
             out[parameter] = (float(value), f"assumed: {trainer.config}'s default (the log does not record it)")
-    if kl_read is not None and analysis.meta.family != "preference":
+    if kl_read is not None:  # the value the log shows wins over the trainer's default
         out["kl_coef"] = kl_read
     cap = _logged_cap(analysis, findings)
     if cap is not None:
@@ -349,11 +350,16 @@ def _descendants(root: str | None, links: list[dict[str, Any]]) -> set[str]:
     return out
 
 
+#: A spike rule and the rule of a sustained rise of the same signal: a spike that such a rise
+#: follows is not isolated (it repeats as the rise), so its "if spikes repeat" changes apply.
+_SUSTAINED = {"grad.spike": "grad.explode", "loss.spike": "loss.divergence", "kl.spike": "kl.runaway"}
+
+
 def _repeats(rule: str, finding: Mapping[str, Any], counts: Mapping[str, int]) -> bool:
     ev = finding.get("evidence") or {}
     episodes = ev.get("episodes")
     return counts.get(rule, 0) > 1 or (isinstance(episodes, list) and len(episodes) > 1) or \
-        (isinstance(ev.get("count"), (int, float)) and ev["count"] > 1)
+        (isinstance(ev.get("count"), (int, float)) and ev["count"] > 1) or counts.get(_SUSTAINED.get(rule, ""), 0) > 0
 
 
 def applicable_actions(finding: Mapping[str, Any], findings: Sequence[Mapping[str, Any]],
@@ -416,11 +422,6 @@ def fit_remedy(remedy: str, family: str | None) -> str:
 #: What a policy drifting from its reference shows when nothing holds it there.
 _DRIFT = ("entropy.blowup", "length.growth", "length.coupled_growth", "length.reward_correlation",
           "kl.runaway", "kl.excessive", "kl.drift")
-#: The KL coefficient to turn a penalty back on with: TRL GRPO's former default, the value of the
-#: DeepSeekMath GRPO recipe.
-KL_ON = 0.04
-
-
 @dataclass
 class _Facts:
     """What the recommendations reason from besides the findings: the trainer, the algorithm,
@@ -435,10 +436,20 @@ class _Facts:
     length_reward: _LengthReward | None = None
 
 
-def _kl_on(trainer: Trainer | None) -> float:
-    """The coefficient to turn a KL penalty on with: TRL PPOConfig's default kl_coef (0.05) where
-    the penalty sits in the reward under that key, else :data:`KL_ON`."""
-    return 0.05 if trainer is not None and trainer.name == "TRL" and trainer.key("kl_coef") == "kl_coef" else KL_ON
+def _kl_placement(trainer: Trainer | None) -> str:
+    """Where the penalty the trainer's KL key sets sits: the reward for TRL PPO's kl_coef and
+    veRL's kl_ctrl.kl_coef, the loss otherwise (GRPO's beta, veRL's kl_loss_coef)."""
+    key = trainer.key("kl_coef") if trainer is not None else None
+    return "reward" if key in ("kl_coef", "algorithm.kl_ctrl.kl_coef") else "loss"
+
+
+def _kl_on(trainer: Trainer | None, hackable: bool) -> float:
+    """The coefficient to turn a KL penalty on with: the typical value of the usual range for
+    where it sits (TRL PPOConfig's 0.05 in the reward, 0.04 in the loss); with a reward the
+    policy can hack (one that pays for length) the top of the range, since the reward pulls for
+    as long as the run trains and the penalty alone holds the policy back."""
+    r = KL_RANGES[_kl_placement(trainer)]
+    return r.high if hackable else r.typical
 
 
 def _kl_off(findings: list[dict[str, Any]], facts: _Facts) -> _Candidate | None:
@@ -454,9 +465,11 @@ def _kl_off(findings: list[dict[str, Any]], facts: _Facts) -> _Candidate | None:
     f = drift[0]
     read = facts.kl_read
     what = "beta = 0" if read is None else f"KL coefficient {read[0]:g}, {read[1]}"
-    return _Candidate(Action("kl_coef", "set", value=_kl_on(facts.trainer)), "immediate", "kl_penalty_off",
+    hackable = facts.length_reward is not None
+    why = "; the reward pays for length: the top of the usual range" if hackable else ""
+    return _Candidate(Action("kl_coef", "set", value=_kl_on(facts.trainer, hackable)), "immediate", "kl_penalty_off",
                       int(f["onset_step"]), f"no KL penalty ({what}): nothing holds the policy near "
-                      f"the reference while it drifts ({f['rule']} from step {f['onset_step']})", None)
+                      f"the reference while it drifts ({f['rule']} from step {f['onset_step']}){why}", None)
 
 
 #: Rules whose remedy asks to check that the KL penalty is on.
@@ -467,19 +480,24 @@ KL_DOMINATES = 5.0
 
 def _kl_from_value(findings: list[dict[str, Any]], facts: _Facts, analysis: Analysis | None) -> list[_Candidate]:
     """Advice from the KL coefficient the log shows (item: coefficients read from the log are
-    used): a KL far out with a coefficient below :data:`KL_ON` raises it to that; a penalty in the
-    reward many times the score lowers the coefficient until they are level. Zero with drift is
-    :func:`_kl_off`'s."""
+    used): a KL far out with a coefficient below the typical value of the usual range for where
+    the penalty sits (:data:`~forensics.analysis.ranges.KL_RANGES`) raises it to that; a penalty
+    in the reward many times the score lowers the coefficient until they are level; a preference
+    loss's beta below its range while the pairs do not separate goes back to the typical value.
+    Zero with drift is :func:`_kl_off`'s."""
     if facts.kl_read is None or facts.kl_read[0] <= 0:
         return []
     coef, how = facts.kl_read
+    if facts.family == "preference":
+        return _beta_too_small(findings, coef, how)
     out = []
     far = [f for f in findings if f["rule"] in _KL_LEVEL and f["severity"] != "info"]
-    if far and coef < KL_ON:
+    on = KL_RANGES[_kl_placement(facts.trainer)].typical
+    if far and coef < on:
         f = far[0]
-        out.append(_Candidate(Action("kl_coef", "set", value=KL_ON), "short_term", "kl_coef_weak",
+        out.append(_Candidate(Action("kl_coef", "set", value=on), "short_term", "kl_coef_weak",
                               int(f["onset_step"]), f"the KL penalty is on but weak: coefficient {coef:g} ({how}), "
-                              f"{KL_ON / coef:.2g}x below {KL_ON:g}, while {f['rule']} from step {f['onset_step']}"))
+                              f"{on / coef:.2g}x below {on:g}, while {f['rule']} from step {f['onset_step']}"))
     share = _penalty_share(analysis) if analysis is not None else None
     serious = [f for f in findings if f["severity"] != "info"]
     if share is not None and share > KL_DOMINATES and serious:
@@ -489,6 +507,67 @@ def _kl_from_value(findings: list[dict[str, Any]], facts: _Facts, analysis: Anal
                               f"second half of the run (coefficient {coef:g}, {how}): it, not the reward, "
                               f"drives the policy; {new:g} levels them"))
     return out
+
+
+#: Rules that say a preference run's pairs are not being separated.
+_NOT_SEPARATING = ("pref.not_learning",)
+
+
+def _beta_too_small(findings: list[dict[str, Any]], beta: float, how: str) -> list[_Candidate]:
+    """A preference loss whose beta (read from the log) is below the usual range while the
+    pairs are not separated: the policy moves, but beta times that move is too small for the
+    loss to feel it. Beta back to the range's typical value."""
+    r = KL_RANGES["preference"]
+    stuck = [f for f in findings if f["rule"] in _NOT_SEPARATING and f["severity"] != "info"]
+    if not stuck or beta >= r.low:
+        return []
+    f = stuck[0]
+    return [_Candidate(Action("kl_coef", "set", value=r.typical), "immediate", "beta_too_small",
+                       int(f["onset_step"]), f"beta {beta:g} ({how}) is {r.low / beta:.2g}x below the usual "
+                       f"range ({r.low:g} to {r.high:g}): the log-probabilities move, the implicit rewards "
+                       f"(beta times that move) hardly do ({f['rule']} from step {f['onset_step']})", f)]
+
+
+def beta_from_log(analysis: Analysis) -> tuple[float, str] | None:
+    """A preference loss's beta as the log shows it: the implicit rewards are beta times the
+    policy's log-probability change from the reference, so the change of the reward margin
+    (chosen minus rejected) over the run, against the change of the log-probability margin, is
+    beta (first tenth of the run to last: the margin is what the loss moves). None when the
+    log-probability margin moved less than 0.1 nats (nothing to read it from)."""
+    names = ["pref_reward_chosen", "pref_reward_rejected", "logp_chosen", "logp_rejected"]
+    cols = _series(analysis, names)
+    if not cols or len(cols["step"]) < 20:
+        return None
+    k = max(len(cols["step"]) // 10, 5)
+    delta = {n: float(np.nanmean(cols[n][-k:]) - np.nanmean(cols[n][:k])) for n in names}
+    dr = delta["pref_reward_chosen"] - delta["pref_reward_rejected"]
+    dl = delta["logp_chosen"] - delta["logp_rejected"]
+    if not (math.isfinite(dr) and math.isfinite(dl)) or abs(dl) < 0.1:
+        return None
+    beta = dr / dl
+    if not beta > 0:
+        return None
+    return float(f"{beta:.1g}"), ("read from the log: the change of the reward margin over the change of the "
+                                  "log-probability margin (rewards = beta x log-ratio)")
+
+
+def _reward_weights_fix(findings: list[dict[str, Any]], facts: _Facts,
+                        root: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A total reward that is minus its only reward function's score (``reward.sign_flip``):
+    the weight the trainer gives it is -1 (the log shows total = -component), so the fix is a
+    weight of +1, in the trainer's key (TRL's ``reward_weights``, a list: one function, one
+    weight; the rule fires only where the reward has one function)."""
+    f = next((f for f in findings if f["rule"] == "reward.sign_flip" and f["severity"] != "info"), None)
+    key = facts.trainer.key("reward_weights") if facts.trainer else None
+    if f is None or key is None:
+        return None
+    comp = (f.get("evidence") or {}).get("component", "the reward function")
+    return {"parameter": "reward_weights", "direction": "raise", "change": "set", "factor": None,
+            "current": [-1.0], "current_from": "read from the log: the total reward is minus " + comp,
+            "new": [1.0], "priority": "immediate", "source": f["rule"], "step": int(f["onset_step"]),
+            "reason": f.get("message", ""), "first_domino": root is not None and root["rule"] == f["rule"],
+            "because": [], "held_back": [], "key": key, "command_line": f"--{key} 1.0",
+            "text": f"reward weights: [-1] -> [1] (set), the weight of {comp}, the only reward function"}
 
 
 def _penalty_share(analysis: Analysis) -> float | None:
@@ -528,7 +607,11 @@ def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],
         urgent = f["severity"] == "critical" and i not in effect_findings
         ordered.append((i, "immediate" if urgent else "short_term", False))
     out: list[_Candidate] = [c for c in (_kl_off(findings, facts),) if c is not None]
-    out += [c for c in _kl_from_value(findings, facts, analysis) if c.priority == "immediate"]
+    root = findings[dom["finding_index"]] if dom.get("finding_index") is not None and \
+        dom["finding_index"] < len(findings) else None
+    for c in _kl_from_value(findings, facts, analysis):
+        c.chain_root = c.finding is not None and c.finding is root  # the fix of the first domino
+        out += [c] if c.priority == "immediate" else []
     for i, priority, root in ordered:
         f = findings[i]
         for act in applicable_actions(f, findings, root, i in explained, facts.algorithm, facts.family):
@@ -563,9 +646,18 @@ def _round(v: float) -> float:
 class _Values:
     """What the log and the run's config say a parameter's value is."""
 
+    #: the config class of the trainer that wrote the log (GRPOConfig), when known
+    trainer_config: str | None = None
+
     def __init__(self, analysis: Analysis, cands: list[_Candidate], columns: Mapping[str, str],
                  known: Mapping[str, tuple[float, str]] | None = None) -> None:
         self.columns = dict(columns)
+        self.first_step = (getattr(analysis, "steps", None) or {}).get("first")
+        #: the model's context in tokens (its config.json's max_position_embeddings), when shown
+        self.context_length = next((float(v) for r in analysis.inputs
+                                    for k, v in (getattr(r, "run_config", None) or {}).items()
+                                    if k == "model.max_position_embeddings" and isinstance(v, (int, float))
+                                    and not isinstance(v, bool) and v > 0), None)
         #: steps where each parameter changed in a jump (the hyperparams tracker's findings)
         self.changes: dict[str, list[int]] = {}
         for f in analysis.findings:
@@ -695,13 +787,14 @@ def _restore_first(c: _Candidate, values: _Values, d: _Draft, adaptive_kl: bool)
 
 
 def _suggested(c: _Candidate, values: _Values, d: _Draft, adaptive_kl: bool) -> _Draft | None:
-    """The value the finding's evidence suggests (the nearest end of the usual range)."""
-    new = ((c.finding or {}).get("evidence") or {}).get("suggested")
+    """The value the finding's evidence suggests (the centre of the usual range)."""
+    ev = (c.finding or {}).get("evidence") or {}
+    new = ev.get("suggested")
     if not isinstance(new, (int, float)):
         return None
     d.towards(new, d.current)
     d.change = "set"
-    d.note = "the nearest end of the usual range for full fine-tuning (up to 1e-4 with LoRA)"
+    d.note = f"the geometric centre of the usual range ({ev.get('usual_range', 'for full fine-tuning')})"
     return d
 
 
@@ -710,6 +803,8 @@ def _set(c: _Candidate, values: _Values, d: _Draft, adaptive_kl: bool) -> _Draft
     d.new, d.change = c.action.value, "set"
     if c.finding is None and c.source == "kl_penalty_off":
         d.note = f"{c.reason}; turn the penalty on"
+    elif c.source == "beta_too_small":
+        d.note = c.reason
     if d.new is not None:
         d.towards(d.new, d.current)
     return d
@@ -747,6 +842,15 @@ def _scale(c: _Candidate, values: _Values, d: _Draft, adaptive_kl: bool) -> _Dra
     return d
 
 
+def _room(new: float, note: str) -> Callable[..., _Draft | None]:
+    """Room for the answers (:func:`_room_for_answers`): a cap set to ``new``."""
+    def draft(c: _Candidate, values: _Values, d: _Draft, adaptive_kl: bool) -> _Draft | None:
+        d.towards(new, d.current)
+        d.change, d.note = "set", note
+        return d
+    return draft
+
+
 _DRAFTS = {"restore": _restore, "restore_first": _restore_first, "suggested": _suggested, "set": _set}
 
 
@@ -754,7 +858,10 @@ def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, 
     """The change one candidate asks for, with current and new values where they are known."""
     a = c.action
     current, source = values.at(a.parameter, c.step)
-    d = _DRAFTS.get(a.direction, _scale)(c, values, _Draft(current, source, a.direction), adaptive_kl)
+    draft = _DRAFTS.get(a.direction)
+    if draft is None and (room := _room_for_answers(c, values, current)) is not None:
+        draft = _room(*room)
+    d = (draft or _scale)(c, values, _Draft(current, source, a.direction), adaptive_kl)
     if d is None:
         return None
     if d.current is not None:
@@ -772,6 +879,37 @@ def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, 
             "current": d.current, "current_from": d.source or None, "new": d.new, "priority": c.priority,
             "source": c.source, "step": c.step, "reason": c.reason, "first_domino": c.chain_root,
             "because": [], "held_back": [], "text": text, "words_only": d.words_only}
+
+
+#: The share of responses cut at a run's start from which (nearly) every response is cut.
+ALL_CUT = 0.9
+#: The response length cap of the trainers' configs by default (TRL 1.16 GRPOConfig and
+#: RLOOConfig max_completion_length).
+_DEFAULT_CAP = {"GRPOConfig": 512, "RLOOConfig": 512}
+
+
+def _room_for_answers(c: _Candidate, values: _Values, current: float | None) -> tuple[float, str] | None:
+    """A cap that cut (nearly) every response from the first steps, before the policy moved: it
+    is below what the model writes, and the log cannot say how far (every length it shows is the
+    cap). 50% more is a guess; the trainer's default cap is what its authors chose for any task,
+    bounded by the model's context (max_position_embeddings in its config.json)."""
+    f = c.finding or {}
+    base = (f.get("evidence") or {}).get("baseline")  # the share cut at the start
+    if base is None and f.get("first_step") is not None and f.get("first_step") == values.first_step:
+        base = (f.get("evidence") or {}).get("truncation_rate")  # a log too short for a baseline
+    if c.action.parameter != "max_length" or c.source != "length.truncation" or current is None or \
+            not isinstance(base, (int, float)) or not base >= ALL_CUT:
+        return None
+    default = _DEFAULT_CAP.get(values.trainer_config or "")
+    if default is None:
+        return None
+    context = values.context_length
+    new = int(min(default, context)) if context else default
+    if new <= current:
+        return None
+    where = (f"the model's context (max_position_embeddings {context:g}), below the trainer's default "
+             f"{default}" if context and context < default else f"the trainer's default ({values.trainer_config})")
+    return new, f"every response was cut from the first steps, so the log cannot say how long answers need: {where}"
 
 
 #: A first domino this bad is fixed alone: a learning rate far outside any usual range, a jump
@@ -864,6 +1002,9 @@ def _recommendations(cands: list[_Candidate], findings: list[dict[str, Any]], ti
     dom = timeline.get("first_domino") or {}
     root = findings[dom["finding_index"]] if dom.get("finding_index") is not None and \
         dom["finding_index"] < len(findings) else None
+    flip = _reward_weights_fix(findings, facts, root)
+    if flip is not None:
+        adjustments.insert(0, flip)
     alone = _catastrophe(root, cands, facts)
     if alone is not None:  # the root's fix alone; the symptoms' remedies wait for it
         for a in adjustments:
@@ -948,7 +1089,8 @@ def _facts(analysis: Analysis, findings: list[dict[str, Any]]) -> _Facts:
     printed = {k for r in analysis.inputs for k in (getattr(r, "run_config", None) or {})}
     trainer = trainer_for([r.format for r in analysis.inputs], meta.algorithm, source_keys,
                           meta.config, analysis.context, printed)
-    kl_read = None if meta.family == "preference" else kl_coef_from_log(analysis)
+    kl_read = (beta_from_log(analysis) if meta.algorithm not in _NO_REFERENCE else None) \
+        if meta.family == "preference" else kl_coef_from_log(analysis)
     kl_penalty = meta.kl_penalty
     if kl_read is not None and kl_read[0] == 0.0 and kl_penalty in (None, "reward", "loss"):
         kl_penalty = "none"  # the trainer logs a penalty of 0 while the KL grows: the coefficient is 0
@@ -977,6 +1119,7 @@ def advice_sections(analysis: Analysis, timeline: Mapping[str, Any]) -> dict[str
     facts = _facts(analysis, findings)
     cands = _candidates(findings, timeline, windows, facts, analysis)
     values = _Values(analysis, cands, columns, _config_values(analysis, findings, facts.trainer, facts.kl_read))
+    values.trainer_config = facts.trainer.config if facts.trainer else None
     rec = _recommendations(cands, findings, timeline, windows, facts, values,
                            analysis.meta.kl_controller == "adaptive", params)
     return {"windows": windows, "recommendations": rec} if windows else {"recommendations": rec}

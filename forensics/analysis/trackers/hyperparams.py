@@ -32,6 +32,7 @@ import numpy as np
 from ...config import Relations, param
 from ...io.canonical import Batch
 from ..findings import RuleSpec, Severity
+from ..ranges import LORA_FACTOR, SizedRange, geometric_centre, lr_range
 from ..spans import step_span
 from ..stats.episodes import Episode, Episodes
 from .base import Tracker, TrackerResult
@@ -73,9 +74,10 @@ class HyperparamsParams:
                                        "factor (a learning rate cut 100x stalls the policy).")
     max_changes: int = param(20, "Most findings per setting; further changes are counted in the "
                              "summary (a schedule that jumps every few steps).")
-    lr_high: float = param(1e-3, "A learning rate above this is far outside what RL and preference "
-                           "fine-tuning of language models use (full fine-tuning 1e-7 to 1e-5, LoRA "
-                           "up to about 2e-4): hyperparams.lr_out_of_range.")
+    lr_high: float = param(1e-3, "A learning rate above this is far outside what RL fine-tuning of a "
+                           "7B language model uses (full fine-tuning 1e-6 to 1e-5, LoRA up to about "
+                           "1e-4): hyperparams.lr_out_of_range. Scaled by (7B / N)^(1/3) where the run shows the "
+                           "model's size N, and by 1/10 where it shows the whole model trains.")
     lr_critical: float = param(1e-2, "A learning rate above this makes hyperparams.lr_out_of_range critical.")
     lr_high_preference: float = param(1e-4, "lr_high for preference optimisation (DPO, IPO, KTO, ORPO): "
                                       "full fine-tuning uses 5e-7 to 5e-6 and LoRA up to about 5e-5 "
@@ -83,7 +85,8 @@ class HyperparamsParams:
     lr_critical_preference: float = param(1e-3, "lr_critical for preference optimisation (200x the "
                                           "top of the full fine-tuning range).")
     lr_low: float = param(5e-8, "A learning rate that never rose above this is too low for anything "
-                          "to move (10x below the smallest rates in use).")
+                          "to move (10x below the smallest rates in use at 7B; scaled by "
+                          "(7B / N)^(1/3) where the run shows the model's size N).")
     lr_rows: int = param(3, "Rows out of 5 the learning rate must be out of range (no probation; "
                          "judged from the first step).", le=5)
     warmup_moves: int = param(20, "Logged moves of the learning rate needed before a warm-up that "
@@ -108,15 +111,20 @@ RULES = (
        _SEVERITY_DOC, formerly=("lr.change",)),
     _R("hyperparams.lr_out_of_range", Severity.WARNING, "Learning rate far outside the usual range",
        "The logged learning rate is far above (or, from the start, far below) the rates RL and "
-       "preference fine-tuning of language models use (by family: preference optimisation runs "
-       "10x lower than RL, so its ceiling is too): far above, the first updates break the "
-       "policy (KL, trust region and entropy follow); far below, nothing moves. A prior of LM "
-       "fine-tuning, judged from the first step; not applied to toy policies (param_count below "
-       "1e6).",
-       "Set the learning rate in the usual range: 1e-6 to 1e-5 for full fine-tuning with PPO, GRPO "
-       "or RLOO, 5e-7 to 5e-6 for DPO, up to 1e-4 with LoRA.",
+       "preference fine-tuning of language models use, by family and model size (the usual ranges "
+       "below: preference optimisation runs lower than RL; a smaller model trains faster, as "
+       "(7B / N)^(1/3), where the run shows its size; LoRA about 10x higher, allowed unless the "
+       "run shows the whole model trains): far above, the first updates break the policy (KL, "
+       "trust region and entropy follow); far below, nothing moves. The thresholds are the "
+       "parameters for a 7B model, scaled the same way. A prior of LM fine-tuning, judged from the "
+       "first step; not applied to toy policies (param_count below 1e6).",
+       "Set the learning rate in the usual range for the algorithm and the model's size (the "
+       "finding gives it; for a 7B model 1e-6 to 1e-5 in full fine-tuning with PPO, GRPO or RLOO, "
+       "5e-7 to 5e-6 with DPO, about 10x higher with LoRA); its geometric centre is the value to "
+       "start from.",
        ("lr_high", "lr_critical", "lr_high_preference", "lr_critical_preference", "lr_low", "lr_rows"),
-       "SIGNATURES #16, #20; TRL and veRL defaults; TRL DPO docs", formerly=("lr.out_of_range",)),
+       "SIGNATURES #16, #20; TRL and veRL defaults; TRL DPO docs; the ranges section",
+       formerly=("lr.out_of_range",)),
     _R("hyperparams.lr_warmup_unfinished", Severity.WARNING, "Learning-rate warm-up never finished",
        "The logged learning rate rose on nearly every logged step and never fell: the warm-up "
        "lasted the whole run, so the run trained below its configured peak rate throughout "
@@ -240,17 +248,16 @@ class Hyperparams(Tracker):
 
     def _range(self, rows: np.ndarray, steps: np.ndarray, lr: np.ndarray, rising: np.ndarray) -> None:
         """The learning rate against the priors: far above, or never in range from below."""
-        p = self.p
         seen = np.fmax.accumulate(np.concatenate([[self.lr_max], lr]))[1:]
         self.lr_max = float(seen[-1])
-        lr_high = self._lr_high()[0]
+        lr_high, lr_low = self._lr_high()[0], self._lr_low()
         high = lr > lr_high
         # too low only while it has never been in range (a decay to zero at the end is not), and
         # not while it still rises: a warm-up starts low by design
-        low = (seen < p.lr_low) & (lr > 0) & ~rising
+        low = (seen < lr_low) & (lr > 0) & ~rising
         # log10 of how far out (positive above the range, negative below)
         with np.errstate(divide="ignore", invalid="ignore"):
-            how = np.where(high, np.log10(lr / lr_high), np.where(low, np.log10(lr / p.lr_low), 0.0))
+            how = np.where(high, np.log10(lr / lr_high), np.where(low, np.log10(lr / lr_low), 0.0))
         self.lr_ep.update(rows, steps, high | low, how, {"lr": lr})
 
     def _decide(self, s: Setting, st: _Follow, steps: np.ndarray, vals: np.ndarray, rows: np.ndarray,
@@ -324,18 +331,19 @@ class Hyperparams(Tracker):
                                     "logged": st.logged, "changes": len(changes)}
             for c in kept:
                 self._emit_change(s, st.key, c)
-        p = self.p
         lr_high, lr_critical = self._lr_high()
-        which = "preference optimisation" if self.meta.family == "preference" else "RL fine-tuning"
+        lr_low, usual = self._lr_low(), self._sized()
         for ep in self.lr_ep.finish():
             lr = ep.extras.get("lr", float("nan"))
             high = ep.peak > 0
             self.emit("hyperparams.lr_out_of_range", ep,
                       f"learning rate {lr:.3g} at step {ep.peak_step} is "
-                      + (f"above {lr_high:g}, far above" if high else f"below {p.lr_low:g}, far below")
-                      + f" the usual range for {which} of a language model, from step {ep.onset_step}",
-                      {"learning_rate": lr, "prior_high": lr_high, "prior_low": p.lr_low,
-                       "critical": lr_critical, "suggested": self._usual_lr(high), "metrics": ["learning_rate"]},
+                      + (f"above {lr_high:.2g}, far above" if high else f"below {lr_low:.2g}, far below")
+                      + f" the usual range ({usual.words}), from step {ep.onset_step}",
+                      {"learning_rate": lr, "prior_high": lr_high, "prior_low": lr_low,
+                       "critical": lr_critical, "suggested": self._usual_lr(), "usual_range": usual.words,
+                       "model_params": self.meta.model_params or self.meta.param_count,
+                       "metrics": ["learning_rate"]},
                       Severity.CRITICAL if high and lr >= lr_critical else None)
         self._warmup_unfinished()
         return self.result(summary, [])
@@ -360,17 +368,29 @@ class Hyperparams(Tracker):
                    "completed_schedule": completed, "metrics": ["learning_rate"]},
                   None if completed else Severity.INFO)
 
-    def _lr_high(self) -> tuple[float, float]:
-        """``(lr_high, lr_critical)`` for the run's family."""
-        if self.meta.family == "preference":
-            return self.p.lr_high_preference, self.p.lr_critical_preference
-        return self.p.lr_high, self.p.lr_critical
+    def _sized(self) -> SizedRange:
+        """The usual learning rates for the run's family and model size (ranges)."""
+        return lr_range(self.meta.family, self.meta.model_params or self.meta.param_count, self.meta.lora)
 
-    def _usual_lr(self, high: bool) -> float:
-        """The nearest end of the usual full fine-tuning range for the run's algorithm (the
-        remedy's: 1e-6 to 1e-5 for RL, 5e-7 to 5e-6 for preference optimisation)."""
-        lo, hi = (5e-7, 5e-6) if self.meta.family == "preference" else (1e-6, 1e-5)
-        return hi if high else lo
+    def _lr_high(self) -> tuple[float, float]:
+        """``(lr_high, lr_critical)`` for the run's family and model size: the parameters hold
+        for a 7B model that may train LoRA adapters; they scale with the usual rates (smaller
+        models train faster), and by 1/10 where the whole model is known to train."""
+        r = self._sized()
+        scale = r.factor / (LORA_FACTOR if self.meta.lora is False else 1.0)
+        if self.meta.family == "preference":
+            return self.p.lr_high_preference * scale, self.p.lr_critical_preference * scale
+        return self.p.lr_high * scale, self.p.lr_critical * scale
+
+    def _lr_low(self) -> float:
+        return self.p.lr_low * self._sized().factor
+
+    def _usual_lr(self) -> float:
+        """The rate to set a rate far out of range to: the geometric centre of the usual full
+        fine-tuning range for the run's family and size (a rate far out says nothing about where
+        in the range it belongs; LoRA, when known, trains up to 10x higher)."""
+        r = self._sized()
+        return geometric_centre(r.low, r.usual_high if self.meta.lora else r.high)
 
     def _emit_change(self, s: Setting, key: str, c: dict[str, Any]) -> None:
         factor = _factor(c["before"], c["after"])

@@ -24,6 +24,7 @@ from typing import Any
 from ...errors import FormatError, InputError, StrictModeError
 from ..limits import MAX_DEPTH, MAX_NUMBER_DIGITS
 from ._common import ApartRows, Row, RowSource, _fmt, open_binary, step_value
+from .model_config import read_model_config
 
 __all__ = ["HFTrainerStateSource", "detect"]
 
@@ -126,6 +127,7 @@ class HFTrainerStateSource(RowSource):
         if m is None:
             raise FormatError("no log_history list: not a trainer_state.json", path=str(self.path))
         self._header_notes(text)
+        self._model_files()
         evals = ApartRows("evaluation row(s) (eval_*)")
         held: Row | None = None
         nulls = 0
@@ -208,6 +210,16 @@ class HFTrainerStateSource(RowSource):
                 continue
             yield line, obj
             pos = end
+
+    def _model_files(self) -> None:
+        """The model's config.json (or LoRA's adapter_config.json) beside the state, for the
+        model's size (the usual learning rates depend on it)."""
+        if self.report.run_config:
+            return
+        found, origin = read_model_config(self.path.parent)
+        if found:
+            self.report.run_config = found
+            self.report.run_config_origin = origin
 
     def _header_notes(self, text: str) -> None:
         try:
