@@ -36,7 +36,6 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from ...errors import InputError, StrictModeError
@@ -272,6 +271,8 @@ def _exact_floats(columns: Any) -> bool:  # (name, column) pairs
                 if (lo is not None and float(lo) <= -_EXACT) or (hi is not None and float(hi) >= _EXACT):  # type: ignore[arg-type]
                     return False
         elif pa.types.is_floating(col.type) and col.null_count < len(col) and _is_step_key(name):
+            import pyarrow.compute as pc  # imported here: a small scan never needs it
+
             mm = pc.min_max(col)
             lo, hi = mm["min"].as_py(), mm["max"].as_py()
             if (lo is not None and lo <= -_EXACT) or (hi is not None and hi >= _EXACT):
