@@ -126,6 +126,15 @@ class Episodes:
             if extras:
                 ep.extras = {name: float(arr[run[0]]) for name, arr in extras.items()}
 
+    def closed(self, start: int = 0) -> list[Episode]:
+        """The episodes closed so far, from the ``start``-th on: no later row changes them."""
+        return self._done[start:]
+
+    @property
+    def open_first_step(self) -> int | None:
+        """The first step of the episode a later row may still extend (None when none is open)."""
+        return None if self._open is None else self._open.first_step
+
     def finish(self) -> list[Episode]:
         """All episodes in order, the open one ending at its last row. Copies: the detector goes
         on as before (a later row may still extend the open episode), and a caller may annotate
