@@ -21,18 +21,16 @@ class _OneAtATime(Episodes):
         idx = np.flatnonzero(persist(cond_full, self.k, self.m)[n_prior:])
         vals = np.full(len(rows), np.nan) if value is None else np.asarray(value, dtype=float)
         for run in np.split(idx, np.flatnonzero(np.diff(rows[idx]) > self.gap + 1) + 1) if len(idx) else []:
-            first = int(run[0])
-            ep = self._open
-            if ep is not None and rows[first] - ep.last_row > self.gap + 1:
-                self._done.append(ep)
-                ep = None
-            if ep is None:
-                lo = first + n_prior - (self.m - 1)
-                onset = int(steps_full[max(lo, 0) + int(np.argmax(cond_full[max(lo, 0) : first + n_prior + 1]))])
-                ep = Episode(onset_step=onset, first_step=onset, last_step=int(steps[first]),
-                             last_row=int(rows[first]))
-            self._absorb(ep, run, rows, steps, vals, extras)
-            self._open = ep
+            head = int(run[0])
+            joins = self._open is not None and rows[head] - self._open.last_row <= self.gap + 1
+            if self._open is not None and not joins:
+                self._done.append(self._open)
+            if not joins:  # the onset: the window's first raw-condition row
+                lo = max(head + n_prior - (self.m - 1), 0)
+                at = int(steps_full[lo + int(np.argmax(cond_full[lo : head + n_prior + 1]))])
+                self._open = Episode(at, at, int(steps[head]), int(rows[head]))
+            assert self._open is not None
+            self._absorb(self._open, run, rows, steps, vals, extras)
 
 
 @pytest.mark.parametrize("seed", range(40))
