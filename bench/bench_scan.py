@@ -6,8 +6,10 @@ a fresh subprocess (so peak memory is the child's own), imports before the clock
 * **step streams**, JSONL and Parquet: with and without an ``epoch`` column, 20 metrics a row, at
   100,000 and 1,000,000 rows (``--full``: also 10,000,000); 200 metrics a row (veRL's width) at
   100,000 and 1,000,000 rows without an epoch column and at 100,000 with one (``--full``: also
-  10,000,000 in Parquet). Baselines: pyarrow's streaming JSON reader (``pyarrow.json.open_json``)
-  and ``ParquetFile.iter_batches``.
+  10,000,000 in Parquet); and in JSONL the **gauss** shape: ``step`` and 20 metrics of
+  ``round(gauss, 6)`` values (no epoch, no timestamp) under the canonical names, at 100,000 and
+  1,000,000 rows. Baselines: pyarrow's JSON reader (``pyarrow.json.read_json``) and
+  ``ParquetFile.iter_batches``.
 * a **CSV** step stream (20 metrics, no epoch column) at 100,000 and 1,000,000 rows: the CSV
   reader (file to canonical batches, every row and value accounted for) against
   ``pyarrow.csv.open_csv`` read in the same run (budget 1.5x); the full scan's time is printed beside it.
@@ -87,9 +89,7 @@ if kind == "forensics-read":
     from forensics.io.formats import open_source
 t0 = time.perf_counter()
 if kind == "arrow-jsonl":
-    rows = 0
-    for batch in pj.open_json(path):
-        rows += batch.num_rows
+    rows = pj.read_json(path).num_rows
 elif kind == "arrow-csv":
     rows = 0
     for batch in pcsv.open_csv(path):
@@ -121,17 +121,22 @@ class Case:
     rows: int
     metrics: int = 20
     epoch: bool = False
+    gauss: bool = False  # round(gauss, 6) values, step only (bench.shapes.gauss_chunks)
 
     @property
     def shape(self) -> str:
         if self.stream == "sample":
             return "samples"
+        if self.gauss:
+            return f"{self.metrics} metrics, gauss"
         return f"{self.metrics} metrics, {'epoch' if self.epoch else 'no epoch'}"
 
     @property
     def name(self) -> str:
         if self.stream == "sample":
             return f"samples_{self.rows}"
+        if self.gauss:
+            return f"steps_{self.metrics}m_gauss_{self.rows}"
         return f"steps_{self.metrics}m_{'epoch' if self.epoch else 'noepoch'}_{self.rows}"
 
 
@@ -145,6 +150,7 @@ def cases(full: bool, only: str | None, sizes: list[int] | None) -> list[Case]:
             for rows in sizes or [100_000, 1_000_000]:
                 out.append(Case("step", fmt, rows, 200, False))
             out.append(Case("step", fmt, 100_000, 200, True))
+        out += [Case("step", "jsonl", rows, 20, gauss=True) for rows in sizes or [100_000, 1_000_000]]
         out += [Case("step", "csv", rows, 20, False) for rows in sizes or [100_000, 1_000_000]]
         if full and not sizes:
             out.append(Case("step", "parquet", 10_000_000, 200, False))
@@ -155,14 +161,15 @@ def cases(full: bool, only: str | None, sizes: list[int] | None) -> list[Case]:
 
 def prepare(case: Case) -> tuple[Path, Path]:
     """(what pyarrow reads, what forensics scans), written once."""
-    from bench.shapes import sample_chunks, step_chunks, write_jsonl, write_parquet
+    from bench.shapes import gauss_chunks, sample_chunks, step_chunks, write_jsonl, write_parquet
 
     write = {"parquet": write_parquet, "csv": write_csv}.get(case.fmt, write_jsonl)
     suffix = case.fmt
     if case.stream == "step":
         path = DATA / f"{case.name}.{suffix}"
         if not path.exists():
-            write(path, step_chunks(case.rows, case.metrics, case.epoch))
+            write(path, gauss_chunks(case.rows, case.metrics) if case.gauss
+                  else step_chunks(case.rows, case.metrics, case.epoch))
         return path, path
     folder = DATA / f"{case.name}_{case.fmt}"
     steps_file = folder / f"steps.{suffix}"

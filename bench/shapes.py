@@ -3,6 +3,8 @@
 * **Step streams**: one row per step, with or without an ``epoch`` column, with 20 metrics a row
   (the canonical ones a PPO/GRPO trainer logs) or 200 (those plus 180 carried-through keys named
   as veRL names its timing, throughput, sequence-length and validation metrics).
+* **Gauss step streams**: ``step`` and 20 metrics of ``round(gauss, 6)`` values (no epoch, no
+  timestamp): short numbers, under the canonical names or under names no trainer logs.
 * **Sample streams**: one row per response (``step``, ``length``, ``reward``, ``truncated``,
   ``advantage``), ``per_step`` responses a step; from ``bias_from`` on the reward pays for length
   (``reward += bias * (length - 200)``), the length-bias seed of issue 10.
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["CHUNK", "sample_chunks", "step_chunks", "write_jsonl", "write_parquet"]
+__all__ = ["CHUNK", "gauss_chunks", "sample_chunks", "step_chunks", "write_jsonl", "write_parquet"]
 
 #: Rows generated (and written) at a time.
 CHUNK = 50_000
@@ -99,6 +101,26 @@ def step_chunks(rows: int, metrics: int = 20, epoch: bool = True, seed: int = 0,
     """
     for start in range(0, rows, CHUNK):
         yield _step_chunk(start, min(CHUNK, rows - start), metrics, epoch, seed, steps_per_epoch)
+
+
+def gauss_chunks(rows: int, metrics: int = 20, names: str = "canonical",
+                 seed: int = 0) -> Iterator[dict[str, np.ndarray]]:
+    """``step`` and ``metrics`` columns of standard normal values rounded to 6 decimals, in chunks
+    of :data:`CHUNK` rows; ``names`` "canonical" (the step stream's metrics, then
+    carried-through names) or "plain" (``m00``, ``m01``, ...: names no trainer logs).
+
+    >>> c = next(gauss_chunks(3, metrics=2, names="plain"))
+    >>> sorted(c), c["step"].tolist(), bool((c["m00"] == c["m00"].round(6)).all())
+    (['m00', 'm01', 'step'], [0, 1, 2], True)
+    """
+    keys = ([*CANONICAL, *extra_names(max(metrics - len(CANONICAL), 0))][:metrics]
+            if names == "canonical" else [f"m{i:02d}" for i in range(metrics)])
+    for start in range(0, rows, CHUNK):
+        n = min(CHUNK, rows - start)
+        rng = np.random.default_rng([seed, 7, start // CHUNK])
+        cols: dict[str, np.ndarray] = {"step": np.arange(start, start + n)}
+        cols.update({k: np.round(rng.normal(0, 1, n), 6) for k in keys})
+        yield cols
 
 
 def sample_chunks(steps: int, per_step: int = 2000, seed: int = 0, bias_from: int | None = None,

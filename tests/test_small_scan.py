@@ -23,23 +23,30 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Libraries a small JSONL scan has no use for (jinja2 renders report.html, PyYAML writes
 #: recommendations.yaml: a scan loads those two, other commands neither).
 HEAVY = ("pandas", "polars", "plotly", "scipy", "jinja2", "yaml")
+#: Parts of pyarrow a JSONL scan has no use for: Parquet and its file systems (pyarrow.csv writes
+#: a small metrics.csv).
+ARROW_PARTS = ("pyarrow.parquet", "pyarrow.fs")
 
 #: ``python -m forensics ARGS`` in this process, then the heavy libraries it loaded.
 CHILD = """
 import json, runpy, sys
+if sys.argv[1] == "--polars-after":  # the JSONL reader's threshold for importing polars, bytes
+    import forensics.io.readers.jsonl as jsonl
+    jsonl._POLARS_AFTER = int(sys.argv[2])
+    del sys.argv[1:3]
 sys.argv = ["forensics", *sys.argv[1:]]
 try:
     runpy.run_module("forensics", run_name="__main__", alter_sys=True)
 except SystemExit as exc:
     assert exc.code in (0, None), exc.code
-print(json.dumps(sorted(m for m in HEAVY if m in sys.modules)))
-""".replace("HEAVY", repr(HEAVY))
+print(json.dumps(sorted(m for m in WATCH if m in sys.modules)))
+""".replace("WATCH", repr(HEAVY + ARROW_PARTS))
 
 
-def _loaded(*args: str) -> list[str]:
+def _loaded(*args: str, watch: tuple[str, ...] = HEAVY) -> list[str]:
     out = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True,
                          cwd=ROOT, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return [m for m in json.loads(out.stdout.strip().splitlines()[-1]) if m in watch]
 
 
 @pytest.fixture(scope="module")
@@ -54,12 +61,21 @@ def test_a_small_jsonl_scan_loads_only_what_its_reports_need(small_log: Path, tm
     assert (tmp_path / "r" / "report.html").is_file() and (tmp_path / "r" / "metrics.csv").is_file()
 
 
+def test_a_small_jsonl_scan_loads_no_parquet_or_csv_reader(small_log: Path, tmp_path: Path) -> None:
+    assert _loaded("scan", str(small_log), "-o", str(tmp_path / "r"), "-q", watch=ARROW_PARTS) == []
+
+
 def test_a_log_large_enough_for_polars_scans_through_the_command_line(tmp_path: Path) -> None:
-    """polars (chunks of 1 MB and more) asks importlib whether pandas is there: the command
-    line's guard answers as Python would, and still loads no pandas."""
+    """polars (after 64 MB: here from the first chunk it may parse) asks importlib whether pandas
+    is there: the command line's guard answers as Python would, and still loads no pandas. Below
+    the threshold a log of megabytes is pyarrow's alone: polars' import costs more than it saves."""
     log = write_jsonl(tmp_path / "steps.jsonl", healthy_rows(8000))
     assert log.stat().st_size > 2 << 20
-    assert _loaded("scan", str(log), "-o", str(tmp_path / "r"), "-q") == ["jinja2", "polars", "yaml"]
+    assert _loaded("scan", str(log), "-o", str(tmp_path / "r"), "-q") == ["jinja2", "yaml"]
+    assert _loaded("--polars-after", "0", "scan", str(log), "-o", str(tmp_path / "p"), "-q") == [
+        "jinja2", "polars", "yaml"]
+    for name in ("analysis.json", "metrics.csv", "findings.csv"):  # the same values either way
+        assert (tmp_path / "r" / name).read_bytes() == (tmp_path / "p" / name).read_bytes(), name
 
 
 def test_converting_or_gating_a_small_log_loads_none_of_them(small_log: Path, tmp_path: Path) -> None:

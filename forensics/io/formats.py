@@ -90,6 +90,8 @@ def detect_format(path: Path) -> str:
     head = read_head(path)
     if not head.strip():
         raise FormatError("file is empty", path=shown)
+    if _is_parquet(path, head):  # Parquet's magic: no text sniffer needs to read the bytes
+        return "parquet"
     for fmt in _formats():
         if fmt.detect(path, head):
             return fmt.name

@@ -70,3 +70,36 @@ def test_a_change_on_the_last_row_is_decided_once() -> None:
     assert first.summary["learning_rate"]["changes"] == second.summary["learning_rate"]["changes"] == 2
     (change,) = [f for f in second.findings if f.rule == "hyperparams.lr_change"]  # two episodes, one finding
     assert [e[2] for e in change.episode_ranges()] == [100, 119]
+
+
+def _jumps_by_definition(v: list[float], change_ratio: float = 1.5, ramp_factor: float = 2.0) -> list[int]:
+    """Positions of the jumps as the module's text defines them, one move at a time."""
+    out = []
+    for i in range(1, len(v)):
+        a, b = v[i - 1], v[i]
+        big = a == 0 or b == 0 or abs(np.log(b / a)) > np.log(change_ratio) if a > 0 and b > 0 else a != b
+        if not big or a == b:
+            continue
+        d = b - a
+        ramp = any(1 <= j < len(v) and (n := v[j] - v[j - 1]) != 0 and np.sign(n) == np.sign(d)
+                   and abs(d) <= ramp_factor * abs(n) for j in (i - 1, i + 1))
+        if not ramp:
+            out.append(i)
+    return out
+
+
+def test_a_noisy_setting_counts_its_jumps_and_keeps_the_first_few() -> None:
+    """A learning rate that jumps on most rows: every jump is counted (the summary), only the
+    first ``max_changes`` are kept as findings, whatever the batches; the jumps are those of the
+    rule's definition (a move beyond change_ratio, not a ramp), decided a batch at a time."""
+    rng = np.random.default_rng(3)
+    lr = np.round(np.exp(rng.normal(-12, 1.0, 2000)), 12)
+    lr[rng.random(2000) < 0.1] = 0.0
+    s = Stream([{"step": i, "loss": 1.0, "learning_rate": float(x)} for i, x in enumerate(lr)])
+    expected = _jumps_by_definition(lr.tolist())
+    for sizes in (None, [1, 7, 64, 500]):
+        a = analyse("hyperparams", s, sizes=sizes)
+        summary = next(r.summary for r in a.results if r.name == "hyperparams")["learning_rate"]
+        assert summary["changes"] == len(expected) > 100
+        found = next(f for f in a.findings if f.rule == "hyperparams.lr_change")
+        assert [int(e["first_step"]) for e in found.episodes] == expected[:20]

@@ -993,6 +993,17 @@ def _issue_windows(windows: list[dict[str, Any]]) -> dict[str, list[Any]]:
     return out
 
 
+def _root_first(adjustments: list[dict[str, Any]], alone: str | None
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(fix, later)``: with a catastrophic root cause (``alone``, its rule), the root's fix alone
+    and the symptoms' remedies waiting for it; else every adjustment now."""
+    if alone is None:
+        return adjustments, []
+    for a in adjustments:
+        a["first_domino"] = a["source"] == alone
+    return [a for a in adjustments if a["first_domino"]], [a for a in adjustments if not a["first_domino"]]
+
+
 def _recommendations(cands: list[_Candidate], findings: list[dict[str, Any]], timeline: Mapping[str, Any],
                      windows: list[dict[str, Any]], facts: _Facts, values: _Values,
                      adaptive_kl: bool, params: HealthCheckParams | None = None) -> dict[str, Any]:
@@ -1006,13 +1017,7 @@ def _recommendations(cands: list[_Candidate], findings: list[dict[str, Any]], ti
     if flip is not None:
         adjustments.insert(0, flip)
     alone = _catastrophe(root, cands, facts)
-    if alone is not None:  # the root's fix alone; the symptoms' remedies wait for it
-        for a in adjustments:
-            a["first_domino"] = a["source"] == alone
-        fix = [a for a in adjustments if a["first_domino"]]
-        later = [a for a in adjustments if not a["first_domino"]]
-    else:
-        fix, later = adjustments, []
+    fix, later = _root_first(adjustments, alone)
     patch, command_line, words = _patch(fix, trainer)
     later_patch, _, later_words = _patch(later, trainer)
     priorities: dict[str, list[str]] = {p: [] for p in PRIORITIES}

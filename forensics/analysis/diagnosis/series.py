@@ -44,6 +44,11 @@ def _round(values: np.ndarray) -> list[float]:
     return [float(f"{v:.6g}") for v in values.tolist()]
 
 
+def _ints(steps: np.ndarray) -> list[int]:
+    """Steps as Python ints (``tolist``: no Python call per value)."""
+    return np.asarray(steps).astype(np.int64, copy=False).tolist()
+
+
 def envelope(steps: np.ndarray, values: np.ndarray,
              max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
     """Min/max envelope of the finite values: at most ``max_points`` points, spikes kept.
@@ -82,7 +87,7 @@ def paired_sample(steps: np.ndarray, x: np.ndarray, y: np.ndarray,
     idx = np.flatnonzero(ok)
     if len(idx) > max_points:
         idx = idx[np.linspace(0, len(idx) - 1, max_points).astype(np.int64)]
-    return {"step": [int(s) for s in steps[idx]], "x": _round(x[idx]), "y": _round(y[idx])}
+    return {"step": _ints(steps[idx]), "x": _round(x[idx]), "y": _round(y[idx])}
 
 
 def _plotted(names: list[str]) -> list[str]:
@@ -170,7 +175,7 @@ class _Envelope:
             _, idx = np.unique(at, return_index=True)
             x = np.concatenate([self.lo_step, self.hi_step])[idx]
             y = np.concatenate([self.lo_v, self.hi_v])[idx].astype(dtype)
-        return {"x": [int(s) for s in x], "y": _round(y), "n": self.n, "downsampled": self.n > len(x)}
+        return {"x": _ints(x), "y": _round(y), "n": self.n, "downsampled": self.n > len(x)}
 
 
 def _stream_plots(parts: Parts, names: list[str], max_points: int) -> dict[str, Any]:
@@ -214,7 +219,7 @@ def _stream_plots(parts: Parts, names: list[str], max_points: int) -> dict[str, 
             pos = seen_pairs + np.arange(len(idx))
             seen_pairs += len(idx)
             pick = idx[np.isin(pos, wanted, assume_unique=True)]
-            pair_cols["step"] += [int(s) for s in part["step"][pick]]
+            pair_cols["step"] += _ints(part["step"][pick])
             pair_cols["x"] += _round(lx[pick])
             pair_cols["y"] += _round(ry[pick])
     series = {n: s for n in plotted if (s := env[n].result(dtypes[n])) is not None}

@@ -84,22 +84,68 @@ class Episodes:
             return
         vals = np.full(len(rows), np.nan) if value is None else np.asarray(value, dtype=float)
         breaks = np.flatnonzero(np.diff(rows[idx]) > self.gap + 1) + 1
-        for run in np.split(idx, breaks):
-            first = int(run[0])
-            ep = self._open
-            if ep is not None and rows[first] - ep.last_row > self.gap + 1:
-                self._done.append(ep)
-                ep = None
-            if ep is None:
-                # onset: earliest raw-condition row inside the window that confirmed the episode
-                lo = first + n_prior - (self.m - 1)
-                window = cond_full[max(lo, 0) : first + n_prior + 1]
-                onset_pos = max(lo, 0) + int(np.argmax(window))
-                onset = int(steps_full[onset_pos])
-                ep = Episode(onset_step=onset, first_step=onset, last_step=int(steps[first]),
-                             last_row=int(rows[first]))
-            self._absorb(ep, run, rows, steps, vals, extras)
-            self._open = ep
+        # the first run may extend the open episode; every later one is an episode of its own
+        run = idx[: breaks[0]] if len(breaks) else idx
+        first = int(run[0])
+        ep = self._open
+        if ep is not None and rows[first] - ep.last_row > self.gap + 1:
+            self._done.append(ep)
+            ep = None
+        if ep is None:
+            onset = int(steps_full[self._onsets(cond_full, np.array([first + n_prior]))[0]])
+            ep = Episode(onset_step=onset, first_step=onset, last_step=int(steps[first]),
+                         last_row=int(rows[first]))
+        self._absorb(ep, run, rows, steps, vals, extras)
+        self._open = ep
+        if len(breaks):
+            self._done.append(ep)
+            fresh = self._fresh(idx, breaks, n_prior, cond_full, steps_full, rows, steps, vals, extras)
+            self._done.extend(fresh[:-1])
+            self._open = fresh[-1]
+
+    def _onsets(self, cond_full: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """For each position ``at`` (in ``cond_full``) that confirmed an episode: the earliest
+        position inside its window where the raw condition held (the episode's onset)."""
+        lo = np.maximum(at - (self.m - 1), 0)
+        if self.m == 1:
+            return lo
+        pos = np.where(cond_full, np.arange(len(cond_full)), len(cond_full))
+        nxt = np.minimum.accumulate(pos[::-1])[::-1]  # the next position at or after each
+        return np.where(nxt[lo] <= at, nxt[lo], lo)
+
+    def _fresh(self, idx: np.ndarray, breaks: np.ndarray, n_prior: int, cond_full: np.ndarray,
+               steps_full: np.ndarray, rows: np.ndarray, steps: np.ndarray, vals: np.ndarray,
+               extras: dict[str, np.ndarray] | None) -> list[Episode]:
+        """The episodes of the runs of active rows after the first (``idx[breaks[i]:...]``),
+        each one new: what :meth:`_absorb` makes of a run, computed for all runs at once (a noisy
+        series opens thousands of episodes a batch)."""
+        idx = idx[breaks[0]:]
+        starts = breaks - breaks[0]
+        lens = np.diff(np.append(starts, len(idx)))
+        onsets = steps_full[self._onsets(cond_full, idx[starts] + n_prior)]
+        last = idx[starts + lens - 1]
+        v = vals[idx]
+        finite = np.isfinite(v)
+        counts = np.add.reduceat(finite.astype(np.int64), starts)
+        key = np.abs(v) if self.mode == "absmax" else (-v if self.mode == "min" else v)
+        key = np.where(finite, key, -np.inf)
+        # the first row of each run holding its largest key (its first row when none is finite)
+        hit = np.flatnonzero(key == np.repeat(np.maximum.reduceat(key, starts), lens))
+        _, first_hit = np.unique(np.searchsorted(starts, hit, side="right") - 1, return_index=True)
+        peak_at = idx[hit[first_hit]]
+        # sums as _absorb takes them: numpy's sum of each run's finite values
+        cf = v[finite]
+        c0 = np.cumsum(counts) - counts
+        out = []
+        for i in range(len(starts)):
+            n_fin, j = int(counts[i]), int(peak_at[i])
+            out.append(Episode(
+                onset_step=int(onsets[i]), first_step=int(onsets[i]), last_step=int(steps[last[i]]),
+                last_row=int(rows[last[i]]), n_rows=int(lens[i]),
+                peak=float(vals[j]) if n_fin else float("nan"), peak_step=int(steps[j]),
+                value_sum=0.0 + float(cf[c0[i] : c0[i] + n_fin].sum()) if n_fin else 0.0, value_count=n_fin,
+                extras={name: float(arr[j]) for name, arr in extras.items()} if extras else {}))
+        return out
 
     def _absorb(self, ep: Episode, run: np.ndarray, rows: np.ndarray, steps: np.ndarray,
                 vals: np.ndarray, extras: dict[str, np.ndarray] | None) -> None:
@@ -125,6 +171,15 @@ class Episodes:
             ep.peak_step = int(steps[run[0]])
             if extras:
                 ep.extras = {name: float(arr[run[0]]) for name, arr in extras.items()}
+
+    def closed(self, start: int = 0) -> list[Episode]:
+        """The episodes closed so far, from the ``start``-th on: no later row changes them."""
+        return self._done[start:]
+
+    @property
+    def open_first_step(self) -> int | None:
+        """The first step of the episode a later row may still extend (None when none is open)."""
+        return None if self._open is None else self._open.first_step
 
     def finish(self) -> list[Episode]:
         """All episodes in order, the open one ending at its last row. Copies: the detector goes

@@ -19,6 +19,7 @@ whose size it states. While the values fit in memory every result is the numpy f
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import os
 import tempfile
@@ -139,7 +140,8 @@ class RunValues:
         return max(float(c.max()) for c in self.chunks() if len(c))
 
     def fsum(self) -> float:
-        return math.fsum(x for c in self.chunks() for x in c.tolist())
+        # one iterator over every value, as a generator gives them, without a Python frame per value
+        return math.fsum(itertools.chain.from_iterable(c.tolist() for c in self.chunks()))
 
     def mean(self) -> float:
         if not self.spilled:

@@ -163,6 +163,7 @@ class _Follow:
     values: list[float] = field(default_factory=list)
     rows: list[int] = field(default_factory=list)
     changes: list[dict[str, Any]] = field(default_factory=list)
+    dropped: int = 0  # changes beyond ``max_changes``: counted, not kept
     first: float | None = None
     last: float | None = None
     logged: int = 0
@@ -221,7 +222,9 @@ class Hyperparams(Tracker):
                 st.first = float(vals[0])
             st.last = float(vals[-1])
             st.logged += len(vals)
-            st.changes += self._decide(s, st, batch.steps[ok].astype(np.int64), vals, batch.rows[ok], final=False)
+            kept, dropped = self._decide(st, batch.steps[ok].astype(np.int64), vals, batch.rows[ok], final=False)
+            st.changes += kept
+            st.dropped += dropped
             if s.parameter == "learning_rate":
                 rising = self._moves(vals, batch.steps[ok])
                 if self.meta.lm_priors:
@@ -260,9 +263,10 @@ class Hyperparams(Tracker):
             how = np.where(high, np.log10(lr / lr_high), np.where(low, np.log10(lr / lr_low), 0.0))
         self.lr_ep.update(rows, steps, high | low, how, {"lr": lr})
 
-    def _decide(self, s: Setting, st: _Follow, steps: np.ndarray, vals: np.ndarray, rows: np.ndarray,
-                final: bool) -> list[dict[str, Any]]:
-        """The changes among the moves whose next move is known (all of them when ``final``).
+    def _decide(self, st: _Follow, steps: np.ndarray, vals: np.ndarray, rows: np.ndarray,
+                final: bool) -> tuple[list[dict[str, Any]], int]:
+        """``(changes kept, changes dropped)`` among the moves whose next move is known (all of
+        them when ``final``); the first ``max_changes`` of a setting are kept, the rest counted.
 
         Not ``final`` (a batch): the last values are kept for the next batch's decisions. ``final``
         (the end, from ``finish``): the state is only read, so a later batch decides those moves
@@ -274,33 +278,34 @@ class Hyperparams(Tracker):
         start = max(len(st.values) - 1, 1)  # the first undecided position in v
         stop = len(v) if final else len(v) - 1
         changes: list[dict[str, Any]] = []
+        dropped = 0
         if stop > start:
             with np.errstate(divide="ignore", invalid="ignore"):
                 before, after = v[start - 1 : stop - 1], v[start:stop]
                 ratio = np.where((before > 0) & (after > 0), np.abs(np.log(after / before)), np.inf)
             jump = (ratio > math.log(self.p.change_ratio)) & (before != after)
-            for i in np.flatnonzero(jump) + start:
-                if self._ramp(v, int(i)):
-                    continue
-                if len(st.changes) + len(changes) < self.p.max_changes:
-                    changes.append({"step": int(stp[i]), "previous_step": int(stp[i - 1]),
-                                    "row": int(rw[i]), "before": float(v[i - 1]), "after": float(v[i])})
-                else:
-                    changes.append({"step": int(stp[i]), "dropped": True})
+            at = np.flatnonzero(jump) + start
+            at = at[~self._ramps(v, at)]
+            room = max(self.p.max_changes - len(st.changes) - st.dropped, 0)
+            changes = [{"step": int(stp[i]), "previous_step": int(stp[i - 1]), "row": int(rw[i]),
+                        "before": float(v[i - 1]), "after": float(v[i])} for i in at[:room]]
+            dropped = max(len(at) - room, 0)
         if not final:
             keep = max(len(v) - 3, 0)
             st.values, st.steps, st.rows = v[keep:].tolist(), stp[keep:].tolist(), rw[keep:].tolist()
-        return changes
+        return changes, dropped
 
-    def _ramp(self, v: np.ndarray, i: int) -> bool:
-        """Whether the move into ``v[i]`` is as large as a neighbouring move in its direction."""
-        d = v[i] - v[i - 1]
-        for j in (i - 1, i + 1):
-            if 1 <= j < len(v):
-                n = v[j] - v[j - 1]
-                if n != 0.0 and np.sign(n) == np.sign(d) and abs(d) <= self.p.ramp_factor * abs(n):
-                    return True
-        return False
+    def _ramps(self, v: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """Whether each move into ``v[i]`` (``i`` in ``at``, all >= 1) is as large as a
+        neighbouring move in its direction (the move into ``v[i - 1]`` or into ``v[i + 1]``)."""
+        moves = np.diff(v)  # moves[k]: the move into v[k + 1]
+        d = moves[at - 1]
+        ramp = np.zeros(len(at), dtype=bool)
+        with np.errstate(invalid="ignore", over="ignore"):
+            for j, valid in ((at - 2, at >= 2), (at, at + 1 < len(v))):
+                n = moves[np.where(valid, j, 0)] if len(moves) else np.zeros(len(at))
+                ramp |= valid & (n != 0.0) & (np.sign(n) == np.sign(d)) & (np.abs(d) <= self.p.ramp_factor * np.abs(n))
+        return ramp
 
     def severity(self, s: Setting, factor: float) -> Severity:
         """The documented severity of a change by ``factor`` of setting ``s``."""
@@ -325,10 +330,10 @@ class Hyperparams(Tracker):
                 continue
             # the last logged move has no next move: decide it now
             none = np.zeros(0, dtype=np.int64)
-            changes = st.changes + self._decide(s, st, none, none.astype(np.float64), none, final=True)
-            kept = [c for c in changes if not c.get("dropped")]
+            last, dropped = self._decide(st, none, none.astype(np.float64), none, final=True)
+            kept = st.changes + last
             summary[s.parameter] = {"key": st.key, "first": st.first, "last": st.last,
-                                    "logged": st.logged, "changes": len(changes)}
+                                    "logged": st.logged, "changes": len(kept) + st.dropped + dropped}
             for c in kept:
                 self._emit_change(s, st.key, c)
         lr_high, lr_critical = self._lr_high()

@@ -101,9 +101,15 @@ class Signal(Tracker):
         # share of many groups: a step of one group of 6 ties often on an easy task, so it must
         # hold on most rows of the window, as a dead share does
         self.none_batch = Episodes(2 * p.dead_k, 2 * p.dead_m, gap=p.dead_m, mode="max")
+        # (step, reward) and (step, dead share or 1/0 for a batch that tied or not) of the rows a
+        # stretch without signal may still cover: those of the open stretches and the last rows
+        # one could start on (see _keep); a closed stretch is summed up as it closes
         self.reward_parts: list[tuple[np.ndarray, np.ndarray]] = []
-        #: per row: the dead share (logged) or 1/0 for a batch that tied or not
         self.share_parts: list[tuple[np.ndarray, np.ndarray]] = []
+        self.recent_steps = np.zeros(0, dtype=np.int64)  # steps of the last 2 * dead_m rows
+        #: (first step, last step) of each closed stretch without signal -> (improving, mean share)
+        self.stretches: dict[tuple[int, int], tuple[bool, float]] = {}
+        self.closed = {"none": 0, "none_batch": 0}
         self.floor = Episodes(p.floor_rows, p.floor_rows, gap=p.floor_rows, mode="min")
         self.best = -np.inf
         self.zero_grad_rows = 0
@@ -153,21 +159,50 @@ class Signal(Tracker):
             below = mean < best[:-1] - 1e-6 * scale
             self.floor.update(rows, steps, tie & below & np.isfinite(mean), mean,
                               {"before": best[:-1]})
+        self._keep(steps)
         return None
+
+    def _keep(self, steps: np.ndarray) -> None:
+        """Sum up the stretches without signal that closed, and forget the rows no stretch can
+        cover any more: before the open stretches and before the last ``2 * dead_m`` rows (the
+        longest window whose onset a later row may confirm). Memory: the open stretches' rows."""
+        for name, det in (("none", self.none), ("none_batch", self.none_batch)):
+            for ep in det.closed(self.closed[name]):
+                self.stretches[(ep.first_step, ep.last_step)] = self._stretch(ep.first_step, ep.last_step)
+            self.closed[name] = len(det.closed())
+        self.recent_steps = np.concatenate([self.recent_steps, steps.astype(np.int64)])[-2 * self.p.dead_m:]
+        starts = [s for s in (self.none.open_first_step, self.none_batch.open_first_step) if s is not None]
+        keep_from = min([int(self.recent_steps[0]), *starts])
+        self.reward_parts = self._since(self.reward_parts, keep_from)
+        self.share_parts = self._since(self.share_parts, keep_from)
+
+    @staticmethod
+    def _since(parts: list[tuple[np.ndarray, np.ndarray]], step: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``parts`` without their rows before ``step`` (steps increase): no copy."""
+        parts = [(s, v) for s, v in parts if len(s) and s[-1] >= step]
+        if parts and parts[0][0][0] < step:
+            k = int(np.searchsorted(parts[0][0], step))
+            parts[0] = (parts[0][0][k:], parts[0][1][k:])
+        return parts
+
+    def _stretch(self, first: int, last: int) -> tuple[bool, float]:
+        """Whether the reward improved over a stretch, and its mean dead share (1 when unknown)."""
+        steps, reward = self._series(self.reward_parts)
+        share_steps, share = self._series(self.share_parts)
+        improving = self._improving(steps, reward, first, last)
+        stretch = share[(share_steps >= first) & (share_steps <= last)]
+        return improving, float(stretch.mean()) if len(stretch) else 1.0
 
     def conclude(self) -> TrackerResult:
         p = self.p
         none_eps = sorted([*self.none.finish(), *self.none_batch.finish()], key=lambda e: e.first_step)
         covered: list[tuple[int, int]] = []
-        steps, reward = self._series(self.reward_parts)
-        share_steps, share = self._series(self.share_parts)
         for ep in none_eps:
             if any(a <= ep.onset_step <= b for a, b in covered):
                 continue  # the frac and the batch view of one stretch
             covered.append((ep.first_step, ep.last_step))
-            improving = self._improving(steps, reward, ep.first_step, ep.last_step)
-            stretch = share[(share_steps >= ep.first_step) & (share_steps <= ep.last_step)]
-            dead = float(stretch.mean()) if len(stretch) else 1.0
+            improving, dead = self.stretches.get((ep.first_step, ep.last_step)) or self._stretch(
+                ep.first_step, ep.last_step)
             ep.extras.update(improving=float(improving), stretch_share=dead)
             critical = not improving and dead >= p.critical_share
             self._emit_no_signal(ep, Severity.CRITICAL if critical else Severity.WARNING)

@@ -22,13 +22,16 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...errors import FormatError, InputError, StrictModeError
 from ...schema import canonical_name
-from ..csv_blocks import Block, CsvBlocks, Parsed, blocks
 from ..csv_dialect import Dialect, sniff, unique_names
 from ..inputs import BOM, open_binary, read_raw_head, truncation
 from ..readers.base import RawBatch, ReadReport
+
+if TYPE_CHECKING:  # pyarrow's CSV reader (and pyarrow.compute) are imported when a CSV is read
+    from ..csv_blocks import Block, CsvBlocks, Parsed
 
 __all__ = ["CsvTableSource", "detect"]
 
@@ -84,6 +87,8 @@ class CsvTableSource:
         if dialect is None:
             raise FormatError("not a CSV table: no header of names (none a number) on its first line",
                               path=str(self.path))
+        from ..csv_blocks import CsvBlocks, blocks
+
         names, renamed = unique_names(dialect.header)
         self.reader = reader = CsvBlocks(dialect, names, frozenset(n for n in names if _is_step(n)), self._bad,
                                          self._set_aside)

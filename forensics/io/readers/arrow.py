@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..limits import CELL_BUDGET
 from .base import RawBatch
@@ -73,18 +72,26 @@ def _numeric_array(col: pa.ChunkedArray) -> np.ndarray:
     """An Arrow number or boolean column as numpy, exactly: int64 for signed and small unsigned
     integers, object for uint64 values beyond int64, bool, or float64; nulls as 0/False/NaN."""
     t = col.type
+    # pyarrow.compute (fill_null, max, cast) only where a column needs it: a small scan never
+    # imports it (about 0.1 s)
     if pa.types.is_boolean(t):
-        return col.fill_null(False).to_numpy(zero_copy_only=False).astype(bool, copy=False)
+        return (col.fill_null(False) if col.null_count else col).to_numpy(zero_copy_only=False).astype(bool, copy=False)
     if pa.types.is_integer(t):
-        if pa.types.is_uint64(t) and col.null_count < len(col) and pc.max(col).as_py() > 2**63 - 1:
+        if pa.types.is_uint64(t) and col.null_count < len(col) and _max(col) > 2**63 - 1:
             return np.array([0 if v is None else v for v in col.to_pylist()], dtype=object)
-        return col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        return (col.fill_null(0) if col.null_count else col).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     if pa.types.is_decimal(t):
         try:
-            col = pc.cast(col, pa.float64())
+            col = col.cast(pa.float64())
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return np.array([math.nan if v is None else float(v) for v in col.to_pylist()], dtype=np.float64)
     return col.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+
+
+def _max(col: pa.ChunkedArray) -> Any:
+    import pyarrow.compute as pc
+
+    return pc.max(col).as_py()
 
 
 def table_to_raw(table: pa.Table, lines: np.ndarray) -> RawBatch:
@@ -100,7 +107,7 @@ def table_to_raw(table: pa.Table, lines: np.ndarray) -> RawBatch:
         name = _unique(name, taken)
         taken[name] = None
         if pa.types.is_dictionary(col.type):
-            col = pc.cast(col, col.type.value_type)
+            col = col.cast(col.type.value_type)
         t = col.type
         if pa.types.is_null(t):
             numeric[name] = np.full(len(col), np.nan)
@@ -115,7 +122,7 @@ def table_to_raw(table: pa.Table, lines: np.ndarray) -> RawBatch:
                 text[name] = col.to_numpy(zero_copy_only=False)
             except (pa.ArrowException, UnicodeDecodeError):  # invalid UTF-8 in a string: replaced
                 text[name] = np.array([None if v is None else v.decode("utf-8", "replace")
-                                       for v in pc.cast(col, pa.binary()).to_pylist()], dtype=object)
+                                       for v in col.cast(pa.binary()).to_pylist()], dtype=object)
         else:  # lists (histograms), binary, timestamps...: carried through as text
             text[name] = np.array([None if v is None else str(v) for v in col.to_pylist()],
                                   dtype=object)

@@ -7,16 +7,18 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ...errors import InputError
 from ..limits import CELL_BUDGET
 from .arrow import table_to_raw
 from .base import RawBatch, ReadReport
+
+if TYPE_CHECKING:  # pyarrow.parquet (and its file systems) is imported when a Parquet file is read
+    import pyarrow.parquet as pq
 
 __all__ = ["ParquetPartsSource", "ParquetSource", "parquet_files"]
 
@@ -79,6 +81,8 @@ class ParquetSource:
         self.row0 = row0
 
     def batches(self, batch_rows: int) -> Iterator[RawBatch]:
+        import pyarrow.parquet as pq
+
         try:
             # pre_buffer=False: read column chunks as needed (halves peak memory, no slower here)
             pf = pq.ParquetFile(self.path, pre_buffer=False)
