@@ -51,7 +51,9 @@ def test_no_other_module_spells_a_trainer_key_table() -> None:
     """The readers hold no key lists of their own (a veRL key appears in trainer_keys only)."""
     import inspect
 
-    from forensics.analysis import context, health_check, recommendations
+    from forensics.analysis import context
+    from forensics.analysis.diagnosis import recommendations
+    from forensics.analysis.trackers import health_check
 
     for module in (context, health_check, recommendations):
         assert "actor_rollout_ref.actor.grad_clip" not in inspect.getsource(module), module.__name__

@@ -128,10 +128,14 @@ def _log_folder(path: Path) -> RunFiles | None:
 
 
 def _holds_parts(folder: Path) -> bool:
-    """A folder of Parquet parts holds them itself (or in ``key=value`` partitions): the
-    ``steps.parquet`` of the run folders below a folder of runs do not make it one run."""
+    """Whether ``folder``'s Parquet files are parts of one log (beside each other, in ``key=value``
+    partitions or in plain sub-folders), not the ``steps.parquet`` of run folders below a folder
+    of runs (those make it no run of its own)."""
     try:
-        return any(e.name.endswith(".parquet") or (e.is_dir() and "=" in e.name) for e in os.scandir(folder))
+        entries = list(os.scandir(folder))
+        if any(e.name.endswith(".parquet") or (e.is_dir() and "=" in e.name) for e in entries):
+            return True
+        return not any(e.is_dir() and any(n.startswith("steps.") for n in os.listdir(e.path)) for e in entries)
     except OSError:
         return False
 
