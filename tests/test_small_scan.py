@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow.csv as pacsv
 import pytest
 from click.testing import CliRunner
@@ -122,3 +123,20 @@ class _Keep:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def test_significant_digits_are_the_floats_formatting_gives() -> None:
+    """The plots' rounding (numpy's arithmetic) gives exactly ``float(f"{v:.{d}g}")``, halves,
+    powers of ten, extremes and non-finite values included."""
+    from forensics.analysis.diagnosis.series import significant
+
+    rng = np.random.default_rng(25)
+    values = np.concatenate([
+        rng.standard_normal(20_000) * 10.0 ** rng.integers(-30, 30, 20_000),
+        np.round(rng.standard_normal(5_000), 7), rng.integers(-10**9, 10**9, 5_000).astype(float),
+        10.0 ** np.arange(-320, 309),
+        [0.0, -0.0, np.nan, np.inf, -np.inf, 5e-324, 1.7976931348623157e308, 1.234565, 0.1234565,
+         123456.5, 999999.5, 9999995.0, 0.5, 2.5]])
+    for digits in (5, 6):
+        want = [float(f"{v:.{digits}g}") for v in values.tolist()]
+        assert [repr(v) for v in significant(values, digits)] == [repr(v) for v in want]
