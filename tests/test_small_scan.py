@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Libraries a small JSONL scan has no use for (jinja2 renders report.html, PyYAML writes
 #: recommendations.yaml: a scan loads those two, other commands neither).
 HEAVY = ("pandas", "polars", "plotly", "scipy", "jinja2", "yaml")
-#: Parts of pyarrow a JSONL scan has no use for: Parquet and its file systems (pyarrow.csv writes
-#: a small metrics.csv).
-ARROW_PARTS = ("pyarrow.parquet", "pyarrow.fs")
+#: Parts of pyarrow a JSONL scan has no use for: Parquet and its file systems, and the compute
+#: functions (pyarrow.csv writes a small metrics.csv, formatting its numbers itself).
+ARROW_PARTS = ("pyarrow.parquet", "pyarrow.fs", "pyarrow.compute")
 
 #: ``python -m forensics ARGS`` in this process, then the heavy libraries it loaded.
 CHILD = """

@@ -137,22 +137,30 @@ def _finite(values: np.ndarray) -> np.ndarray:
 def _arrow_csv(columns: dict[str, np.ndarray], fh: Any, header: bool) -> None:
     """``columns`` as CSV rows in polars' text (see :func:`write_metrics_csv`): pyarrow writes
     floats in their shortest form as polars does, but a whole number without its ``.0``, added
-    here; NaN is an empty cell."""
+    here; NaN is an empty cell. pyarrow's CSV writer formats the numbers itself (no
+    ``pyarrow.compute``: its import costs more than a small scan)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.csv as pacsv
 
     if header:
         fh.write((",".join(_csv_name(k) for k in columns) + "\n").encode())
     table = pa.table({k: pa.array(v, from_pandas=True) for k, v in columns.items()})  # NaN -> null
-    text = table.cast(pa.schema([pa.field(f.name, pa.string()) if pa.types.is_floating(f.type) else f
-                                 for f in table.schema]))
     for i, (name, values) in enumerate(columns.items()):
         if values.dtype.kind == "f" and bool(np.any(np.isfinite(values) & (np.floor(values) == values))):
-            col = text.column(i)  # a column holding whole numbers: "3" -> "3.0"
-            whole = pc.match_substring_regex(col, r"^-?[0-9]+$")
-            text = text.set_column(i, name, pc.if_else(whole, pc.binary_join_element_wise(col, ".0", ""), col))
-    pacsv.write_csv(text, fh, pacsv.WriteOptions(include_header=False, quoting_style="none"))
+            table = table.set_column(i, name, _whole_with_point(table.column(i)))  # "3" -> "3.0"
+    pacsv.write_csv(table, fh, pacsv.WriteOptions(include_header=False, quoting_style="none"))
+
+
+def _whole_with_point(column: Any) -> Any:
+    """A float column as the CSV writer's text, cells of digits alone (a whole number) with
+    ``.0`` added, as polars writes them."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    sink = pa.BufferOutputStream()
+    pacsv.write_csv(pa.table({"v": column}), sink, pacsv.WriteOptions(include_header=False, quoting_style="none"))
+    cells = sink.getvalue().to_pybytes().decode().split("\n")[:-1]
+    return pa.array([c + ".0" if c.lstrip("-").isdigit() else c for c in cells], pa.string())
 
 
 def _csv_name(name: str) -> str:
