@@ -381,7 +381,7 @@ def _publish(analysis: Analysis, out_dir: Path, store: Path,
         old = _adopt(out_dir, store, previous, outputs)
     gen = _generation(store)
     try:
-        written = _write_files(analysis, gen, *how, outputs)
+        written = _write_files(analysis, gen, *how, _InGeneration(outputs))
         names = sorted(p.name for p in gen.iterdir() if p.is_file())
         (gen / MANIFEST_FILE).write_text(json.dumps({"written_by": "forensics scan", "files": names}, indent=1)
                                          + "\n", encoding="utf-8")
@@ -397,6 +397,21 @@ def _publish(analysis: Analysis, out_dir: Path, store: Path,
     if old and old != gen.name and "/" not in old:
         shutil.rmtree(store / old, ignore_errors=True)
     return written
+
+
+class _InGeneration(Outputs):
+    """The writer of a new generation folder: the folder is this scan's own (a fresh name, empty,
+    published whole by the commit or removed), so each file is written in place, not through a
+    temporary file renamed over it (two system calls and a rename fewer a file)."""
+
+    def __init__(self, outputs: Outputs) -> None:
+        super().__init__()
+        self.__dict__.update(outputs.__dict__)  # the same inputs protected
+
+    @contextlib.contextmanager
+    def temporary(self, path: Path) -> Iterator[Path]:
+        self.check(path)
+        yield path
 
 
 def _adopt(out_dir: Path, store: Path, owned: set[str], outputs: Outputs) -> str:
