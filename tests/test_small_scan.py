@@ -140,3 +140,27 @@ def test_significant_digits_are_the_floats_formatting_gives() -> None:
     for digits in (5, 6):
         want = [float(f"{v:.{digits}g}") for v in values.tolist()]
         assert [repr(v) for v in significant(values, digits)] == [repr(v) for v in want]
+
+
+def test_few_segments_accumulate_to_the_floats_numpy_adds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window's moments from a few segments (Python floats) are those of the numpy path, field
+    for field, NaN segments, zeros and a continued window included."""
+    import dataclasses
+
+    from forensics.analysis.stats import moments as m
+
+    rng = np.random.default_rng(25)
+    for trial in range(600):
+        x = rng.standard_normal(int(rng.integers(2, 40))) * 10.0 ** int(rng.integers(-3, 4))
+        x[rng.random(len(x)) < 0.2] = np.nan
+        x[rng.random(len(x)) < (0.3 if trial % 5 == 0 else 0.0)] = 0.0
+        shift = float(rng.standard_normal()) if trial % 3 else 0.0
+        starts = np.unique(np.r_[0, rng.integers(0, len(x), int(rng.integers(0, 8)))])
+        total = m.Moments(shift) if trial % 2 else m.accumulate(
+            m.Moments(shift), m.segment_moments(rng.standard_normal(5), np.array([0, 2]), shift))
+        seg = m.segment_moments(x, starts, shift)
+        few = m.accumulate(total, seg)
+        monkeypatch.setattr(m, "_FEW_SEGMENTS", 0)
+        arrays = m.accumulate(total, seg)
+        monkeypatch.undo()
+        assert [repr(v) for v in dataclasses.astuple(few)] == [repr(v) for v in dataclasses.astuple(arrays)]
