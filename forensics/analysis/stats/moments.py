@@ -18,6 +18,7 @@ the same sums however the stream was cut into batches.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -243,7 +244,15 @@ def _accumulate_few(total: Moments, rows: np.ndarray) -> Moments:
         sums = [t + v for t, v in zip(sums, add)]
         prev = row[k + 1]
     lows, highs = [r[k + 2] for r in table], [r[k + 3] for r in table]
-    low = math.nan if any(v != v for v in lows) else min(lows)
-    high = math.nan if any(v != v for v in highs) else max(highs)
+    low, high = _extreme(lows, min), _extreme(highs, max)
     return Moments(total.shift, **dict(zip(ADDITIVE, sums)), first=total.first if total.rows else table[0][k],
                    last=table[-1][k + 1], mn=min(total.mn, low), mx=max(total.mx, high))
+
+
+def _extreme(values: list[float], pick: Callable[[list[float]], float]) -> float:
+    """``min`` or ``max`` of a few floats as numpy's (NaN when one is NaN: numpy decides when
+    their sum is NaN, which a NaN or opposite infinities make)."""
+    total = sum(values)
+    if total != total:
+        return float((np.min if pick is min else np.max)(values))
+    return pick(values)

@@ -233,7 +233,8 @@ def _median(values: Iterable[float]) -> float:
     """
     v = sorted(values)
     n = len(v)
-    if not n or any(x != x for x in v):  # numpy's answer for none (with its warning), or NaN
+    total = sum(v)
+    if not n or total != total:  # numpy's answer for none (with its warning), or NaN (or inf - inf)
         return float(np.median(np.asarray(v, dtype=np.float64)))
     mid = n // 2
     return float(v[mid]) if n % 2 else (float(v[mid - 1]) + float(v[mid])) / 2.0
