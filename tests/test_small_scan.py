@@ -27,6 +27,10 @@ HEAVY = ("pandas", "polars", "plotly", "scipy", "jinja2", "yaml")
 #: Parts of pyarrow a JSONL scan has no use for: Parquet and its file systems, and the compute
 #: functions (pyarrow.csv writes a small metrics.csv, formatting its numbers itself).
 ARROW_PARTS = ("pyarrow.parquet", "pyarrow.fs", "pyarrow.compute")
+#: Standard modules forensics' own code once loaded for one call: ``importlib.abc`` (the pandas
+#: guard's base class) brought importlib.resources, ``ctypes.util`` (finding the C library for
+#: malloc_trim) brought subprocess and ran ldconfig.
+STDLIB = ("importlib.resources", "subprocess")
 
 #: ``python -m forensics ARGS`` in this process, then the heavy libraries it loaded.
 CHILD = """
@@ -41,7 +45,7 @@ try:
 except SystemExit as exc:
     assert exc.code in (0, None), exc.code
 print(json.dumps(sorted(m for m in WATCH if m in sys.modules)))
-""".replace("WATCH", repr(HEAVY + ARROW_PARTS))
+""".replace("WATCH", repr(HEAVY + ARROW_PARTS + STDLIB))
 
 
 def _loaded(*args: str, watch: tuple[str, ...] = HEAVY) -> list[str]:
@@ -64,6 +68,11 @@ def test_a_small_jsonl_scan_loads_only_what_its_reports_need(small_log: Path, tm
 
 def test_a_small_jsonl_scan_loads_no_parquet_or_csv_reader(small_log: Path, tmp_path: Path) -> None:
     assert _loaded("scan", str(small_log), "-o", str(tmp_path / "r"), "-q", watch=ARROW_PARTS) == []
+
+
+def test_a_small_jsonl_scan_spawns_nothing_and_loads_no_resources_machinery(small_log: Path,
+                                                                          tmp_path: Path) -> None:
+    assert _loaded("scan", str(small_log), "-o", str(tmp_path / "r"), "-q", watch=STDLIB) == []
 
 
 def test_a_log_large_enough_for_polars_scans_through_the_command_line(tmp_path: Path) -> None:
