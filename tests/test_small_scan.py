@@ -29,8 +29,8 @@ HEAVY = ("pandas", "polars", "plotly", "scipy", "jinja2", "yaml")
 ARROW_PARTS = ("pyarrow.parquet", "pyarrow.fs", "pyarrow.compute")
 #: Standard modules forensics' own code once loaded for one call: ``importlib.abc`` (the pandas
 #: guard's base class) brought importlib.resources, ``ctypes.util`` (finding the C library for
-#: malloc_trim) brought subprocess and ran ldconfig.
-STDLIB = ("importlib.resources", "subprocess")
+#: malloc_trim) brought subprocess and ran ldconfig; tomllib is for a config file, when given.
+STDLIB = ("importlib.resources", "subprocess", "tomllib")
 
 #: ``python -m forensics ARGS`` in this process, then the heavy libraries it loaded.
 CHILD = """
