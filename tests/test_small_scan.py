@@ -137,7 +137,7 @@ class _Keep:
 def test_significant_digits_are_the_floats_formatting_gives() -> None:
     """The plots' rounding (numpy's arithmetic) gives exactly ``float(f"{v:.{d}g}")``, halves,
     powers of ten, extremes and non-finite values included."""
-    from forensics.analysis.diagnosis.series import significant
+    from forensics.analysis.stats.digits import significant
 
     rng = np.random.default_rng(25)
     values = np.concatenate([

@@ -54,8 +54,8 @@ import numpy as np
 import orjson
 
 from ..analysis.diagnosis.cost import cost_lines
-from ..analysis.diagnosis.series import significant
 from ..analysis.diagnosis.timeline import timeline_from_dict
+from ..analysis.stats.digits import significant
 from .jsonsafe import jsonable
 from .verdict import evidence_rows, verdict
 
