@@ -32,7 +32,6 @@ import dataclasses
 import json
 import math
 import re
-import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -471,6 +470,8 @@ def read_text(path: Path, what: str, error: type[ForensicsError]) -> str:
 
 def read_toml(path: Path, what: str) -> dict[str, Any]:
     """A TOML file as a dict; a :class:`ConfigError` (exit 2) when it cannot be read or parsed."""
+    import tomllib  # here: a scan without a config file has no use for the parser
+
     text = read_text(path, what, ConfigError)
     try:
         return tomllib.loads(text)

@@ -15,7 +15,6 @@ integration.
 
 from __future__ import annotations
 
-import importlib.abc
 import sys
 from opcode import opmap
 from types import FrameType
@@ -38,8 +37,10 @@ def _from_python(frame: FrameType | None) -> bool:
     return 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] == _IMPORT_NAME
 
 
-class _NoPandasFromCompiledCode(importlib.abc.MetaPathFinder):
-    """Refuses ``pandas`` to an import that compiled code asks for (pyarrow's shim)."""
+class _NoPandasFromCompiledCode:
+    """Refuses ``pandas`` to an import that compiled code asks for (pyarrow's shim). A meta path
+    finder is any object with ``find_spec`` (``importlib.abc``, whose import loads
+    ``importlib.resources``, is not needed for that)."""
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
         if name == "pandas" and not _from_python(sys._getframe(1)):

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow.csv as pacsv
 import pytest
 from click.testing import CliRunner
@@ -23,9 +24,13 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Libraries a small JSONL scan has no use for (jinja2 renders report.html, PyYAML writes
 #: recommendations.yaml: a scan loads those two, other commands neither).
 HEAVY = ("pandas", "polars", "plotly", "scipy", "jinja2", "yaml")
-#: Parts of pyarrow a JSONL scan has no use for: Parquet and its file systems (pyarrow.csv writes
-#: a small metrics.csv).
-ARROW_PARTS = ("pyarrow.parquet", "pyarrow.fs")
+#: Parts of pyarrow a JSONL scan has no use for: Parquet and its file systems, and the compute
+#: functions (pyarrow.csv writes a small metrics.csv, formatting its numbers itself).
+ARROW_PARTS = ("pyarrow.parquet", "pyarrow.fs", "pyarrow.compute")
+#: Standard modules forensics' own code once loaded for one call: ``importlib.abc`` (the pandas
+#: guard's base class) brought importlib.resources, ``ctypes.util`` (finding the C library for
+#: malloc_trim) brought subprocess and ran ldconfig; tomllib is for a config file, when given.
+STDLIB = ("importlib.resources", "subprocess", "tomllib")
 
 #: ``python -m forensics ARGS`` in this process, then the heavy libraries it loaded.
 CHILD = """
@@ -40,7 +45,7 @@ try:
 except SystemExit as exc:
     assert exc.code in (0, None), exc.code
 print(json.dumps(sorted(m for m in WATCH if m in sys.modules)))
-""".replace("WATCH", repr(HEAVY + ARROW_PARTS))
+""".replace("WATCH", repr(HEAVY + ARROW_PARTS + STDLIB))
 
 
 def _loaded(*args: str, watch: tuple[str, ...] = HEAVY) -> list[str]:
@@ -63,6 +68,11 @@ def test_a_small_jsonl_scan_loads_only_what_its_reports_need(small_log: Path, tm
 
 def test_a_small_jsonl_scan_loads_no_parquet_or_csv_reader(small_log: Path, tmp_path: Path) -> None:
     assert _loaded("scan", str(small_log), "-o", str(tmp_path / "r"), "-q", watch=ARROW_PARTS) == []
+
+
+def test_a_small_jsonl_scan_spawns_nothing_and_loads_no_resources_machinery(small_log: Path,
+                                                                          tmp_path: Path) -> None:
+    assert _loaded("scan", str(small_log), "-o", str(tmp_path / "r"), "-q", watch=STDLIB) == []
 
 
 def test_a_log_large_enough_for_polars_scans_through_the_command_line(tmp_path: Path) -> None:
@@ -122,3 +132,44 @@ class _Keep:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def test_significant_digits_are_the_floats_formatting_gives() -> None:
+    """The plots' rounding (numpy's arithmetic) gives exactly ``float(f"{v:.{d}g}")``, halves,
+    powers of ten, extremes and non-finite values included."""
+    from forensics.analysis.stats.digits import significant
+
+    rng = np.random.default_rng(25)
+    values = np.concatenate([
+        rng.standard_normal(20_000) * 10.0 ** rng.integers(-30, 30, 20_000),
+        np.round(rng.standard_normal(5_000), 7), rng.integers(-10**9, 10**9, 5_000).astype(float),
+        10.0 ** np.arange(-320, 309),
+        [0.0, -0.0, np.nan, np.inf, -np.inf, 5e-324, 1.7976931348623157e308, 1.234565, 0.1234565,
+         123456.5, 999999.5, 9999995.0, 0.5, 2.5]])
+    for digits in (5, 6):
+        want = [float(f"{v:.{digits}g}") for v in values.tolist()]
+        assert [repr(v) for v in significant(values, digits)] == [repr(v) for v in want]
+
+
+def test_few_segments_accumulate_to_the_floats_numpy_adds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window's moments from a few segments (Python floats) are those of the numpy path, field
+    for field, NaN segments, zeros and a continued window included."""
+    import dataclasses
+
+    from forensics.analysis.stats import moments as m
+
+    rng = np.random.default_rng(25)
+    for trial in range(600):
+        x = rng.standard_normal(int(rng.integers(2, 40))) * 10.0 ** int(rng.integers(-3, 4))
+        x[rng.random(len(x)) < 0.2] = np.nan
+        x[rng.random(len(x)) < (0.3 if trial % 5 == 0 else 0.0)] = 0.0
+        shift = float(rng.standard_normal()) if trial % 3 else 0.0
+        starts = np.unique(np.r_[0, rng.integers(0, len(x), int(rng.integers(0, 8)))])
+        total = m.Moments(shift) if trial % 2 else m.accumulate(
+            m.Moments(shift), m.segment_moments(rng.standard_normal(5), np.array([0, 2]), shift))
+        seg = m.segment_moments(x, starts, shift)
+        few = m.accumulate(total, seg)
+        monkeypatch.setattr(m, "_FEW_SEGMENTS", 0)
+        arrays = m.accumulate(total, seg)
+        monkeypatch.undo()
+        assert [repr(v) for v in dataclasses.astuple(few)] == [repr(v) for v in dataclasses.astuple(arrays)]

@@ -280,6 +280,9 @@ def local_path(path: Path, *, consume: bool = False) -> Path:
 #: Runs of more blank lines than this are squeezed in the detection head (a sniffer's ``^\s*``
 #: over a run of blank lines costs the square of its length).
 _BLANK_RUN = re.compile(rb"(?:[ \t\r]*\n){65,}")
+#: Two line ends with nothing but blanks between them: a run of blank lines needs one (searched
+#: from line end to line end, where ``_BLANK_RUN`` tries every space of a JSON line).
+_BLANK_PAIR = re.compile(rb"\n[ \t\r]*\n")
 
 
 def _head(path: Path, squeeze: bool) -> bytes:
@@ -304,7 +307,7 @@ def _head(path: Path, squeeze: bool) -> bytes:
         except OSError as exc:
             raise InputError(f"cannot read: {exc.strerror or exc}", path=str(path)) from None
     head = head[len(BOM):] if head.startswith(BOM) else head
-    return _BLANK_RUN.sub(b"\n" * 64, head) if squeeze else head
+    return _BLANK_RUN.sub(b"\n" * 64, head) if squeeze and _BLANK_PAIR.search(head) else head
 
 
 def read_raw_head(path: Path) -> bytes:

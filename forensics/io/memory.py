@@ -12,7 +12,6 @@ musl) only the latter runs.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -22,8 +21,9 @@ __all__ = ["trim"]
 
 def _malloc_trim() -> Callable[[int], int] | None:
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        fn = libc.malloc_trim
+        # the process's own symbols, the C library's among them (``ctypes.util.find_library``
+        # would import subprocess and run ldconfig at every start)
+        fn = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return None
     fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int

@@ -137,22 +137,30 @@ def _finite(values: np.ndarray) -> np.ndarray:
 def _arrow_csv(columns: dict[str, np.ndarray], fh: Any, header: bool) -> None:
     """``columns`` as CSV rows in polars' text (see :func:`write_metrics_csv`): pyarrow writes
     floats in their shortest form as polars does, but a whole number without its ``.0``, added
-    here; NaN is an empty cell."""
+    here; NaN is an empty cell. pyarrow's CSV writer formats the numbers itself (no
+    ``pyarrow.compute``: its import costs more than a small scan)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.csv as pacsv
 
     if header:
         fh.write((",".join(_csv_name(k) for k in columns) + "\n").encode())
     table = pa.table({k: pa.array(v, from_pandas=True) for k, v in columns.items()})  # NaN -> null
-    text = table.cast(pa.schema([pa.field(f.name, pa.string()) if pa.types.is_floating(f.type) else f
-                                 for f in table.schema]))
     for i, (name, values) in enumerate(columns.items()):
         if values.dtype.kind == "f" and bool(np.any(np.isfinite(values) & (np.floor(values) == values))):
-            col = text.column(i)  # a column holding whole numbers: "3" -> "3.0"
-            whole = pc.match_substring_regex(col, r"^-?[0-9]+$")
-            text = text.set_column(i, name, pc.if_else(whole, pc.binary_join_element_wise(col, ".0", ""), col))
-    pacsv.write_csv(text, fh, pacsv.WriteOptions(include_header=False, quoting_style="none"))
+            table = table.set_column(i, name, _whole_with_point(table.column(i)))  # "3" -> "3.0"
+    pacsv.write_csv(table, fh, pacsv.WriteOptions(include_header=False, quoting_style="none"))
+
+
+def _whole_with_point(column: Any) -> Any:
+    """A float column as the CSV writer's text, cells of digits alone (a whole number) with
+    ``.0`` added, as polars writes them."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    sink = pa.BufferOutputStream()
+    pacsv.write_csv(pa.table({"v": column}), sink, pacsv.WriteOptions(include_header=False, quoting_style="none"))
+    cells = sink.getvalue().to_pybytes().decode().split("\n")[:-1]
+    return pa.array([c + ".0" if c.lstrip("-").isdigit() else c for c in cells], pa.string())
 
 
 def _csv_name(name: str) -> str:
@@ -373,7 +381,7 @@ def _publish(analysis: Analysis, out_dir: Path, store: Path,
         old = _adopt(out_dir, store, previous, outputs)
     gen = _generation(store)
     try:
-        written = _write_files(analysis, gen, *how, outputs)
+        written = _write_files(analysis, gen, *how, _InGeneration(outputs))
         names = sorted(p.name for p in gen.iterdir() if p.is_file())
         (gen / MANIFEST_FILE).write_text(json.dumps({"written_by": "forensics scan", "files": names}, indent=1)
                                          + "\n", encoding="utf-8")
@@ -389,6 +397,21 @@ def _publish(analysis: Analysis, out_dir: Path, store: Path,
     if old and old != gen.name and "/" not in old:
         shutil.rmtree(store / old, ignore_errors=True)
     return written
+
+
+class _InGeneration(Outputs):
+    """The writer of a new generation folder: the folder is this scan's own (a fresh name, empty,
+    published whole by the commit or removed), so each file is written in place, not through a
+    temporary file renamed over it (two system calls and a rename fewer a file)."""
+
+    def __init__(self, outputs: Outputs) -> None:
+        super().__init__()
+        self.__dict__.update(outputs.__dict__)  # the same inputs protected
+
+    @contextlib.contextmanager
+    def temporary(self, path: Path) -> Iterator[Path]:
+        self.check(path)
+        yield path
 
 
 def _adopt(out_dir: Path, store: Path, owned: set[str], outputs: Outputs) -> str:

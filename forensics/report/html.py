@@ -47,14 +47,15 @@ import html
 import json
 import math
 import re
-from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import orjson
 
 from ..analysis.diagnosis.cost import cost_lines
 from ..analysis.diagnosis.timeline import timeline_from_dict
+from ..analysis.stats.digits import significant
 from .jsonsafe import jsonable
 from .verdict import evidence_rows, verdict
 
@@ -124,7 +125,15 @@ def _line(series: dict[str, Any], name: str, label: str | None = None, axis: str
 
 def _sig(values: list[Any]) -> list[Any]:
     """Values to ``DIGITS`` significant digits (None and integers as they are)."""
-    return [float(f"{v:.{DIGITS}g}") if isinstance(v, float) else v for v in values]
+    kinds = set(map(type, values))
+    if not kinds <= {float, type(None)}:
+        return [float(f"{v:.{DIGITS}g}") if isinstance(v, float) else v for v in values]
+    out: list[Any] = significant(np.array(values, dtype=np.float64), DIGITS)  # None is NaN here
+    if type(None) in kinds:
+        for i, v in enumerate(values):
+            if v is None:
+                out[i] = None
+    return out
 
 
 def _packed(trace: dict[str, Any]) -> dict[str, Any]:
@@ -132,10 +141,11 @@ def _packed(trace: dict[str, Any]) -> dict[str, Any]:
     run is six digits, its difference to the previous point one or two); the page's script adds
     them back up before drawing."""
     xs = trace.get("x")
-    if not isinstance(xs, list) or len(xs) < 2 or not all(type(v) is int for v in xs):
+    if not isinstance(xs, list) or len(xs) < 2 or set(map(type, xs)) != {int}:
         return trace
     out = {k: v for k, v in trace.items() if k != "x"}
-    out["xd"] = [xs[0]] + [b - a for a, b in pairwise(xs)]
+    steps = np.array(xs, dtype=object if max(xs) >= 2**62 or min(xs) <= -2**62 else np.int64)
+    out["xd"] = [xs[0]] + np.diff(steps).tolist()  # beyond 62 bits: Python's integers
     return out
 
 

@@ -13,10 +13,14 @@ digits to keep the file small (a 100,000-step run carries a few hundred kB of se
 from __future__ import annotations
 
 import fnmatch
+import functools
+import re
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from ..stats.digits import significant
 
 if TYPE_CHECKING:
     from ..result import Analysis
@@ -41,7 +45,7 @@ PLOTTED = (
 
 
 def _round(values: np.ndarray) -> list[float]:
-    return [float(f"{v:.6g}") for v in values.tolist()]
+    return significant(values, 6)
 
 
 def _ints(steps: np.ndarray) -> list[int]:
@@ -90,8 +94,15 @@ def paired_sample(steps: np.ndarray, x: np.ndarray, y: np.ndarray,
     return {"step": _ints(steps[idx]), "x": _round(x[idx]), "y": _round(y[idx])}
 
 
+@functools.lru_cache(maxsize=1)
+def _plotted_pattern() -> re.Pattern[str]:
+    """:data:`PLOTTED` as one expression (what ``fnmatchcase`` matches against each pattern)."""
+    return re.compile("|".join(fnmatch.translate(p) for p in PLOTTED))
+
+
 def _plotted(names: list[str]) -> list[str]:
-    return sorted(k for k in names if k != "step" and any(fnmatch.fnmatchcase(k, p) for p in PLOTTED))
+    match = _plotted_pattern().match
+    return sorted(k for k in names if k != "step" and match(k))
 
 
 def _section(rows: int, series: dict[str, Any], pairs: dict[str, Any],

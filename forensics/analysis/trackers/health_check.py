@@ -223,6 +223,23 @@ ISSUES = tuple(r.issue for r in RULE_TABLE)
 _RULES = {r.issue: r for r in RULE_TABLE}
 
 # -- window statistics ---------------------------------------------------------------------------
+def _median(values: Iterable[float]) -> float:
+    """``float(np.median(values))`` of the few values a window is judged by, in Python (numpy's
+    call costs more than sorting a few dozen numbers): the middle value, or the mean of the two
+    middle ones, as numpy computes it.
+
+    >>> _median([3.0, 1.0, 2.0]), _median([4, 1, 3, 2]), _median([1.0, float("nan")])
+    (2.0, 2.5, nan)
+    """
+    v = sorted(values)
+    n = len(v)
+    total = sum(v)
+    if not n or total != total:  # numpy's answer for none (with its warning), or NaN (or inf - inf)
+        return float(np.median(np.asarray(v, dtype=np.float64)))
+    mid = n // 2
+    return float(v[mid]) if n % 2 else (float(v[mid - 1]) + float(v[mid])) / 2.0
+
+
 def _arr(values: Any) -> np.ndarray:
     if values is None:
         return np.zeros(0)
@@ -346,8 +363,8 @@ class HealthCheck:
         if not lags:
             return 0.0
         self.work += len(lags)
-        phi = float(np.median([r for r, _ in lags]))
-        n = max(float(np.median([n for _, n in lags])), 2.0)
+        phi = _median([r for r, _ in lags])
+        n = max(_median([n for _, n in lags]), 2.0)
         return float(min(max(phi + (1.0 + 3.0 * max(phi, 0.0)) / n, 0.0), 0.99))
 
     @staticmethod
@@ -398,7 +415,7 @@ class HealthCheck:
         if r.var is None or len(mem.reward_vars) < p.min_windows:
             return False
         self.work += len(mem.reward_vars)
-        ref = float(np.median(np.asarray(mem.reward_vars)))
+        ref = _median(mem.reward_vars)
         phi = self._phi("reward")
         neff = r.n * (1 - phi) / (1 + phi)
         se_log = math.sqrt(2.0 / max(neff - 1.0, 1.0))
