@@ -101,6 +101,8 @@ def _clean(value: Any) -> Any:
         return value
     if kind is dict:
         return _clean_dict(value)
+    if kind is list:
+        return [_clean(v) for v in value]
     value = _number(value)
     if isinstance(value, float):
         return float(f"{value:.6g}") if math.isfinite(value) else None
