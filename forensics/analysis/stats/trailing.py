@@ -156,14 +156,24 @@ class RunMedian:
         self.n = 0
 
     def add(self, values: np.ndarray) -> None:
-        v = values[np.isfinite(values)]
-        if not len(v):
-            return
+        self.add_bins(self.bins(values))
+
+    def bins(self, values: np.ndarray) -> np.ndarray:
+        """The bin of each value (-1 for a value that is not finite), for :meth:`add_bins`."""
+        fin = np.isfinite(values)
+        v = np.where(fin, values, 1.0)
         with np.errstate(divide="ignore"):
             b = np.where(v > 0, (np.log10(np.where(v > 0, v, 1.0)) - self.LOW) * self.per_decade, 0.0)
-        self.counts += np.bincount(np.clip(b.astype(np.int64), 0, len(self.counts) - 1),
-                                   minlength=len(self.counts))
-        self.n += len(v)
+        out = np.clip(b.astype(np.int64), 0, len(self.counts) - 1)
+        out[~fin] = -1
+        return out
+
+    def add_bins(self, bins: np.ndarray) -> None:
+        """Add the values of these :meth:`bins` (those of -1 are left out)."""
+        b = bins[bins >= 0]
+        if len(b):
+            self.counts += np.bincount(b, minlength=len(self.counts))
+            self.n += len(b)
 
     def median(self) -> float:
         if self.n == 0:
@@ -196,8 +206,8 @@ class TrailingRunMedian:
     def __init__(self, block: int, lag: int) -> None:
         self.block, self.lag = max(block, 1), max(lag, 1)
         self.hist = RunMedian()
-        self.rows = np.zeros(0, dtype=np.int64)  # rows of the block not yet done, and their values
-        self.vals = np.zeros(0)
+        self.rows = np.zeros(0, dtype=np.int64)  # rows of the block not yet done, and their values' bins
+        self.bins = np.zeros(0, dtype=np.int64)
         self.done = 0  # blocks done: every block ending before row done * block
         self.next_refresh = 1
         # the refreshes still needed: after how many blocks, and the median then (0 blocks: none)
@@ -211,21 +221,21 @@ class TrailingRunMedian:
         if not len(rows):
             return np.zeros(0)
         r = np.concatenate([self.rows, rows.astype(np.int64, copy=False)])
-        v = np.concatenate([self.vals, values])
+        v = np.concatenate([self.bins, self.hist.bins(values)])  # binned once, added in slices
         last = int(rows[-1])
         n_done = max((last + 1) // self.block, self.done)
         ks, meds, prev = [], [], 0
         while self.next_refresh <= n_done:
             c = int(np.searchsorted(r, self.next_refresh * self.block))
-            self.hist.add(v[prev:c])
+            self.hist.add_bins(v[prev:c])
             ks.append(self.next_refresh)
             meds.append(self.hist.median())
             prev = c
             self.next_refresh = self._after(self.next_refresh)
         c = int(np.searchsorted(r, n_done * self.block))  # the rest of the blocks done
-        self.hist.add(v[prev:c])
+        self.hist.add_bins(v[prev:c])
         self.done = n_done
-        self.rows, self.vals = r[c:], v[c:]
+        self.rows, self.bins = r[c:], v[c:]
         if ks:
             self.ref_k = np.concatenate([self.ref_k, ks])
             self.ref_med = np.concatenate([self.ref_med, meds])
