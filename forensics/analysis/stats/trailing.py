@@ -175,10 +175,36 @@ class RunMedian:
             self.counts += np.bincount(b, minlength=len(self.counts))
             self.n += len(b)
 
+    def medians_at(self, bins: np.ndarray, cuts: np.ndarray, chunk: int = 32) -> list[float]:
+        """Add ``bins[:cuts[-1]]`` (``cuts`` non-decreasing) and return the median as it stood
+        after each cut: what :meth:`add_bins` of each slice and :meth:`median` after it give,
+        ``chunk`` cuts at a time in a few numpy calls over the bins in use (a run's first batch
+        has hundreds of cuts)."""
+        used = np.concatenate([np.flatnonzero(self.counts), bins[: cuts[-1]][bins[: cuts[-1]] >= 0]])
+        lo, hi = (int(used.min()), int(used.max())) if len(used) else (0, 0)
+        width, meds, prev = hi - lo + 1, [], 0
+        for first in range(0, len(cuts), chunk):
+            part = cuts[first: first + chunk]
+            b = bins[prev: part[-1]]
+            seg = np.searchsorted(part, np.arange(prev, part[-1]), side="right")  # slice of each bin
+            keep = b >= 0
+            m = np.bincount(seg[keep] * width + (b[keep] - lo), minlength=len(part) * width)
+            counts = np.cumsum(m.reshape(len(part), width), axis=0) + self.counts[lo: hi + 1]
+            n = counts.sum(axis=1)  # no value lies outside the bins in use
+            at = lo + (np.cumsum(counts, axis=1) < ((n + 1) // 2)[:, None]).sum(axis=1)
+            meds += [self._value(b, k) for b, k in zip(at.tolist(), n.tolist(), strict=True)]
+            self.counts[lo: hi + 1], self.n, prev = counts[-1], int(n[-1]), int(part[-1])
+        return meds
+
     def median(self) -> float:
         if self.n == 0:
             return float("nan")
-        b = int(np.searchsorted(np.cumsum(self.counts), (self.n + 1) // 2))
+        return self._value(int(np.searchsorted(np.cumsum(self.counts), (self.n + 1) // 2)), self.n)
+
+    def _value(self, b: int, n: int) -> float:
+        """The lower median of ``n`` values whose median fell in bin ``b``."""
+        if n == 0:
+            return float("nan")
         return 0.0 if b == 0 else float(10.0 ** (self.LOW + (b + 0.5) / self.per_decade))
 
 
@@ -224,16 +250,14 @@ class TrailingRunMedian:
         v = np.concatenate([self.bins, self.hist.bins(values)])  # binned once, added in slices
         last = int(rows[-1])
         n_done = max((last + 1) // self.block, self.done)
-        ks, meds, prev = [], [], 0
+        ks: list[int] = []
         while self.next_refresh <= n_done:
-            c = int(np.searchsorted(r, self.next_refresh * self.block))
-            self.hist.add_bins(v[prev:c])
             ks.append(self.next_refresh)
-            meds.append(self.hist.median())
-            prev = c
             self.next_refresh = self._after(self.next_refresh)
-        c = int(np.searchsorted(r, n_done * self.block))  # the rest of the blocks done
-        self.hist.add_bins(v[prev:c])
+        cuts = np.searchsorted(r, np.array([*ks, n_done], dtype=np.int64) * self.block)
+        meds = self.hist.medians_at(v, cuts[:-1]) if ks else []
+        c = int(cuts[-1])  # the rest of the blocks done
+        self.hist.add_bins(v[int(cuts[-2]) if ks else 0: c])
         self.done = n_done
         self.rows, self.bins = r[c:], v[c:]
         if ks:
