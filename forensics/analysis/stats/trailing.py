@@ -494,11 +494,9 @@ class BlockStats:
         if len(series) == 0:
             return np.full(len(pos), np.nan)
         roll = window_median(series, k, self.min_blocks)
-        idx = pos - 1
-        ok = (idx >= 0) & (idx < len(roll))
-        out = np.full(len(pos), np.nan)
-        out[ok] = roll[idx[ok]]
-        return out
+        # roll[pos - 1], NaN where pos - 1 falls outside it: one take from roll padded with NaN
+        padded = np.concatenate([[np.nan], roll, [np.nan]])
+        return padded[np.clip(pos, 0, len(roll) + 1)]
 
     def block_medians(self) -> np.ndarray:
         """Medians of the complete blocks kept (most recent last)."""
