@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-__all__ = ["NON_FINITE", "Finding", "RuleRenamed", "RuleSpec", "Severity", "group_recurrences", "non_finite_reason"]
+__all__ = ["NON_FINITE", "Finding", "RuleRenamed", "RuleSpec", "Severity", "clean_evidence", "group_recurrences",
+           "non_finite_reason"]
 
 
 class Severity(str, Enum):
@@ -86,21 +87,57 @@ def _reasons(value: Any, path: str) -> dict[str, str]:
     return {}
 
 
+#: Values :func:`_clean` keeps as they are (no numpy scalar among them: those become Python ones).
+_KEPT = frozenset({int, str, bool, type(None)})
+
+
 def _clean(value: Any) -> Any:
     """Make evidence JSON-safe and stable: floats rounded to 6 digits, a non-finite one as None
     with its reason beside it (:data:`NON_FINITE`)."""
+    kind = type(value)
+    if kind is float:  # the common cases first: a scan cleans the evidence of every episode
+        return float(f"{value:.6g}") if math.isfinite(value) else None
+    if kind in _KEPT:
+        return value
+    if kind is dict:
+        return _clean_dict(value)
+    if kind is list:
+        return [_clean(v) for v in value]
     value = _number(value)
     if isinstance(value, float):
         return float(f"{value:.6g}") if math.isfinite(value) else None
-    if isinstance(value, dict):
-        out = {str(k): _clean(v) for k, v in value.items()}
-        reasons = {r: why for k, v in value.items() for r, why in _reasons(v, str(k)).items()}
-        if reasons:
-            out[NON_FINITE] = {**(out.get(NON_FINITE) or {}), **reasons}
-        return out
+    if isinstance(value, dict):  # a dict subclass
+        return _clean_dict(value)
     if isinstance(value, (list, tuple)):
         return [_clean(v) for v in value]
     return value
+
+
+def _clean_dict(value: dict[Any, Any]) -> dict[str, Any]:
+    """:func:`_clean` of a dict: its values cleaned, the reasons of its non-finite numbers (and
+    its lists' items) under :data:`NON_FINITE`, in one pass over the items."""
+    out: dict[str, Any] = {}
+    reasons: dict[str, str] = {}
+    for k, v in value.items():
+        key, kind = str(k), type(v)
+        if kind is float:
+            if math.isfinite(v):
+                out[key] = float(f"{v:.6g}")
+            else:
+                out[key], reasons[key] = None, non_finite_reason(v)
+        elif kind in _KEPT:
+            out[key] = v
+        else:
+            out[key] = _clean(v)
+            reasons.update(_reasons(v, key))
+    if reasons:
+        out[NON_FINITE] = {**(out.get(NON_FINITE) or {}), **reasons}
+    return out
+
+
+#: Evidence as a :class:`Finding` keeps it (floats to 6 digits, non-finite numbers as None with
+#: their reasons); cleaning clean evidence changes nothing.
+clean_evidence = _clean
 
 
 @dataclass
@@ -184,8 +221,8 @@ def group_recurrences(findings: list[Finding], sizes: dict[int, int],
     for the merged finding.
     """
     groups: dict[tuple[str, Any], list[Finding]] = {}
-    for f in findings:
-        groups.setdefault((f.rule, f.evidence.get("series")), []).append(f)
+    for f in findings:  # (evidence may be a tracker's, not yet cleaned: see Tracker.emit)
+        groups.setdefault((f.rule, _clean(f.evidence.get("series"))), []).append(f)
     sizes = dict(sizes)
     out: list[Finding] = []
     out_sizes: dict[int, int] = {}

@@ -133,19 +133,34 @@ class Episodes:
         hit = np.flatnonzero(key == np.repeat(np.maximum.reduceat(key, starts), lens))
         _, first_hit = np.unique(np.searchsorted(starts, hit, side="right") - 1, return_index=True)
         peak_at = idx[hit[first_hit]]
-        # sums as _absorb takes them: numpy's sum of each run's finite values
-        cf = v[finite]
-        c0 = np.cumsum(counts) - counts
+        at = {"last_step": steps[last], "last_row": rows[last], "peak_step": steps[peak_at]}
+        ints = {k: a.astype(np.int64).tolist() for k, a in at.items()}
+        peaks = np.where(counts > 0, vals[peak_at], np.nan).tolist()
+        found = {name: np.asarray(arr[peak_at], dtype=np.float64).tolist() for name, arr in (extras or {}).items()}
         out = []
-        for i in range(len(starts)):
-            n_fin, j = int(counts[i]), int(peak_at[i])
+        for i, (onset, n_rows, n_fin, total) in enumerate(zip(onsets.astype(np.int64).tolist(), lens.tolist(),
+                                                             counts.tolist(), self._sums(v[finite], counts),
+                                                             strict=True)):
             out.append(Episode(
-                onset_step=int(onsets[i]), first_step=int(onsets[i]), last_step=int(steps[last[i]]),
-                last_row=int(rows[last[i]]), n_rows=int(lens[i]),
-                peak=float(vals[j]) if n_fin else float("nan"), peak_step=int(steps[j]),
-                value_sum=0.0 + float(cf[c0[i] : c0[i] + n_fin].sum()) if n_fin else 0.0, value_count=n_fin,
-                extras={name: float(arr[j]) for name, arr in extras.items()} if extras else {}))
+                onset_step=onset, first_step=onset, last_step=ints["last_step"][i],
+                last_row=ints["last_row"][i], n_rows=n_rows, peak=peaks[i],
+                peak_step=ints["peak_step"][i], value_sum=total, value_count=n_fin,
+                extras={name: vs[i] for name, vs in found.items()}))
         return out
+
+    @staticmethod
+    def _sums(finite_values: np.ndarray, counts: np.ndarray) -> list[float]:
+        """``0.0 +`` numpy's sum of each run's finite values (``counts`` of them, in order), as
+        :meth:`_absorb` takes them: runs of one or two values at once (one rounding, whatever the
+        order), longer ones by numpy's own sum (pairwise: its rounding is its own)."""
+        c0 = np.cumsum(counts) - counts
+        sums = np.zeros(len(counts))
+        for n in (1, 2):
+            sel = counts == n
+            sums[sel] = finite_values[c0[sel]] + (finite_values[c0[sel] + 1] if n == 2 else 0.0)
+        for i in np.flatnonzero(counts > 2).tolist():
+            sums[i] = float(finite_values[c0[i]: c0[i] + counts[i]].sum())
+        return (0.0 + sums).tolist()
 
     def _absorb(self, ep: Episode, run: np.ndarray, rows: np.ndarray, steps: np.ndarray,
                 vals: np.ndarray, extras: dict[str, np.ndarray] | None) -> None:

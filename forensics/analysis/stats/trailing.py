@@ -156,19 +156,55 @@ class RunMedian:
         self.n = 0
 
     def add(self, values: np.ndarray) -> None:
-        v = values[np.isfinite(values)]
-        if not len(v):
-            return
+        self.add_bins(self.bins(values))
+
+    def bins(self, values: np.ndarray) -> np.ndarray:
+        """The bin of each value (-1 for a value that is not finite), for :meth:`add_bins`."""
+        fin = np.isfinite(values)
+        v = np.where(fin, values, 1.0)
         with np.errstate(divide="ignore"):
             b = np.where(v > 0, (np.log10(np.where(v > 0, v, 1.0)) - self.LOW) * self.per_decade, 0.0)
-        self.counts += np.bincount(np.clip(b.astype(np.int64), 0, len(self.counts) - 1),
-                                   minlength=len(self.counts))
-        self.n += len(v)
+        out = np.clip(b.astype(np.int64), 0, len(self.counts) - 1)
+        out[~fin] = -1
+        return out
+
+    def add_bins(self, bins: np.ndarray) -> None:
+        """Add the values of these :meth:`bins` (those of -1 are left out)."""
+        b = bins[bins >= 0]
+        if len(b):
+            self.counts += np.bincount(b, minlength=len(self.counts))
+            self.n += len(b)
+
+    def medians_at(self, bins: np.ndarray, cuts: np.ndarray, chunk: int = 32) -> list[float]:
+        """Add ``bins[:cuts[-1]]`` (``cuts`` non-decreasing) and return the median as it stood
+        after each cut: what :meth:`add_bins` of each slice and :meth:`median` after it give,
+        ``chunk`` cuts at a time in a few numpy calls over the bins in use (a run's first batch
+        has hundreds of cuts)."""
+        used = np.concatenate([np.flatnonzero(self.counts), bins[: cuts[-1]][bins[: cuts[-1]] >= 0]])
+        lo, hi = (int(used.min()), int(used.max())) if len(used) else (0, 0)
+        width, meds, prev = hi - lo + 1, [], 0
+        for first in range(0, len(cuts), chunk):
+            part = cuts[first: first + chunk]
+            b = bins[prev: part[-1]]
+            seg = np.searchsorted(part, np.arange(prev, part[-1]), side="right")  # slice of each bin
+            keep = b >= 0
+            m = np.bincount(seg[keep] * width + (b[keep] - lo), minlength=len(part) * width)
+            counts = np.cumsum(m.reshape(len(part), width), axis=0) + self.counts[lo: hi + 1]
+            n = counts.sum(axis=1)  # no value lies outside the bins in use
+            at = lo + (np.cumsum(counts, axis=1) < ((n + 1) // 2)[:, None]).sum(axis=1)
+            meds += [self._value(b, k) for b, k in zip(at.tolist(), n.tolist(), strict=True)]
+            self.counts[lo: hi + 1], self.n, prev = counts[-1], int(n[-1]), int(part[-1])
+        return meds
 
     def median(self) -> float:
         if self.n == 0:
             return float("nan")
-        b = int(np.searchsorted(np.cumsum(self.counts), (self.n + 1) // 2))
+        return self._value(int(np.searchsorted(np.cumsum(self.counts), (self.n + 1) // 2)), self.n)
+
+    def _value(self, b: int, n: int) -> float:
+        """The lower median of ``n`` values whose median fell in bin ``b``."""
+        if n == 0:
+            return float("nan")
         return 0.0 if b == 0 else float(10.0 ** (self.LOW + (b + 0.5) / self.per_decade))
 
 
@@ -196,8 +232,8 @@ class TrailingRunMedian:
     def __init__(self, block: int, lag: int) -> None:
         self.block, self.lag = max(block, 1), max(lag, 1)
         self.hist = RunMedian()
-        self.rows = np.zeros(0, dtype=np.int64)  # rows of the block not yet done, and their values
-        self.vals = np.zeros(0)
+        self.rows = np.zeros(0, dtype=np.int64)  # rows of the block not yet done, and their values' bins
+        self.bins = np.zeros(0, dtype=np.int64)
         self.done = 0  # blocks done: every block ending before row done * block
         self.next_refresh = 1
         # the refreshes still needed: after how many blocks, and the median then (0 blocks: none)
@@ -211,21 +247,19 @@ class TrailingRunMedian:
         if not len(rows):
             return np.zeros(0)
         r = np.concatenate([self.rows, rows.astype(np.int64, copy=False)])
-        v = np.concatenate([self.vals, values])
+        v = np.concatenate([self.bins, self.hist.bins(values)])  # binned once, added in slices
         last = int(rows[-1])
         n_done = max((last + 1) // self.block, self.done)
-        ks, meds, prev = [], [], 0
+        ks: list[int] = []
         while self.next_refresh <= n_done:
-            c = int(np.searchsorted(r, self.next_refresh * self.block))
-            self.hist.add(v[prev:c])
             ks.append(self.next_refresh)
-            meds.append(self.hist.median())
-            prev = c
             self.next_refresh = self._after(self.next_refresh)
-        c = int(np.searchsorted(r, n_done * self.block))  # the rest of the blocks done
-        self.hist.add(v[prev:c])
+        cuts = np.searchsorted(r, np.array([*ks, n_done], dtype=np.int64) * self.block)
+        meds = self.hist.medians_at(v, cuts[:-1]) if ks else []
+        c = int(cuts[-1])  # the rest of the blocks done
+        self.hist.add_bins(v[int(cuts[-2]) if ks else 0: c])
         self.done = n_done
-        self.rows, self.vals = r[c:], v[c:]
+        self.rows, self.bins = r[c:], v[c:]
         if ks:
             self.ref_k = np.concatenate([self.ref_k, ks])
             self.ref_med = np.concatenate([self.ref_med, meds])
@@ -460,11 +494,9 @@ class BlockStats:
         if len(series) == 0:
             return np.full(len(pos), np.nan)
         roll = window_median(series, k, self.min_blocks)
-        idx = pos - 1
-        ok = (idx >= 0) & (idx < len(roll))
-        out = np.full(len(pos), np.nan)
-        out[ok] = roll[idx[ok]]
-        return out
+        # roll[pos - 1], NaN where pos - 1 falls outside it: one take from roll padded with NaN
+        padded = np.concatenate([[np.nan], roll, [np.nan]])
+        return padded[np.clip(pos, 0, len(roll) + 1)]
 
     def block_medians(self) -> np.ndarray:
         """Medians of the complete blocks kept (most recent last)."""

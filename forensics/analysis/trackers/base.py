@@ -9,7 +9,7 @@ import numpy as np
 
 from ...config import RunMeta
 from ...io.canonical import Batch
-from ..findings import Finding, RuleSpec, Severity, group_recurrences
+from ..findings import Finding, RuleSpec, Severity, clean_evidence, group_recurrences
 from ..stats.episodes import Episode
 
 __all__ = ["Tracker", "TrackerResult", "severity_weight", "tracker_score"]
@@ -152,7 +152,12 @@ class Tracker:
         evidence: dict[str, Any],
         severity: Severity | None = None,
     ) -> Finding:
-        """Record a finding for an episode, with the rule's remedy and explanation."""
+        """Record a finding for an episode, with the rule's remedy and explanation.
+
+        The evidence is kept as given until :meth:`result`, which cleans it (see
+        :func:`~forensics.analysis.findings.clean_evidence`) only for the findings it returns: a
+        noisy run's thousands of episodes of one rule become one finding, whose evidence is its
+        largest episode's."""
         spec = self.rule(rule_id)
         ev = dict(evidence)
         sources = {k: v for k, v in self.source_keys.items() if k in ev.get("metrics", ())}
@@ -168,9 +173,9 @@ class Tracker:
             message=message,
             remedy=spec.remedy,
             tracker=self.name,
-            evidence=ev,
             explanation=spec.explanation,
         )
+        f.evidence = ev
         self._findings.append(f)
         self._coverage[id(f)] = max(ep.n_rows, 1)
         if ep.peak == ep.peak:
@@ -182,7 +187,11 @@ class Tracker:
                sections: dict[str, Any] | None = None) -> TrackerResult:
         """Package the findings (recurrences of a rule grouped, overlaps merged) with the
         documented score."""
+        emitted = {id(f) for f in self._findings}  # their evidence not yet cleaned (see emit)
         findings, coverage = group_recurrences(self._findings, self._coverage, self._magnitude)
+        for f in findings:
+            if id(f) in emitted:
+                f.evidence = clean_evidence(f.evidence)
         findings.sort(key=Finding.sort_key)
         score = tracker_score(findings, self.rows, coverage) if self.active and self.scored else None
         return TrackerResult(self.name, self.area, self.active, findings, score, summary,

@@ -338,17 +338,18 @@ class Hyperparams(Tracker):
                 self._emit_change(s, st.key, c)
         lr_high, lr_critical = self._lr_high()
         lr_low, usual = self._lr_low(), self._sized()
+        # the same for every episode (a noisy learning rate has thousands)
+        above, below = f"above {lr_high:.2g}, far above", f"below {lr_low:.2g}, far below"
+        same = {"prior_high": lr_high, "prior_low": lr_low, "critical": lr_critical,
+                "suggested": self._usual_lr(), "usual_range": usual.words,
+                "model_params": self.meta.model_params or self.meta.param_count}
         for ep in self.lr_ep.finish():
             lr = ep.extras.get("lr", float("nan"))
             high = ep.peak > 0
             self.emit("hyperparams.lr_out_of_range", ep,
-                      f"learning rate {lr:.3g} at step {ep.peak_step} is "
-                      + (f"above {lr_high:.2g}, far above" if high else f"below {lr_low:.2g}, far below")
-                      + f" the usual range ({usual.words}), from step {ep.onset_step}",
-                      {"learning_rate": lr, "prior_high": lr_high, "prior_low": lr_low,
-                       "critical": lr_critical, "suggested": self._usual_lr(), "usual_range": usual.words,
-                       "model_params": self.meta.model_params or self.meta.param_count,
-                       "metrics": ["learning_rate"]},
+                      f"learning rate {lr:.3g} at step {ep.peak_step} is {above if high else below}"
+                      f" the usual range ({usual.words}), from step {ep.onset_step}",
+                      {"learning_rate": lr, **same, "metrics": ["learning_rate"]},
                       Severity.CRITICAL if high and lr >= lr_critical else None)
         self._warmup_unfinished()
         return self.result(summary, [])

@@ -255,8 +255,14 @@ class _LossSeries:
             else np.zeros(len(rows), dtype=bool)
         med_b, sigma_b = self._baseline(rows, yf, n0)
         z = self._spikes(rows, steps, x, yf[n0:], med_b, sigma_b, ready)
-        swing_f = self._oscillation(rows, steps, yf, n0)
-        self._divergence(rows, steps, yf, n0, swing_f, sigma_b, ready)
+        d = np.abs(np.diff(yf, prepend=np.nan))
+        self._early_swing(rows, d[n0:])
+        # a series judged for non-finite values only needs no swing, level or noise: its
+        # oscillation and divergence conditions never hold (the same episodes: none)
+        if self.judge_level:
+            swing_f = self._oscillation(rows, steps, yf, d, n0)
+            if self.judge_divergence:
+                self._divergence(rows, steps, yf, n0, swing_f, sigma_b, ready)
         return {f"{self.name}_robust_z": z}
 
     def _spikes(self, rows: np.ndarray, steps: np.ndarray, x: np.ndarray, y: np.ndarray,
@@ -287,23 +293,27 @@ class _LossSeries:
                                                             "scale": scale_b})
         return z
 
-    def _oscillation(self, rows: np.ndarray, steps: np.ndarray, yf: np.ndarray, n0: int) -> np.ndarray:
-        """loss.oscillation: the swing over half a window against the early swing, with a negative
-        lag-1 autocorrelation. Returns the swing over the context (the divergence's noise)."""
+    def _early_swing(self, rows: np.ndarray, d: np.ndarray) -> None:
+        """The early swing (median ``|diff|`` of the ``baseline_rows`` after probation), once."""
         p = self.p
-        half = max(p.window // 2, 2)
-        d = np.abs(np.diff(yf, prepend=np.nan))
-        swing_f = window_median(d, half, max(half // 2, 1))
-        swing = swing_f[n0:]
         if self.base_swing is None and self.log is not None:
             b0 = max(p.probation, self.decided_row)
             sel = (rows >= b0) & (rows < b0 + p.baseline_rows)
-            self.base.append(d[n0:][sel])
+            self.base.append(d[sel])
             if rows[-1] >= b0 + p.baseline_rows - 1:
                 b = np.concatenate(self.base)
                 b = b[np.isfinite(b)]
                 self.base_swing = float(np.median(b)) if len(b) else float("nan")
                 self.base_end = b0 + p.baseline_rows
+
+    def _oscillation(self, rows: np.ndarray, steps: np.ndarray, yf: np.ndarray, d: np.ndarray,
+                     n0: int) -> np.ndarray:
+        """loss.oscillation: the swing over half a window against the early swing, with a negative
+        lag-1 autocorrelation. Returns the swing over the context (the divergence's noise)."""
+        p = self.p
+        half = max(p.window // 2, 2)
+        swing_f = window_median(d, half, max(half // 2, 1))
+        swing = swing_f[n0:]
         has_base = rows >= self.base_end
         base_swing = self.base_swing if self.base_swing is not None else np.nan
         ratio = swing / max(base_swing, 1e-12) if np.isfinite(base_swing) else np.full(len(rows), np.nan)
