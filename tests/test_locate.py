@@ -107,3 +107,29 @@ def test_a_report_folder_is_no_run(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="a report folder"):
         locate(tmp_path / "rep")
     assert find_runs([tmp_path / "rep"]) == []  # fleet skips a report folder too
+
+
+def _parquet(path: Path, first: int, n: int = 5) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"step": list(range(first, first + n)), "kl": [0.05] * n}), path)
+
+
+def test_parquet_runs_grouped_in_folders_are_runs_and_nested_parts_are_one_log(tmp_path: Path) -> None:
+    """A folder of folders of Parquet runs (each its steps.parquet) is no run of its own, however
+    deep the runs sit; Parquet parts in plain sub-folders (no steps.* or run.json below) are one."""
+    sweep = tmp_path / "sweep"
+    for i in range(3):
+        _parquet(sweep / "parquet" / f"run_{i}" / "steps.parquet", 0)
+    (sweep / "csv").mkdir()
+    (sweep / "csv" / "run_9.csv").write_text("step,kl\n0,0.05\n1,0.06\n")
+    assert not is_run_folder(sweep) and not is_run_folder(sweep / "parquet")
+    names = sorted(r.name for r in find_runs([sweep]))
+    assert names == ["csv/run_9.csv", "parquet/run_0", "parquet/run_1", "parquet/run_2"]
+    parts = tmp_path / "steps"
+    for k in range(4):
+        _parquet(parts / str(k // 2) / f"{k}.parquet", 5 * k)
+    assert is_run_folder(parts) and locate(parts).steps == parts
+    assert scan_path(parts).to_dict()["steps"]["rows"] == 20

@@ -129,13 +129,16 @@ def _log_folder(path: Path) -> RunFiles | None:
 
 def _holds_parts(folder: Path) -> bool:
     """Whether ``folder``'s Parquet files are parts of one log (beside each other, in ``key=value``
-    partitions or in plain sub-folders), not the ``steps.parquet`` of run folders below a folder
-    of runs (those make it no run of its own)."""
+    partitions or in plain sub-folders), not the streams of run folders below a folder of runs
+    (a ``steps.*`` or ``run.json`` anywhere below makes it a folder of runs, no run of its own)."""
     try:
         entries = list(os.scandir(folder))
         if any(e.name.endswith(".parquet") or (e.is_dir() and "=" in e.name) for e in entries):
             return True
-        return not any(e.is_dir() and any(n.startswith("steps.") for n in os.listdir(e.path)) for e in entries)
+        for _, _, names in os.walk(folder):
+            if any(n.startswith(("steps.", "samples.")) or n == "run.json" for n in names):
+                return False
+        return True
     except OSError:
         return False
 
