@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -842,13 +842,15 @@ def _scale(c: _Candidate, values: _Values, d: _Draft, adaptive_kl: bool) -> _Dra
     return d
 
 
-def _room(new: float, note: str) -> Callable[..., _Draft | None]:
-    """Room for the answers (:func:`_room_for_answers`): a cap set to ``new``."""
-    def draft(c: _Candidate, values: _Values, d: _Draft, adaptive_kl: bool) -> _Draft | None:
-        d.towards(new, d.current)
-        d.change, d.note = "set", note
-        return d
-    return draft
+def _room_or_scale(c: _Candidate, values: _Values, d: _Draft, adaptive_kl: bool) -> _Draft | None:
+    """A cap that cut every answer from the start gets room for them (:func:`_room_for_answers`);
+    anything else is scaled (:func:`_scale`)."""
+    room = _room_for_answers(c, values, d.current)
+    if room is None:
+        return _scale(c, values, d, adaptive_kl)
+    d.towards(room[0], d.current)
+    d.change, d.note = "set", room[1]
+    return d
 
 
 _DRAFTS = {"restore": _restore, "restore_first": _restore_first, "suggested": _suggested, "set": _set}
@@ -858,10 +860,7 @@ def _adjustment(c: _Candidate, values: _Values, adaptive_kl: bool) -> dict[str, 
     """The change one candidate asks for, with current and new values where they are known."""
     a = c.action
     current, source = values.at(a.parameter, c.step)
-    draft = _DRAFTS.get(a.direction)
-    if draft is None and (room := _room_for_answers(c, values, current)) is not None:
-        draft = _room(*room)
-    d = (draft or _scale)(c, values, _Draft(current, source, a.direction), adaptive_kl)
+    d = _DRAFTS.get(a.direction, _room_or_scale)(c, values, _Draft(current, source, a.direction), adaptive_kl)
     if d is None:
         return None
     if d.current is not None:
