@@ -280,25 +280,6 @@ def _run_folder(d: dict[str, Any]) -> Path | None:
     return None
 
 
-def _run_record(folder: Path) -> dict[str, str]:
-    """The id, project and entity a W&B run folder's ``.wandb`` file records (empty when the
-    file or the ``wandb`` package is missing, or it holds no run record)."""
-    from ..io.adapters.wandb_offline import _record_class, binary_file, read_records
-    from ..io.readers.base import ReadReport
-
-    binary = binary_file(folder) if folder.is_dir() else None
-    cls = _record_class() if binary is not None else None
-    if binary is None or cls is None:
-        return {}
-    for _, data in read_records(binary, ReadReport(str(binary))):
-        rec = cls()
-        rec.ParseFromString(data)
-        if rec.WhichOneof("record_type") == "run":
-            return {k: v for k, v in (("run_id", rec.run.run_id), ("project", rec.run.project),
-                                      ("entity", rec.run.entity)) if v}
-    return {}
-
-
 def wandb_target(d: dict[str, Any], run_id: str | None = None, project: str | None = None,
                  entity: str | None = None) -> WandbTarget:
     """The analysed W&B run: the options first, then the run folder the analysed log lies in
@@ -311,7 +292,9 @@ def wandb_target(d: dict[str, Any], run_id: str | None = None, project: str | No
     if folder is not None:
         match = _RUN_FOLDER.match(folder.name)
         found = {"run_id": match["id"]} if match else {}
-        found.update(_run_record(folder))
+        from ..io.adapters.wandb_offline import run_record
+
+        found.update(run_record(folder))
     rid = run_id or found.get("run_id")
     proj = project or found.get("project") or os.environ.get("WANDB_PROJECT")
     ent = entity or found.get("entity") or os.environ.get("WANDB_ENTITY")

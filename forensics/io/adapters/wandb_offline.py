@@ -33,7 +33,7 @@ from ..readers.jsonl import parse_json_value
 from ._common import RowSource, step_value
 from .wandb import WandbHistorySource
 
-__all__ = ["WandbOfflineSource", "binary_readable", "detect", "find_run", "read_records"]
+__all__ = ["WandbOfflineSource", "binary_readable", "detect", "find_run", "read_records", "run_record"]
 
 HEADER = struct.Struct("<4sHB")
 MAGIC = 0xBEE1
@@ -92,6 +92,22 @@ def _record_class() -> Any:
 def binary_readable(run: Path) -> bool:
     """Whether the run's ``.wandb`` history can be decoded here (file present, package installed)."""
     return binary_file(run) is not None and _record_class() is not None
+
+
+def run_record(folder: Path) -> dict[str, str]:
+    """The id, project and entity a W&B run folder's ``.wandb`` file records (empty when the
+    file or the ``wandb`` package is missing, or it holds no run record)."""
+    binary = binary_file(folder) if folder.is_dir() else None
+    cls = _record_class() if binary is not None else None
+    if binary is None or cls is None:
+        return {}
+    for _, data in read_records(binary, ReadReport(str(binary))):
+        rec = cls()
+        rec.ParseFromString(data)
+        if rec.WhichOneof("record_type") == "run":
+            return {k: v for k, v in (("run_id", rec.run.run_id), ("project", rec.run.project),
+                                      ("entity", rec.run.entity)) if v}
+    return {}
 
 
 _CUT = ("the .wandb file ends inside a record (the run was stopped while writing): every complete record "
