@@ -1,7 +1,3 @@
-from .lean import pyarrow_without_pandas
+from .cli import entry
 
-pyarrow_without_pandas()
-
-from .cli import main  # noqa: E402
-
-main()
+entry()

@@ -918,11 +918,14 @@ def export(analysis_path: Path, target: str, out_dir: Path | None, output: Path 
 
 def entry() -> None:
     """The ``forensics`` program: :func:`main` in a process that loads only what a command needs
-    (:mod:`forensics.lean`)."""
-    from .lean import pyarrow_without_pandas
+    (:mod:`forensics.lean`) and leaves as soon as its work is done (:func:`leave`)."""
+    from .lean import leave, pyarrow_without_pandas
 
     pyarrow_without_pandas()
-    main()
+    try:
+        main()
+    except SystemExit as exc:
+        leave(exc.code)
 
 
 if __name__ == "__main__":  # pragma: no cover

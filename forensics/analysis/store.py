@@ -24,8 +24,18 @@ __all__ = ["MAX_COLUMNS", "MetricsStore"]
 MAX_COLUMNS = 1024
 
 
+#: Columns kept in float64: seconds since the epoch (about 1.7e9) are resolved to 128 s by a
+#: float32, which would leave metrics.csv a timestamp that stands still for minutes.
+FLOAT64_COLUMNS = frozenset({"timestamp"})
+
+
+def _dtype(name: str) -> type[np.generic]:
+    return np.int64 if name == "step" else np.float64 if name in FLOAT64_COLUMNS else np.float32
+
+
 class MetricsStore:
-    """Append-only per-step table (float32 values, int64 steps), spilled to disk when large."""
+    """Append-only per-step table (float32 values but :data:`FLOAT64_COLUMNS`, int64 steps),
+    spilled to disk when large."""
 
     # one reader batch (65536 rows, ~30 float32 columns: ~8 MB) is held at most: more buys nothing
     # (the parts are read back memory-mapped) and costs peak memory. A wide log (veRL's 200
@@ -57,7 +67,7 @@ class MetricsStore:
                     self.dropped_count += 1
                     continue
                 self.names[name] = None
-            part[name] = values.astype(np.float32)
+            part[name] = values.astype(_dtype(name))
         self._buffer.append(part)
         self._buffered += len(steps)
         self.n += len(steps)
@@ -90,7 +100,7 @@ class MetricsStore:
     @staticmethod
     def _fill(part: dict[str, np.ndarray], wanted: list[str]) -> dict[str, np.ndarray]:
         n = len(part["step"])
-        return {c: part[c] if c in part else np.full(n, np.nan, dtype=np.float32) for c in wanted}
+        return {c: part[c] if c in part else np.full(n, np.nan, dtype=_dtype(c)) for c in wanted}
 
     def frame(self, columns: list[str] | None = None) -> dict[str, np.ndarray]:
         """Whole columns (materialised: for small runs, or a few columns of a large one).
@@ -100,7 +110,7 @@ class MetricsStore:
         """
         wanted = list(self.names) if columns is None else ["step", *[c for c in columns
                                                                       if c != "step"]]
-        out = {c: np.empty(self.n, dtype=np.int64 if c == "step" else np.float32) for c in wanted}
+        out = {c: np.empty(self.n, dtype=_dtype(c)) for c in wanted}
         pos = 0
         for part in self.parts(columns):
             k = len(part["step"])

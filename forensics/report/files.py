@@ -147,20 +147,25 @@ def _arrow_csv(columns: dict[str, np.ndarray], fh: Any, header: bool) -> None:
     table = pa.table({k: pa.array(v, from_pandas=True) for k, v in columns.items()})  # NaN -> null
     for i, (name, values) in enumerate(columns.items()):
         if values.dtype.kind == "f" and bool(np.any(np.isfinite(values) & (np.floor(values) == values))):
-            table = table.set_column(i, name, _whole_with_point(table.column(i)))  # "3" -> "3.0"
+            table = table.set_column(i, name, _whole_with_point(table.column(i), values))  # "3" -> "3.0"
     pacsv.write_csv(table, fh, pacsv.WriteOptions(include_header=False, quoting_style="none"))
 
 
-def _whole_with_point(column: Any) -> Any:
-    """A float column as the CSV writer's text, cells of digits alone (a whole number) with
-    ``.0`` added, as polars writes them."""
+def _whole_with_point(column: Any, values: np.ndarray) -> Any:
+    """A float column (``values`` in pyarrow) as the CSV writer's text, cells of digits alone (a
+    whole number) with ``.0`` added, as polars writes them."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
     sink = pa.BufferOutputStream()
     pacsv.write_csv(pa.table({"v": column}), sink, pacsv.WriteOptions(include_header=False, quoting_style="none"))
     cells = sink.getvalue().to_pybytes().decode().split("\n")[:-1]
-    return pa.array([c + ".0" if c.lstrip("-").isdigit() else c for c in cells], pa.string())
+    with np.errstate(invalid="ignore"):
+        whole = np.flatnonzero(np.isfinite(values) & (np.floor(values) == values)).tolist()
+    for i in whole:  # only these cells can be digits alone
+        if cells[i].lstrip("-").isdigit():
+            cells[i] += ".0"
+    return pa.array(cells, pa.string())
 
 
 def _csv_name(name: str) -> str:

@@ -13,6 +13,10 @@ import numpy as np
 
 __all__ = ["significant"]
 
+#: Below this many values, formatting each costs less than numpy's two dozen array operations
+#: (about 0.35 us a value against a fixed 25 us, measured with ``timeit``).
+_FEW = 64
+
 #: Powers of ten held exactly by a float (10**22 is the largest).
 _POW10 = np.array([float(10**k) for k in range(23)])
 
@@ -30,6 +34,8 @@ def significant(values: Any, digits: int = 6) -> list[float]:
     [0.123457, -98765400.0, 2.5e-300, 0.0, inf]
     """
     v = np.asarray(values, dtype=np.float64)
+    if v.ndim == 1 and len(v) < _FEW:
+        return [float(f"{x:.{digits}g}") for x in v.tolist()]
     with np.errstate(all="ignore"):
         a = np.abs(v)
         k = digits - 1 - np.floor(np.log10(np.where(a > 0, a, 1.0))).astype(np.int64)
