@@ -110,7 +110,7 @@ def run_fleet(paths: Iterable[Path | str], out: Path | str, *, engine: str = "lo
     outputs = _prepare(out, paths, runs)
     if REPORTS[reports] and plotly_js == "shared":
         try:
-            write_plotly_asset(out, outputs.write_text)  # once, before any page refers to it
+            write_plotly_asset(out, outputs)  # once, before any page refers to it
         except OSError as exc:
             raise UsageError(f"cannot write {out / PLOTLY_FILE}: {exc.strerror or exc}") from None
     tasks = [RunTask(r, str(out), config or Config(), policy, metrics, reports, plotly_js, fmt) for r in runs]

@@ -523,7 +523,7 @@ def write_rendered(data: dict[str, Any], out_dir: Path, formats: tuple[str, ...]
         page = render_html(data, script=script, plotly_src=plotly_src or PLOTLY_FILE)
         out["html"] = outputs.write_text(out_dir / HTML_FILE, page)
         if script == "file" and plotly_src is None:  # shared by every report in the folder
-            write_plotly_asset(out_dir, outputs.write_text)
+            write_plotly_asset(out_dir, outputs)
     if "md" in formats:
         out["markdown"] = outputs.write_text(out_dir / MARKDOWN_FILE, render_markdown(data))
     return out

@@ -47,6 +47,7 @@ import html
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,7 @@ import orjson
 from ..analysis.diagnosis.cost import cost_lines
 from ..analysis.diagnosis.timeline import timeline_from_dict
 from ..analysis.stats.digits import significant
+from ..io.output import Outputs
 from .jsonsafe import jsonable
 from .verdict import evidence_rows, verdict
 
@@ -509,17 +511,16 @@ def _plotly_js() -> str:
     return PLOTLY_SOURCE.read_text(encoding="utf-8")
 
 
-def write_plotly_asset(folder: Path, write: Callable[[Path, str], Any] | None = None) -> Path:
+def write_plotly_asset(folder: Path, outputs: Outputs | None = None) -> Path:
     """The shared library ``folder/plotly-basic.min.js`` that pages rendered with
-    ``script="file"`` in that folder refer to, written unless the folder already holds it (one
-    copy serves every report in the folder). ``write(path, text)`` writes it (default: a plain
-    write; a scan passes its atomic writer)."""
+    ``script="file"`` in that folder refer to, copied unless the folder already holds it (one
+    copy serves every page that refers to it: a folder's reports, or a whole fleet's). ``outputs``
+    (:class:`~forensics.io.output.Outputs`) writes it safely, never over an input or a link. The
+    bytes are copied by the kernel (``shutil.copyfile``), not read and written by Python."""
     lib = folder / PLOTLY_FILE
     if not lib.exists():
-        if write is None:
-            lib.write_text(_plotly_js(), encoding="utf-8")
-        else:
-            write(lib, _plotly_js())
+        with (outputs or Outputs()).temporary(lib) as tmp:
+            shutil.copyfile(PLOTLY_SOURCE, tmp)
     return lib
 
 
@@ -649,17 +650,3 @@ def write_html(d: dict[str, Any], path: Path, script: str = "inline") -> Path:
     if script == "file":
         write_plotly_asset(path.parent)
     return path
-
-
-def write_library(folder: Path, outputs: Any = None) -> Path:
-    """Write the plotting library a ``script="file"`` page refers to (:data:`PLOTLY_FILE`) into
-    ``folder``, unless it holds one already: one copy serves every page that refers to it (a
-    folder's reports, or a whole fleet's). ``outputs`` (:class:`~forensics.io.output.Outputs`)
-    writes it safely (never over an input or a link)."""
-    lib = folder / PLOTLY_FILE
-    if not lib.exists():
-        if outputs is None:
-            lib.write_text(_plotly_js(), encoding="utf-8")
-        else:
-            outputs.write_text(lib, _plotly_js())
-    return lib

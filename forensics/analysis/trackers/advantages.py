@@ -187,8 +187,9 @@ class Advantages(Tracker):
         if self.base_std:
             rel = std / self.base_std
             drift = has_base & ((rel > p.scale_factor) | (rel < 1 / p.scale_factor))
-            self.ep["adv.scale_drift"].update(rows, steps, drift, np.log10(rel),
-                                              {"std": std})
+            with np.errstate(divide="ignore", invalid="ignore"):  # a std logged 0 or negative
+                log_rel = np.log10(rel)
+            self.ep["adv.scale_drift"].update(rows, steps, drift, log_rel, {"std": std})
         amax = np.fmax(np.abs(c["min"]), np.abs(c["max"]))
         self.ep["adv.blowup"].update(rows, steps, after & (amax > p.max_abs), amax)
         tail = (c["kurt"] > p.kurtosis) | (np.abs(c["skew"]) > p.skew)

@@ -45,8 +45,11 @@ _LAUNCH = re.compile(rb"deepspeed\.launcher\.launch\b[^\n]*--actor_model_name_or
 
 
 def detect(path: Path, head: bytes) -> bool:
-    return (re.search(rb"(?m)^[ \t]*(?:epoch|Epoch): *\d+ *\| *(?:step|Step): *\d+ *\|", head) is not None
-            or _LAUNCH.search(head) is not None)
+    # each pattern only where its words are (a substring search, where a regex over a 64 kB head
+    # that lacks them costs a third of a millisecond)
+    return ((b"poch:" in head
+             and re.search(rb"(?m)^[ \t]*(?:epoch|Epoch): *\d+ *\| *(?:step|Step): *\d+ *\|", head) is not None)
+            or (b"deepspeed.launcher.launch" in head and _LAUNCH.search(head) is not None))
 
 
 def _pairs(text: str, sep: str) -> dict[str, Any]:

@@ -133,9 +133,26 @@ def json_depth(raw: bytes) -> int:
     return deepest
 
 
-#: 19 digits in a row: maybe an integer beyond int64, which orjson reads as a rounded float (a
-#: step below -2**63 would become -2**63); Python's json reads it exactly.
-_LONG_INTEGER = re.compile(rb"\d{19}")
+#: Digits to ``9``, what continues a number's fraction or exponent (``.``, ``e``, ``E``) to
+#: ``.``, every other byte to a space: an integer of 19 digits or more is then a space (or the
+#: start) and 19 nines, found by ``bytes.translate`` and a substring search at C speed (a regex
+#: costs 40 ns a byte, most of the cost of parsing a line).
+_NUMBER_MASK = bytes(0x39 if 0x30 <= b <= 0x39 else 0x2E if b in b".eE" else 0x20 for b in range(256))
+_NINETEEN_DIGITS = b"9" * 19
+
+
+def _long_integer(data: bytes) -> bool:
+    """An integer of 19 digits or more: maybe beyond int64, which orjson reads as a rounded float
+    (a step below -2**63 would become -2**63); Python's json reads it exactly. The digits of a
+    fraction or an exponent do not count (a digit run in a string may, which costs only speed).
+
+    >>> _long_integer(b'{"step": 12345678901234567890}'), _long_integer(b'-9223372036854775809')
+    (True, True)
+    >>> _long_integer(b'{"kl": 0.0012345678901234567891, "x": 1e1234567890123456789}')
+    False
+    """
+    masked = data.translate(_NUMBER_MASK)
+    return masked.startswith(_NINETEEN_DIGITS) or b" " + _NINETEEN_DIGITS in masked
 
 
 #: A bare ``nan``, ``inf`` or ``infinity`` (any case, signed) where a JSON value goes.
@@ -167,7 +184,7 @@ def parse_json_value(raw: bytes | str) -> tuple[Any, str]:
         return None, f"line longer than {MAX_LINE_BYTES} bytes"
     if data.count(b"{") + data.count(b"[") > MAX_DEPTH and json_depth(data) > MAX_DEPTH:
         return None, f"nested deeper than {MAX_DEPTH} levels"
-    if _LONG_INTEGER.search(data) is None:  # orjson turns an integer beyond 64 bits into a float
+    if not _long_integer(data):  # orjson turns an integer beyond 64 bits into a float
         try:
             return orjson.loads(data), ""
         except orjson.JSONDecodeError:
