@@ -21,8 +21,8 @@ from forensics.cli import main
 from .conftest import healthy_rows, write_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
-#: Libraries a small JSONL scan has no use for (jinja2 renders report.html, PyYAML writes
-#: recommendations.yaml: a scan loads those two, other commands neither).
+#: Libraries a small JSONL scan has no use for (jinja2 renders report.html: a scan loads it, other
+#: commands do not; recommendations.yaml is forensics' own writer, not PyYAML).
 HEAVY = ("pandas", "polars", "plotly", "scipy", "jinja2", "yaml")
 #: Parts of pyarrow a JSONL scan has no use for: Parquet and its file systems, and the compute
 #: functions (pyarrow.csv writes a small metrics.csv, formatting its numbers itself).
@@ -66,7 +66,7 @@ def small_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_small_jsonl_scan_loads_only_what_its_reports_need(small_log: Path, tmp_path: Path) -> None:
     # report.html is rendered by jinja2 (its template); nothing else heavy is loaded, plotly.js
     # is read as a file
-    assert _loaded("scan", str(small_log), "-o", str(tmp_path / "r"), "-q") == ["jinja2", "yaml"]
+    assert _loaded("scan", str(small_log), "-o", str(tmp_path / "r"), "-q") == ["jinja2"]
     assert (tmp_path / "r" / "report.html").is_file() and (tmp_path / "r" / "metrics.csv").is_file()
 
 
@@ -85,9 +85,8 @@ def test_a_log_large_enough_for_polars_scans_through_the_command_line(tmp_path: 
     the threshold a log of megabytes is pyarrow's alone: polars' import costs more than it saves."""
     log = write_jsonl(tmp_path / "steps.jsonl", healthy_rows(8000))
     assert log.stat().st_size > 2 << 20
-    assert _loaded("scan", str(log), "-o", str(tmp_path / "r"), "-q") == ["jinja2", "yaml"]
-    assert _loaded("--polars-after", "0", "scan", str(log), "-o", str(tmp_path / "p"), "-q") == [
-        "jinja2", "polars", "yaml"]
+    assert _loaded("scan", str(log), "-o", str(tmp_path / "r"), "-q") == ["jinja2"]
+    assert _loaded("--polars-after", "0", "scan", str(log), "-o", str(tmp_path / "p"), "-q") == ["jinja2", "polars"]
     for name in ("analysis.json", "metrics.csv", "findings.csv"):  # the same values either way
         assert (tmp_path / "r" / name).read_bytes() == (tmp_path / "p" / name).read_bytes(), name
 
@@ -177,3 +176,45 @@ def test_few_segments_accumulate_to_the_floats_numpy_adds(monkeypatch: pytest.Mo
         arrays = m.accumulate(total, seg)
         monkeypatch.undo()
         assert [repr(v) for v in dataclasses.astuple(few)] == [repr(v) for v in dataclasses.astuple(arrays)]
+
+
+LEAVE = """
+import atexit, sys, threading, time
+from forensics.lean import leave
+atexit.register(lambda: open(sys.argv[1], "w").write("atexit ran"))
+if sys.argv[2] == "thread":  # a thread still running: the usual exit, which waits for it
+    threading.Thread(target=lambda: (time.sleep(0.2), print("thread done", flush=True))).start()
+print("no newline at the end", end="")
+leave(int(sys.argv[3]) if sys.argv[3].isdigit() else sys.argv[3])
+"""
+
+
+def _leave(tmp_path: Path, mode: str, code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", LEAVE, str(tmp_path / "atexit.txt"), mode, code],
+                          capture_output=True, text=True, cwd=ROOT)
+
+
+def test_leaving_flushes_the_output_and_runs_the_atexit_functions(tmp_path: Path) -> None:
+    """The command line ends without the interpreter's teardown (forensics.lean.leave): the
+    exit code, the output and the atexit functions are as a normal exit leaves them."""
+    done = _leave(tmp_path, "alone", "3")
+    assert done.returncode == 3 and done.stdout == "no newline at the end" and done.stderr == ""
+    assert (tmp_path / "atexit.txt").read_text() == "atexit ran"
+    waited = _leave(tmp_path, "thread", "0")
+    assert waited.returncode == 0 and waited.stdout.endswith("thread done\n")
+    said = _leave(tmp_path, "alone", "a message")  # a SystemExit message: printed, exit code 1
+    assert said.returncode == 1 and said.stderr.strip() == "a message"
+
+
+def test_the_command_line_exit_codes_and_files_survive_the_quick_exit(small_log: Path, tmp_path: Path) -> None:
+    run = [sys.executable, "-m", "forensics"]
+    scan = subprocess.run([*run, "scan", str(small_log), "-o", str(tmp_path / "r"), "-q"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert scan.returncode == 0 and scan.stdout == scan.stderr == ""
+    assert json.loads((tmp_path / "r" / "analysis.json").read_text())["steps"]["rows"] == 1000
+    missing = subprocess.run([*run, "scan", str(tmp_path / "absent.jsonl")], cwd=ROOT, capture_output=True,
+                             text=True)
+    assert missing.returncode == 3 and "no such file" in missing.stderr
+    gate = subprocess.run([*run, "gate", str(ROOT / "fixtures" / "runs" / "ppo_lr_high")], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert gate.returncode == 1 and gate.stdout.startswith("gate FAILED") and gate.stdout.endswith("\n")

@@ -20,6 +20,7 @@ import orjson
 from ..analysis.result import Analysis
 from ..errors import UsageError
 from ..io.output import CURRENT, GENERATION_PREFIX, LOCK_FILE, STORE_DIR, Outputs
+from . import yaml_text
 from .jsonsafe import jsonable
 
 __all__ = ["ANALYSIS_FILE", "MANIFEST_FILE", "METRICS_FORMATS", "METRICS_PARQUET_ROWS", "summary_dict", "to_json",
@@ -485,10 +486,8 @@ def _cell(v: Any) -> Any:
 
 def write_training_files(d: dict[str, Any], out_dir: Path, outputs: Outputs | None = None) -> dict[str, Path]:
     """windows.csv (when the run has a window table) and recommendations.{json,yaml}, from the
-    analysis dict (``Analysis.to_dict()``). The YAML is PyYAML's ``safe_dump``: numbers stay
-    numbers (``8.0e-07`` reads back as a float)."""
-    import yaml
-
+    analysis dict (``Analysis.to_dict()``). The YAML (:mod:`forensics.report.yaml_text`) reads
+    back as the JSON's values: numbers stay numbers (``8.0e-07`` is a float), text stays text."""
     outputs = outputs or Outputs()
     out: dict[str, Path] = {}
     if d.get("windows"):
@@ -504,7 +503,7 @@ def write_training_files(d: dict[str, Any], out_dir: Path, outputs: Outputs | No
         out["recommendations_yaml"] = outputs.write_text(
             out_dir / RECOMMENDATIONS_YAML,
             "# forensics: recommended changes (recommendations.json holds the same data)\n"
-            + yaml.safe_dump(rec, sort_keys=False, allow_unicode=True, width=100))
+            + yaml_text.dump(rec))
     return out
 
 
