@@ -62,7 +62,6 @@ from .jsonsafe import jsonable
 from .verdict import evidence_rows, verdict
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
 
     from jinja2 import Environment
 
