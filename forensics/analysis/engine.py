@@ -292,7 +292,7 @@ class Scan:
             results = [work(t) for t in self.trackers]
         else:  # independent, as their updates are; results in tracker order
             results = list(pool.map(work, self.trackers))
-        trim()
+            trim()  # a large scan's freed batches go back to the system (a small one holds little)
         self._note_dropped_columns()
         findings: list[Finding] = [f for r in results for f in r.findings]
         self._judge_consequences(findings, results)

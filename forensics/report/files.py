@@ -11,6 +11,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -456,18 +457,21 @@ def _write_files(analysis: Analysis, out_dir: Path, script: tuple[str, str | Non
         "findings": out_dir / FINDINGS_FILE,
     }
     d = analysis.to_dict()
-    text = to_json(d)
-    outputs.write_text(paths["analysis"], text)
-    outputs.write_text(paths["summary"], to_json(summary_dict(d)))
-    if "metrics" in paths:
-        write_metrics_csv(analysis, paths["metrics"], outputs)
-    if "metrics_parquet" in paths:
-        write_metrics_parquet(analysis, paths["metrics_parquet"], outputs)
-    write_findings_csv(analysis, paths["findings"], outputs)
-    paths.update(write_training_files(d, out_dir, outputs))
-    if pages:
-        paths.update(write_rendered(orjson.loads(text), out_dir, pages, script=script[0], outputs=outputs,
-                                    plotly_src=script[1]))
+    # the per-step table is formatted by pyarrow or polars, which let go of the GIL: it is written
+    # on a thread of its own while the rest (Python's work) is written here
+    with ThreadPoolExecutor(1, thread_name_prefix="forensics-metrics") as pool:
+        pending = [pool.submit(write, analysis, paths[kind], outputs) for kind, write in
+                  (("metrics", write_metrics_csv), ("metrics_parquet", write_metrics_parquet)) if kind in paths]
+        text = to_json(d)
+        outputs.write_text(paths["analysis"], text)
+        outputs.write_text(paths["summary"], to_json(summary_dict(d)))
+        write_findings_csv(analysis, paths["findings"], outputs)
+        paths.update(write_training_files(d, out_dir, outputs))
+        if pages:
+            paths.update(write_rendered(orjson.loads(text), out_dir, pages, script=script[0], outputs=outputs,
+                                        plotly_src=script[1]))
+        for done in pending:
+            done.result()  # its error, if any, raised here
     return paths
 
 
