@@ -227,26 +227,25 @@ _FEW_SEGMENTS = 8
 
 def _accumulate_few(total: Moments, rows: np.ndarray) -> Moments:
     """:func:`accumulate` one segment at a time: the pairs across each boundary, then the sums
-    left to right, as its ``cumsum`` adds them; the extremes as numpy's (NaN if any is NaN)."""
-    k = len(ADDITIVE)
-    sums = [float(getattr(total, f)) for f in ADDITIVE]
+    left to right, as its ``cumsum`` adds them (the same operations in the same order: each sum
+    plus the segment's value plus what its boundary pair adds); the extremes as numpy's (NaN if
+    any is NaN)."""
+    shift = total.shift
+    rows_, n, s1, s2, pn, pa, pb, pp = (float(getattr(total, f)) for f in ADDITIVE)
     prev = total.last if total.rows else math.nan
     table = rows.tolist()
-    for row in table:
-        cross = math.isfinite(prev) and math.isfinite(row[k])
-        a = prev - total.shift if cross else 0.0
-        b = row[k] - total.shift if cross else 0.0
-        add = row[:k]
-        add[4] += 1.0 if cross else 0.0
-        add[5] += a
-        add[6] += b
-        add[7] += a * b
-        sums = [t + v for t, v in zip(sums, add)]
-        prev = row[k + 1]
-    lows, highs = [r[k + 2] for r in table], [r[k + 3] for r in table]
-    low, high = _extreme(lows, min), _extreme(highs, max)
-    return Moments(total.shift, **dict(zip(ADDITIVE, sums)), first=total.first if total.rows else table[0][k],
-                   last=table[-1][k + 1], mn=min(total.mn, low), mx=max(total.mx, high))
+    for r0, r1, r2, r3, r4, r5, r6, r7, first, last, _, _ in table:
+        if math.isfinite(prev) and math.isfinite(first):
+            a, b = prev - shift, first - shift
+            pn, pa, pb, pp = pn + (r4 + 1.0), pa + (r5 + a), pb + (r6 + b), pp + (r7 + a * b)
+        else:
+            pn, pa, pb, pp = pn + (r4 + 0.0), pa + (r5 + 0.0), pb + (r6 + 0.0), pp + (r7 + 0.0)
+        rows_, n, s1, s2 = rows_ + r0, n + r1, s1 + r2, s2 + r3
+        prev = last
+    low = _extreme([r[10] for r in table], min)
+    high = _extreme([r[11] for r in table], max)
+    return Moments(shift, rows_, n, s1, s2, pn, pa, pb, pp, first=total.first if total.rows else table[0][8],
+                   last=table[-1][9], mn=min(total.mn, low), mx=max(total.mx, high))
 
 
 def _extreme(values: list[float], pick: Callable[[list[float]], float]) -> float:
