@@ -186,3 +186,9 @@ class Outputs:
         with self.open(path) as fh:
             fh.write(text)
         return path
+
+    def write_bytes(self, path: Path, data: bytes) -> Path:
+        """Write ``data`` to ``path`` safely; return ``path``."""
+        with self.open(path, "wb") as fh:
+            fh.write(data)
+        return path

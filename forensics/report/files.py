@@ -68,10 +68,16 @@ def to_json(data: dict[str, Any]) -> str:
       "b": null
     }
     """
+    return json_bytes(data).decode()
+
+
+def json_bytes(data: dict[str, Any]) -> bytes:
+    """:func:`to_json` as the UTF-8 bytes a file holds (a report's analysis.json is written and
+    read back without being decoded to text and encoded again)."""
     try:
-        return orjson.dumps(data, option=_ORJSON_OPTIONS, default=_orjson_default).decode() + "\n"
+        return orjson.dumps(data, option=_ORJSON_OPTIONS | orjson.OPT_APPEND_NEWLINE, default=_orjson_default)
     except (orjson.JSONEncodeError, TypeError):
-        return json.dumps(jsonable(data), sort_keys=True, indent=2, allow_nan=False) + "\n"
+        return (json.dumps(jsonable(data), sort_keys=True, indent=2, allow_nan=False) + "\n").encode()
 
 
 def _orjson_default(obj: Any) -> Any:
@@ -462,13 +468,13 @@ def _write_files(analysis: Analysis, out_dir: Path, script: tuple[str, str | Non
     with ThreadPoolExecutor(1, thread_name_prefix="forensics-metrics") as pool:
         pending = [pool.submit(write, analysis, paths[kind], outputs) for kind, write in
                   (("metrics", write_metrics_csv), ("metrics_parquet", write_metrics_parquet)) if kind in paths]
-        text = to_json(d)
-        outputs.write_text(paths["analysis"], text)
+        raw = json_bytes(d)
+        outputs.write_bytes(paths["analysis"], raw)
         outputs.write_text(paths["summary"], to_json(summary_dict(d)))
         write_findings_csv(analysis, paths["findings"], outputs)
         paths.update(write_training_files(d, out_dir, outputs))
         if pages:
-            paths.update(write_rendered(orjson.loads(text), out_dir, pages, script=script[0], outputs=outputs,
+            paths.update(write_rendered(orjson.loads(raw), out_dir, pages, script=script[0], outputs=outputs,
                                         plotly_src=script[1]))
         for done in pending:
             done.result()  # its error, if any, raised here
