@@ -331,15 +331,30 @@ def _within(marks: np.ndarray, bounds: np.ndarray, limit: int) -> bool:
     return len(marks) <= limit or int(np.diff(np.searchsorted(marks, bounds)).max()) <= limit
 
 
-def _shallow(arr: np.ndarray, nl: np.ndarray) -> bool:
-    """Whether no line of the chunk ``arr`` (newlines at ``nl``) holds more opening brackets
-    than ``MAX_DEPTH`` (so no line nests deeper: pyarrow overflows its stack on very deep
-    nesting) or more colons than ``MAX_ROW_KEYS`` (so no row has more keys): the fast parses are
-    safe on it. Lines too short to hold that many cost nothing."""
+def _few_brackets(body: bytearray, end: int) -> bool:
+    r"""A sufficient test, by substring counts at C speed, that no line of ``body[:end]`` holds
+    more than ``MAX_DEPTH`` opening brackets: a line that starts with ``{`` holds one at least, so
+    no line holds more than all the brackets less one for each other such line.
+
+    >>> _few_brackets(bytearray(b'{"a": 1}\n{"b": [1]}\n'), 21), _few_brackets(bytearray(b"[" * 300), 300)
+    (True, False)
+    """
+    brackets = body.count(b"{", 0, end) + body.count(b"[", 0, end)
+    starts = body.count(b"\n{", 0, end) + (1 if body[:1] == b"{" else 0)
+    return brackets - max(starts - 1, 0) <= MAX_DEPTH
+
+
+def _shallow(arr: np.ndarray, nl: np.ndarray, body: bytearray | None = None) -> bool:
+    """Whether no line of the chunk ``arr`` (newlines at ``nl``; its bytes ``body``, when given,
+    for a quicker first test) holds more opening brackets than ``MAX_DEPTH`` (so no line nests
+    deeper: pyarrow overflows its stack on very deep nesting) or more colons than
+    ``MAX_ROW_KEYS`` (so no row has more keys): the fast parses are safe on it. Lines too short
+    to hold that many cost nothing."""
     n = len(arr)
     bounds = np.concatenate([[-1], nl, [n]]) if not len(nl) or nl[-1] != n - 1 else np.concatenate([[-1], nl])
     longest = int(np.diff(bounds).max())
-    if longest > 2 * MAX_DEPTH and not _within(np.flatnonzero((arr | 0x20) == 0x7B), bounds, MAX_DEPTH):
+    if longest > 2 * MAX_DEPTH and not (body is not None and _few_brackets(body, n)) \
+            and not _within(np.flatnonzero((arr | 0x20) == 0x7B), bounds, MAX_DEPTH):
         return False  # "{" and "[" (0x7B, 0x5B) and nothing else
     # a key takes four bytes at least ("":0,)
     return longest <= 4 * MAX_ROW_KEYS or _within(np.flatnonzero(arr == 0x3A), bounds, MAX_ROW_KEYS)
@@ -600,7 +615,7 @@ class JsonlSource:
             n_newlines = len(nl)
             rest = bytes(buf[cut:end])
             if cut:
-                parsed = self._parse_fast(body, line0, n_newlines, known) if _shallow(arr, nl) else None
+                parsed = self._parse_fast(body, line0, n_newlines, known) if _shallow(arr, nl, buf) else None
                 if parsed is None:  # line by line, in the caller's thread, after what is pending
                     yield from _join(pending, size)
                     yield _Chunk(line0, 0, body=bytes(body), final=eof)
