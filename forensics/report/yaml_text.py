@@ -16,6 +16,7 @@ booleans and nulls. What keeps each value's type:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -26,15 +27,20 @@ __all__ = ["dump"]
 #: A key written plain: a word that no YAML reader takes for a number, a boolean or a null.
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-/]*")
 _RESERVED = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "nan", "inf"}
-#: Characters that YAML does not allow raw in a double-quoted scalar or folds as a line break.
-_UNSAFE = re.compile("[\u007f-\u009f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
+
+
+@functools.cache
+def _unsafe() -> re.Pattern[str]:
+    """Characters that YAML does not allow raw in a double-quoted scalar or folds as a line
+    break (compiled when a string first needs it: most recommendations are ASCII)."""
+    return re.compile("[\u007f-\u009f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
 
 
 def _string(s: str) -> str:
     text = json.dumps(s, ensure_ascii=False)
     if s.isascii() and "\x7f" not in s:
         return text
-    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _unsafe().sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _key(k: Any) -> str:
