@@ -19,7 +19,6 @@ import collections
 import functools
 import itertools
 import sys
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -124,29 +123,9 @@ def meter(monkeypatch: pytest.MonkeyPatch) -> OpMeter:
         if hasattr(files, name):
             monkeypatch.setattr(files, name, m.wrap(name, getattr(files, name)))
     monkeypatch.setattr(store.MetricsStore.__init__, "__defaults__", (500, 500 * 20, store.MAX_COLUMNS))
-    # the meter follows one thread (sys.setprofile): tracker updates and finishes run inline, and
-    # so does the per-step table the reports write on a thread of their own
+    # the meter follows one thread (sys.setprofile): tracker updates and finishes run inline
     monkeypatch.setattr(engine, "PARALLEL_ROWS", 2**62)
-    monkeypatch.setattr(files, "ThreadPoolExecutor", _Inline)
     return m
-
-
-class _Inline:
-    """An executor that runs each task when it is submitted, on the caller's thread."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __enter__(self) -> _Inline:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-    def submit(self, fn: Any, *args: Any) -> Future[Any]:
-        done: Future[Any] = Future()
-        done.set_result(fn(*args))
-        return done
 
 
 def _growth(w1: int, w2: int, w10: int) -> float:

@@ -11,7 +11,6 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -463,21 +462,18 @@ def _write_files(analysis: Analysis, out_dir: Path, script: tuple[str, str | Non
         "findings": out_dir / FINDINGS_FILE,
     }
     d = analysis.to_dict()
-    # the per-step table is formatted by pyarrow or polars, which let go of the GIL: it is written
-    # on a thread of its own while the rest (Python's work) is written here
-    with ThreadPoolExecutor(1, thread_name_prefix="forensics-metrics") as pool:
-        pending = [pool.submit(write, analysis, paths[kind], outputs) for kind, write in
-                  (("metrics", write_metrics_csv), ("metrics_parquet", write_metrics_parquet)) if kind in paths]
-        raw = json_bytes(d)
-        outputs.write_bytes(paths["analysis"], raw)
-        outputs.write_text(paths["summary"], to_json(summary_dict(d)))
-        write_findings_csv(analysis, paths["findings"], outputs)
-        paths.update(write_training_files(d, out_dir, outputs))
-        if pages:
-            paths.update(write_rendered(orjson.loads(raw), out_dir, pages, script=script[0], outputs=outputs,
-                                        plotly_src=script[1]))
-        for done in pending:
-            done.result()  # its error, if any, raised here
+    raw = json_bytes(d)
+    outputs.write_bytes(paths["analysis"], raw)
+    outputs.write_text(paths["summary"], to_json(summary_dict(d)))
+    if "metrics" in paths:
+        write_metrics_csv(analysis, paths["metrics"], outputs)
+    if "metrics_parquet" in paths:
+        write_metrics_parquet(analysis, paths["metrics_parquet"], outputs)
+    write_findings_csv(analysis, paths["findings"], outputs)
+    paths.update(write_training_files(d, out_dir, outputs))
+    if pages:
+        paths.update(write_rendered(orjson.loads(raw), out_dir, pages, script=script[0], outputs=outputs,
+                                    plotly_src=script[1]))
     return paths
 
 
