@@ -213,7 +213,7 @@ def test_fast_parses_lose_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     from forensics.io.readers import jsonl
 
     monkeypatch.setattr(jsonl, "_MIN_CHUNK", 2048)
-    monkeypatch.setattr(jsonl, "_POLARS_AFTER", 0)  # polars parses from the first chunk it may
+    monkeypatch.setattr(jsonl, "_POLARS_WORTH", 0)  # polars parses from the first chunk it may
     monkeypatch.setattr(jsonl, "_MAX_CHUNK", 4096)
     accepted: list[int] = []
     parse = jsonl._KnownColumns.parse
@@ -287,7 +287,7 @@ def test_object_in_a_text_column_is_flattened(tmp_path: Path, monkeypatch: pytes
     from forensics.io.readers import jsonl
 
     monkeypatch.setattr(jsonl, "_MIN_CHUNK", 2048)
-    monkeypatch.setattr(jsonl, "_POLARS_AFTER", 0)  # polars parses from the first chunk it may
+    monkeypatch.setattr(jsonl, "_POLARS_WORTH", 0)  # polars parses from the first chunk it may
     monkeypatch.setattr(jsonl, "_MAX_CHUNK", 4096)
     rows = []
     for i in range(400):
@@ -309,7 +309,7 @@ def test_a_number_column_stays_numeric_after_text(tmp_path: Path, monkeypatch: p
     from forensics.io.readers import jsonl
 
     monkeypatch.setattr(jsonl, "_MIN_CHUNK", 2048)
-    monkeypatch.setattr(jsonl, "_POLARS_AFTER", 0)  # polars parses from the first chunk it may
+    monkeypatch.setattr(jsonl, "_POLARS_WORTH", 0)  # polars parses from the first chunk it may
     monkeypatch.setattr(jsonl, "_MAX_CHUNK", 4096)
     rows = [{"step": i, "loss": 0.5 + i / 1000} for i in range(800)]
     for i in range(200, 500):

@@ -35,9 +35,9 @@ STDLIB = ("importlib.resources", "subprocess", "tomllib")
 #: ``python -m forensics ARGS`` in this process, then the heavy libraries it loaded.
 CHILD = """
 import json, runpy, sys
-if sys.argv[1] == "--polars-after":  # the JSONL reader's threshold for importing polars, bytes
+if sys.argv[1] == "--polars-after":  # the bytes left for which the JSONL reader imports polars
     import forensics.io.readers.jsonl as jsonl
-    jsonl._POLARS_AFTER = int(sys.argv[2])
+    jsonl._POLARS_WORTH = int(sys.argv[2])
     del sys.argv[1:3]
 sys.argv = ["forensics", *sys.argv[1:]]
 import forensics.lean
@@ -80,9 +80,9 @@ def test_a_small_jsonl_scan_spawns_nothing_and_loads_no_resources_machinery(smal
 
 
 def test_a_log_large_enough_for_polars_scans_through_the_command_line(tmp_path: Path) -> None:
-    """polars (after 64 MB: here from the first chunk it may parse) asks importlib whether pandas
-    is there: the command line's guard answers as Python would, and still loads no pandas. Below
-    the threshold a log of megabytes is pyarrow's alone: polars' import costs more than it saves."""
+    """polars (with 128 MB left to parse: here from the first chunk it may parse) asks importlib
+    whether pandas is there: the command line's guard answers as Python would, and still loads no
+    pandas. A log of megabytes is pyarrow's alone: polars' import costs more than it saves."""
     log = write_jsonl(tmp_path / "steps.jsonl", healthy_rows(8000))
     assert log.stat().st_size > 2 << 20
     assert _loaded("scan", str(log), "-o", str(tmp_path / "r"), "-q") == ["jinja2"]
