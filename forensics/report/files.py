@@ -184,7 +184,8 @@ def _csv_name(name: str) -> str:
 def write_metrics_parquet(analysis: Analysis, path: Path, outputs: Outputs | None = None) -> None:
     """The per-step table of :func:`write_metrics_csv` as Parquet (zstd), one row group per part
     of the per-step store (memory bounded by a part). Columns as in the CSV; NaN is null (a
-    missing value), ``step`` is int64 and every other column float32."""
+    missing value), ``step`` is int64, ``timestamp`` float64 (seconds since the epoch: float32 would
+    resolve them to minutes) and every other column float32."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -236,7 +236,7 @@ def _stream_plots(parts: Parts, names: list[str], max_points: int) -> dict[str, 
     series = {n: s for n in plotted if (s := env[n].result(dtypes[n])) is not None}
     duration: dict[str, Any] | None = None
     if ts_n >= 2:
-        # float32 storage loses sub-minute precision on epoch seconds; good enough for a header
+        # the store keeps timestamps in float64 (epoch seconds in float32 stand still for minutes)
         duration = {"seconds": float(f"{ts_hi - ts_lo:.6g}"), "source": "timestamp"}
     elif st_any:
         duration = {"seconds": float(f"{float(st_sum[0]):.6g}"), "source": "sum of step_time"}
