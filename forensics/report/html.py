@@ -62,7 +62,6 @@ from .jsonsafe import jsonable
 from .verdict import evidence_rows, verdict
 
 if TYPE_CHECKING:
-
     from jinja2 import Environment
 
 __all__ = ["PLOTLY_FILE", "build_figures", "render_html", "write_html", "write_plotly_asset"]

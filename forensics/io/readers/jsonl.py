@@ -348,16 +348,16 @@ def _few_brackets(body: bytearray, end: int) -> bool:
     return brackets - max(starts - 1, 0) <= MAX_DEPTH
 
 
-def _shallow(arr: np.ndarray, nl: np.ndarray, body: bytearray | None = None) -> bool:
-    """Whether no line of the chunk ``arr`` (newlines at ``nl``; its bytes ``body``, when given,
-    for a quicker first test) holds more opening brackets than ``MAX_DEPTH`` (so no line nests
+def _shallow(arr: np.ndarray, nl: np.ndarray, body: bytearray) -> bool:
+    """Whether no line of the chunk ``arr`` (newlines at ``nl``; ``body`` holds its bytes, for
+    the quick first test) holds more opening brackets than ``MAX_DEPTH`` (so no line nests
     deeper: pyarrow overflows its stack on very deep nesting) or more colons than
     ``MAX_ROW_KEYS`` (so no row has more keys): the fast parses are safe on it. Lines too short
     to hold that many cost nothing."""
     n = len(arr)
     bounds = np.concatenate([[-1], nl, [n]]) if not len(nl) or nl[-1] != n - 1 else np.concatenate([[-1], nl])
     longest = int(np.diff(bounds).max())
-    if longest > 2 * MAX_DEPTH and not (body is not None and _few_brackets(body, n)) \
+    if longest > 2 * MAX_DEPTH and not _few_brackets(body, n) \
             and not _within(np.flatnonzero((arr | 0x20) == 0x7B), bounds, MAX_DEPTH):
         return False  # "{" and "[" (0x7B, 0x5B) and nothing else
     # a key takes four bytes at least ("":0,)
