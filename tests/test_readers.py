@@ -10,6 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from forensics import InputError, StrictModeError, scan_path
 from forensics.config import Config
@@ -532,3 +534,30 @@ def test_sample_stream_from_a_partitioned_dataset(tmp_path: Path) -> None:
     assert a.steps["sample_rows"] == n
     rep = next(r for r in a.inputs if r.path.endswith("samples_ds"))
     assert rep.format == "parquet-parts" and rep.rows_read == rep.rows_kept == n
+
+
+DEPTHS, KEYS = st.sampled_from([0, 1, 5, 128, 255, 256, 257, 300]), st.sampled_from([0, 3, 16383, 16384])
+
+
+@given(st.lists(st.tuples(DEPTHS, KEYS, st.integers(0, 700), st.booleans()), min_size=1, max_size=8),
+       st.booleans())
+@example([(257, 0, 0, False), (0, 0, 0, True), (0, 0, 0, True)], False)  # one line too deep, by one
+@example([(256, 0, 0, True), (0, 0, 0, True), (0, 0, 0, True)], True)
+@settings(max_examples=200, deadline=None, derandomize=True)
+def test_the_depth_and_width_bounds_see_every_line(lines: list[tuple[int, int, int, bool]],
+                                                   last_newline: bool) -> None:
+    """The JSONL reader's quick test that a chunk is safe for the fast parses (no line nests more
+    than MAX_DEPTH brackets deep or has more than MAX_ROW_KEYS keys) answers as counting line by
+    line does, whatever the lines' lengths and their order."""
+    from forensics.io.limits import MAX_DEPTH, MAX_ROW_KEYS
+    from forensics.io.readers.jsonl import _ByteCounter, _shallow
+
+    texts = []
+    for depth, keys, padding, wrapped in lines:
+        value = "[" * depth + "0" * padding + "]" * depth
+        pairs = "".join(f'"{i}":0,' for i in range(keys))
+        texts.append("{" + pairs + '"v":' + value + "}" if wrapped else value)
+    body = "\n".join(texts) + ("\n" if last_newline else "")
+    arr = np.frombuffer(body.encode(), dtype=np.uint8)
+    expected = all(t.count("{") + t.count("[") <= MAX_DEPTH and t.count(":") <= MAX_ROW_KEYS for t in texts)
+    assert _shallow(arr, np.flatnonzero(arr == 10), _ByteCounter()) == expected

@@ -208,6 +208,11 @@ class LengthBias(Tracker):
                 row0: int) -> None:
         """length.growth (the length rising past its baseline while the reward stalls) and
         length.coupled_growth (with the reward)."""
+        with np.errstate(divide="ignore", invalid="ignore"):  # lengths logged as 0 (no ratio: no finding)
+            self._growth_inner(rows, steps, length, reward, row0)
+
+    def _growth_inner(self, rows: np.ndarray, steps: np.ndarray, length: np.ndarray, reward: np.ndarray,
+                      row0: int) -> None:
         p = self.p
         after = rows >= p.probation
         has_base = rows >= p.probation + p.baseline_rows
