@@ -124,7 +124,9 @@ class Outputs:
             raise UsageError(f"refusing to write {path}: it is the input {same}"
                              + ("" if Path(same) == path else " (the same file)")
                              + "; choose another output path")
-        parent = path.parent.resolve()
+        if not self._folders:
+            return
+        parent = path.parent.resolve()  # follows the links (a few stat calls): only with a folder to test
         for folder, shown in self._folders:
             if parent == folder or parent.is_relative_to(folder):
                 raise UsageError(f"refusing to write {path}: it would replace a file inside the input "
