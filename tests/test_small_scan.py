@@ -91,6 +91,24 @@ def test_a_log_large_enough_for_polars_scans_through_the_command_line(tmp_path: 
         assert (tmp_path / "r" / name).read_bytes() == (tmp_path / "p" / name).read_bytes(), name
 
 
+def test_only_a_log_of_several_chunks_is_read_on_a_thread(small_log: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A JSONL log of one chunk is one batch, with nothing to overlap: it is parsed in the
+    caller's thread; a larger one on the reader thread, a chunk ahead of the trackers."""
+    import forensics.io.readers.jsonl as jsonl
+
+    threads: list[str] = []
+    ahead = jsonl._ahead
+    monkeypatch.setattr(jsonl, "_ahead", lambda items, depth: (threads.append("reader"), ahead(items, depth))[1])
+    small = scan_path(small_log)
+    assert threads == [] and small.steps["rows"] == 1000
+    monkeypatch.setattr(jsonl, "_MAX_CHUNK", small_log.stat().st_size // 3)  # the same log in several chunks
+    threaded = scan_path(small_log)
+    assert threads == ["reader"]
+    assert threaded.to_dict()["findings"] == small.to_dict()["findings"]
+    assert threaded.steps == small.steps
+
+
 def test_converting_or_gating_a_small_log_loads_none_of_them(small_log: Path, tmp_path: Path) -> None:
     assert _loaded("convert", str(small_log), "-o", str(tmp_path / "c.parquet"), "-q") == []
     # no report.html, and scipy (the diff's KS test) is not loaded for a gate

@@ -64,6 +64,8 @@ _MAX_CHUNK = 8 << 20
 #: million-step scan 0.7 s more than 32k-row ones), but every row of a batch is held several
 #: times while it is analysed (65k-row batches peak about 35 MB higher than 32k-row ones).
 _BATCH_CAP = 32768
+#: pyarrow's JSON block size unless :func:`_json_blocks` chooses a smaller one.
+_DEFAULT_BLOCK = 1 << 20
 #: Chunks the reader thread may parse ahead of the consumer (each holds its bytes and columns):
 #: one is enough to keep both the parse and the analysis busy.
 _AHEAD = 1
@@ -353,19 +355,42 @@ def _few_brackets(arr: np.ndarray, nl: np.ndarray, count: _ByteCounter) -> bool:
     return brackets - max(starts - 1, 0) <= MAX_DEPTH
 
 
+def _longest_line(nl: np.ndarray, size: int) -> int:
+    """Bytes of the longest line in a chunk of ``size`` bytes with newlines at ``nl``, each line
+    with its newline (a last line without one counted as if it had it).
+
+    >>> _longest_line(np.array([3, 5]), 6), _longest_line(np.array([3, 5]), 11), _longest_line(np.array([], int), 4)
+    (4, 6, 5)
+    """
+    if not len(nl):
+        return size + 1
+    tail = size - int(nl[-1]) if nl[-1] != size - 1 else 0
+    return max(int(np.diff(nl, prepend=-1).max()), tail)
+
+
 def _shallow(arr: np.ndarray, nl: np.ndarray, count: _ByteCounter) -> bool:
     """Whether no line of the chunk ``arr`` (newlines at ``nl``) holds more opening brackets than
     ``MAX_DEPTH`` (so no line nests deeper: pyarrow overflows its stack on very deep nesting) or
     more colons than ``MAX_ROW_KEYS`` (so no row has more keys): the fast parses are safe on it.
     Lines too short to hold that many cost nothing."""
     n = len(arr)
+    longest = _longest_line(nl, n)
     bounds = np.concatenate([[-1], nl, [n]]) if not len(nl) or nl[-1] != n - 1 else np.concatenate([[-1], nl])
-    longest = int(np.diff(bounds).max())
     if longest > 2 * MAX_DEPTH and not _few_brackets(arr, nl, count) \
             and not _within(np.flatnonzero((arr | 0x20) == 0x7B), bounds, MAX_DEPTH):
         return False  # "{" and "[" (0x7B, 0x5B) and nothing else
     # a key takes four bytes at least ("":0,)
     return longest <= 4 * MAX_ROW_KEYS or _within(np.flatnonzero(arr == 0x3A), bounds, MAX_ROW_KEYS)
+
+
+def _json_blocks(size: int, longest: int) -> pj.ReadOptions:
+    """pyarrow's JSON read options for a chunk of ``size`` bytes whose longest line has
+    ``longest``: two blocks at least, which its threads parse side by side (a 630 kB chunk in
+    one block, its default 1 MB: 3.0 ms; in 256 kB blocks: 1.9 ms), but none under 64 kB nor
+    over the default, and none a line does not fit in (it would straddle two: the default then,
+    as before)."""
+    block = min(max(size // 2, _FIRST_CHUNK), _DEFAULT_BLOCK)
+    return pj.ReadOptions(block_size=block if block > longest else _DEFAULT_BLOCK)
 
 
 class _ByteCounter:
@@ -538,11 +563,17 @@ class JsonlSource:
 
         Reading and pyarrow's parse (which releases the GIL) run in a reader thread, at most
         ``_AHEAD`` chunks ahead, so the trackers analyse one chunk while the next is parsed: on
-        a multi-core machine the scan then costs about the larger of the two, not their sum.
+        a multi-core machine the scan then costs about the larger of the two, not their sum. A
+        file of one chunk at most (``_MAX_CHUNK``) is read in the caller's thread: its one batch
+        has nothing to overlap with, and the hand-off cost a small scan half a millisecond.
         Everything that touches the read report stays in this (the caller's) thread.
         """
         with open_binary(self.path) as fh:
-            for item in _ahead(self._chunks(fh, batch_rows), _AHEAD):
+            items = self._chunks(fh, batch_rows)
+            size = _plain_size(fh)
+            if size is None or size > _MAX_CHUNK:  # a file of one batch has nothing to overlap
+                items = _ahead(items, _AHEAD)
+            for item in items:
                 self.bytes_read += item.size
                 if item.too_long:
                     self._bad(item.line0, f"line longer than {MAX_LINE_BYTES} bytes (skipped unread)",
@@ -635,7 +666,8 @@ class JsonlSource:
             n_newlines = len(nl)
             rest = bytes(buf[cut:end])
             if cut:
-                parsed = self._parse_fast(body, line0, n_newlines, known) if _shallow(arr, nl, count) else None
+                parsed = (self._parse_fast(body, line0, n_newlines, known, _longest_line(nl, cut))
+                          if _shallow(arr, nl, count) else None)
                 if parsed is None:  # line by line, in the caller's thread, after what is pending
                     yield from _join(pending, size)
                     yield _Chunk(line0, 0, body=bytes(body), final=eof)
@@ -663,20 +695,22 @@ class JsonlSource:
                 break
         yield from _join(pending, size)
 
-    def _parse_fast(self, body: memoryview, line0: int, n_newlines: int,
-                    known: _KnownColumns) -> tuple[int, Any, np.ndarray] | None:
+    def _parse_fast(self, body: memoryview, line0: int, n_newlines: int, known: _KnownColumns,
+                    longest: int) -> tuple[int, Any, np.ndarray] | None:
         """``(kind, parsed, line of each row)``: a polars frame (``kind`` is the schema version)
         or a pyarrow table (``kind`` -1); None when both reject the chunk or its rows do not match
-        its lines."""
+        its lines. ``longest``: the bytes of its longest line (:func:`_longest_line`)."""
         n_lines = n_newlines + (0 if body[-1:] == b"\n" else 1)
         frame = known.parse(body)
         if frame is not None:
             kind, parsed, n_rows = known.version, frame, frame.height
         else:
             try:
-                # pyarrow's own threads stay on: single-threaded, the parse (~5 CPU-s per million
-                # rows) becomes the bottleneck even with the trackers running alongside
-                parsed = pj.read_json(pa.BufferReader(pa.py_buffer(body)))
+                # pyarrow's own threads stay on (single-threaded, the parse, ~5 CPU-s per million
+                # rows, becomes the bottleneck even with the trackers running alongside), and a
+                # small chunk is cut into blocks small enough for both of them
+                parsed = pj.read_json(pa.BufferReader(pa.py_buffer(body)),
+                                      read_options=_json_blocks(len(body), longest))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 return None
             if not (_valid_strings(parsed) and _exact_floats(zip(parsed.column_names, parsed.columns))):
