@@ -140,7 +140,7 @@ def _clean_dict(value: dict[Any, Any]) -> dict[str, Any]:
 clean_evidence = _clean
 
 
-@dataclass
+@dataclass(slots=True)
 class Finding:
     """One detected problem over one episode.
 

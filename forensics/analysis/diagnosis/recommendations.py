@@ -222,11 +222,16 @@ def _series(analysis: Analysis, names: Sequence[str]) -> dict[str, np.ndarray]:
     """The whole series of a few columns (and ``step``); {} when one is missing."""
     if not names or not all(n in getattr(analysis.metrics, "names", {}) for n in names):
         return {}
-    chunks: dict[str, list[np.ndarray]] = {n: [] for n in ("step", *names)}
+    # filled part by part into arrays allocated once: a million-step run's columns are held once
+    # (float64, as the rules read them), not as parts and again as their concatenation
+    out = {n: np.empty(analysis.metrics.n) for n in ("step", *names)}
+    at = 0
     for part in analysis.metrics.parts(list(names)):
-        for n in chunks:
-            chunks[n].append(np.asarray(part[n], dtype=np.float64))
-    return {n: np.concatenate(v) if v else np.zeros(0) for n, v in chunks.items()}
+        k = len(part["step"])
+        for n, column in out.items():
+            column[at : at + k] = part[n]
+        at += k
+    return {n: column[:at] for n, column in out.items()}
 
 
 def kl_coef_from_log(analysis: Analysis) -> tuple[float, str] | None:

@@ -11,7 +11,7 @@ from .trailing import History, persist
 __all__ = ["Episode", "Episodes"]
 
 
-@dataclass
+@dataclass(slots=True)
 class Episode:
     """A contiguous range of rows over which a rule's condition held (after persistence).
 
