@@ -109,6 +109,27 @@ def test_only_a_log_of_several_chunks_is_read_on_a_thread(small_log: Path, tmp_p
     assert threaded.steps == small.steps
 
 
+def test_a_small_metrics_table_is_formatted_beside_the_page(small_log: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small run's metrics.csv is formatted on a thread of its own while the page is rendered,
+    and holds what it holds written in turn."""
+    import threading
+
+    from forensics.report import write_reports
+
+    analysis = scan_path(small_log)
+    where: list[str] = []
+    text = files._csv_text  # pyarrow's CSV writer, the numbers' formatting
+    monkeypatch.setattr(files, "_csv_text",
+                        lambda *a: (where.append(threading.current_thread().name), text(*a))[1])
+    write_reports(analysis, tmp_path / "beside")
+    monkeypatch.setattr(files, "CSV_BESIDE_PAGE_ROWS", -1)
+    write_reports(analysis, tmp_path / "in_turn")
+    assert where[0].startswith("forensics-metrics-csv") and where[1] == threading.current_thread().name
+    for name in ("metrics.csv", "analysis.json", "report.html"):
+        assert (tmp_path / "beside" / name).read_bytes() == (tmp_path / "in_turn" / name).read_bytes(), name
+
+
 def test_converting_or_gating_a_small_log_loads_none_of_them(small_log: Path, tmp_path: Path) -> None:
     assert _loaded("convert", str(small_log), "-o", str(tmp_path / "c.parquet"), "-q") == []
     # no report.html, and scipy (the diff's KS test) is not loaded for a gate

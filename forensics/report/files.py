@@ -111,6 +111,12 @@ def summary_dict(analysis: Analysis | dict[str, Any], top: int = 10) -> dict[str
 #: Runs of at most this many steps get metrics.csv from pyarrow (already loaded by the scan)
 #: instead of polars, whose import costs more than writing a small table.
 SMALL_CSV_ROWS = 20_000
+#: Runs of at most this many steps have metrics.csv formatted on a thread while the page is
+#: rendered: the tables are built here, and the thread only runs pyarrow's CSV writer, which
+#: formats the numbers into its own buffer without the GIL (a 1,000-step run's table: about
+#: 3 ms, which then costs nothing; Python work on that thread would stall this one for the
+#: interpreter's switch interval). -1: in turn (the tests' call counter follows one thread).
+CSV_BESIDE_PAGE_ROWS = SMALL_CSV_ROWS
 
 
 def write_metrics_csv(analysis: Analysis, path: Path, outputs: Outputs | None = None) -> None:
@@ -118,20 +124,50 @@ def write_metrics_csv(analysis: Analysis, path: Path, outputs: Outputs | None = 
     non-finite value (NaN, an infinity) is an empty cell, as it is null in analysis.json (the
     ``*.nonfinite`` findings say where a metric was logged non-finite). polars writes it: about 4x pyarrow's CSV
     writer on float columns (a million steps of 30 columns: 1.5 s instead of 6 s); a small run's
-    table is written by :func:`_arrow_csv` in the same text."""
-    small = (analysis.steps.get("rows") or 0) <= SMALL_CSV_ROWS
-    with (outputs or Outputs()).open(path, "wb") as fh:
+    table is written by :func:`small_metrics_csv` in the same text."""
+    outputs = outputs or Outputs()
+    if (analysis.steps.get("rows") or 0) <= SMALL_CSV_ROWS:
+        outputs.write_bytes(path, small_metrics_csv(analysis))
+        return
+    import polars as pl
+
+    with outputs.open(path, "wb") as fh:
         names: list[str] | None = None
         for part in analysis.metrics_parts():
             if names is None:
                 names = ["step"] + sorted(k for k in part if k != "step")
-            columns = {k: _finite(part[k]) for k in names}
-            if small:
-                _arrow_csv(columns, fh, header=fh.tell() == 0)
-            else:
-                import polars as pl
+            pl.DataFrame({k: _finite(part[k]) for k in names}).fill_nan(None).write_csv(
+                fh, include_header=fh.tell() == 0)
 
-                pl.DataFrame(columns).fill_nan(None).write_csv(fh, include_header=fh.tell() == 0)
+
+def small_metrics_csv(analysis: Analysis) -> bytes:
+    """metrics.csv of a small run (:data:`SMALL_CSV_ROWS` steps at most) in polars' text."""
+    return _csv_text(*_csv_tables(analysis))
+
+
+def _csv_tables(analysis: Analysis) -> tuple[bytes, list[Any]]:
+    """The header line and the pyarrow tables (one per part of the per-step store) whose CSV
+    rows are metrics.csv's (see :func:`_arrow_table`)."""
+    names: list[str] = []
+    tables = []
+    for part in analysis.metrics_parts():
+        if not names:
+            names = ["step"] + sorted(k for k in part if k != "step")
+        tables.append(_arrow_table({k: _finite(part[k]) for k in names}))
+    return ((",".join(_csv_name(k) for k in names) + "\n").encode() if names else b""), tables
+
+
+def _csv_text(header: bytes, tables: list[Any]) -> bytes:
+    """The header and the tables' rows, by pyarrow's CSV writer into its own buffer: the numbers
+    are formatted without the GIL."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    sink = pa.BufferOutputStream()
+    sink.write(header)
+    for table in tables:
+        pacsv.write_csv(table, sink, pacsv.WriteOptions(include_header=False, quoting_style="none"))
+    return sink.getvalue().to_pybytes()
 
 
 def _finite(values: np.ndarray) -> np.ndarray:
@@ -141,21 +177,19 @@ def _finite(values: np.ndarray) -> np.ndarray:
     return np.where(np.isinf(values), np.nan, values)
 
 
-def _arrow_csv(columns: dict[str, np.ndarray], fh: Any, header: bool) -> None:
-    """``columns`` as CSV rows in polars' text (see :func:`write_metrics_csv`): pyarrow writes
-    floats in their shortest form as polars does, but a whole number without its ``.0``, added
-    here; NaN is an empty cell. pyarrow's CSV writer formats the numbers itself (no
-    ``pyarrow.compute``: its import costs more than a small scan)."""
+def _arrow_table(columns: dict[str, np.ndarray]) -> Any:
+    """``columns`` as the pyarrow table whose CSV rows are in polars' text (see
+    :func:`write_metrics_csv`): pyarrow writes floats in their shortest form as polars does, but a
+    whole number without its ``.0``, added here as text; NaN is null, an empty cell. pyarrow's
+    CSV writer formats the numbers itself (no ``pyarrow.compute``: its import costs more than a
+    small scan)."""
     import pyarrow as pa
-    import pyarrow.csv as pacsv
 
-    if header:
-        fh.write((",".join(_csv_name(k) for k in columns) + "\n").encode())
     table = pa.table({k: pa.array(v, from_pandas=True) for k, v in columns.items()})  # NaN -> null
     for i, (name, values) in enumerate(columns.items()):
         if values.dtype.kind == "f" and bool(np.any(np.isfinite(values) & (np.floor(values) == values))):
             table = table.set_column(i, name, _whole_with_point(table.column(i), values))  # "3" -> "3.0"
-    pacsv.write_csv(table, fh, pacsv.WriteOptions(include_header=False, quoting_style="none"))
+    return table
 
 
 def _whole_with_point(column: Any, values: np.ndarray) -> Any:
@@ -462,19 +496,28 @@ def _write_files(analysis: Analysis, out_dir: Path, script: tuple[str, str | Non
         **({"metrics_parquet": out_dir / METRICS_PARQUET_FILE} if "parquet" in tables else {}),
         "findings": out_dir / FINDINGS_FILE,
     }
-    d = analysis.to_dict()
-    raw = json_bytes(d)
-    outputs.write_bytes(paths["analysis"], raw)
-    outputs.write_text(paths["summary"], to_json(summary_dict(d)))
-    if "metrics" in paths:
-        write_metrics_csv(analysis, paths["metrics"], outputs)
-    if "metrics_parquet" in paths:
-        write_metrics_parquet(analysis, paths["metrics_parquet"], outputs)
-    write_findings_csv(analysis, paths["findings"], outputs)
-    paths.update(write_training_files(d, out_dir, outputs))
-    if pages:
-        paths.update(write_rendered(orjson.loads(raw), out_dir, pages, script=script[0], outputs=outputs,
-                                    plotly_src=script[1]))
+    beside = "metrics" in paths and (analysis.steps.get("rows") or 0) <= CSV_BESIDE_PAGE_ROWS
+    with contextlib.ExitStack() as stack:
+        if beside:  # formatted while the files below are written and the page rendered
+            from concurrent.futures import ThreadPoolExecutor
+
+            pool = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="forensics-metrics-csv"))
+            table = pool.submit(_csv_text, *_csv_tables(analysis))  # the thread holds no GIL
+        d = analysis.to_dict()
+        raw = json_bytes(d)
+        outputs.write_bytes(paths["analysis"], raw)
+        outputs.write_text(paths["summary"], to_json(summary_dict(d)))
+        if "metrics_parquet" in paths:
+            write_metrics_parquet(analysis, paths["metrics_parquet"], outputs)
+        write_findings_csv(analysis, paths["findings"], outputs)
+        paths.update(write_training_files(d, out_dir, outputs))
+        if pages:
+            paths.update(write_rendered(orjson.loads(raw), out_dir, pages, script=script[0], outputs=outputs,
+                                        plotly_src=script[1]))
+        if beside:
+            outputs.write_bytes(paths["metrics"], table.result())
+        elif "metrics" in paths:
+            write_metrics_csv(analysis, paths["metrics"], outputs)
     return paths
 
 
