@@ -550,7 +550,7 @@ def test_the_depth_and_width_bounds_see_every_line(lines: list[tuple[int, int, i
     than MAX_DEPTH brackets deep or has more than MAX_ROW_KEYS keys) answers as counting line by
     line does, whatever the lines' lengths and their order."""
     from forensics.io.limits import MAX_DEPTH, MAX_ROW_KEYS
-    from forensics.io.readers.jsonl import _ByteCounter, _shallow
+    from forensics.io.readers.jsonl import _ByteCounter, _longest_line, _shallow
 
     texts = []
     for depth, keys, padding, wrapped in lines:
@@ -560,4 +560,5 @@ def test_the_depth_and_width_bounds_see_every_line(lines: list[tuple[int, int, i
     body = "\n".join(texts) + ("\n" if last_newline else "")
     arr = np.frombuffer(body.encode(), dtype=np.uint8)
     expected = all(t.count("{") + t.count("[") <= MAX_DEPTH and t.count(":") <= MAX_ROW_KEYS for t in texts)
-    assert _shallow(arr, np.flatnonzero(arr == 10), _ByteCounter()) == expected
+    nl = np.flatnonzero(arr == 10)
+    assert _shallow(arr, nl, _ByteCounter(), _longest_line(nl, len(arr))) == expected

@@ -368,19 +368,21 @@ def _longest_line(nl: np.ndarray, size: int) -> int:
     return max(int(np.diff(nl, prepend=-1).max()), tail)
 
 
-def _shallow(arr: np.ndarray, nl: np.ndarray, count: _ByteCounter) -> bool:
-    """Whether no line of the chunk ``arr`` (newlines at ``nl``) holds more opening brackets than
-    ``MAX_DEPTH`` (so no line nests deeper: pyarrow overflows its stack on very deep nesting) or
-    more colons than ``MAX_ROW_KEYS`` (so no row has more keys): the fast parses are safe on it.
-    Lines too short to hold that many cost nothing."""
+def _shallow(arr: np.ndarray, nl: np.ndarray, count: _ByteCounter, longest: int) -> bool:
+    """Whether no line of the chunk ``arr`` (newlines at ``nl``, the longest line ``longest``
+    bytes) holds more opening brackets than ``MAX_DEPTH`` (so no line nests deeper: pyarrow
+    overflows its stack on very deep nesting) or more colons than ``MAX_ROW_KEYS`` (so no row has
+    more keys): the fast parses are safe on it. Lines too short to hold that many cost nothing,
+    and the lines are only cut apart when the quick counts cannot decide."""
+    deep = longest > 2 * MAX_DEPTH and not _few_brackets(arr, nl, count)
+    wide = longest > 4 * MAX_ROW_KEYS  # a key takes four bytes at least ("":0,)
+    if not (deep or wide):
+        return True
     n = len(arr)
-    longest = _longest_line(nl, n)
     bounds = np.concatenate([[-1], nl, [n]]) if not len(nl) or nl[-1] != n - 1 else np.concatenate([[-1], nl])
-    if longest > 2 * MAX_DEPTH and not _few_brackets(arr, nl, count) \
-            and not _within(np.flatnonzero((arr | 0x20) == 0x7B), bounds, MAX_DEPTH):
+    if deep and not _within(np.flatnonzero((arr | 0x20) == 0x7B), bounds, MAX_DEPTH):
         return False  # "{" and "[" (0x7B, 0x5B) and nothing else
-    # a key takes four bytes at least ("":0,)
-    return longest <= 4 * MAX_ROW_KEYS or _within(np.flatnonzero(arr == 0x3A), bounds, MAX_ROW_KEYS)
+    return not wide or _within(np.flatnonzero(arr == 0x3A), bounds, MAX_ROW_KEYS)
 
 
 def _json_blocks(size: int, longest: int) -> pj.ReadOptions:
@@ -666,8 +668,9 @@ class JsonlSource:
             n_newlines = len(nl)
             rest = bytes(buf[cut:end])
             if cut:
-                parsed = (self._parse_fast(body, line0, n_newlines, known, _longest_line(nl, cut))
-                          if _shallow(arr, nl, count) else None)
+                longest = _longest_line(nl, cut)
+                parsed = (self._parse_fast(body, line0, n_newlines, known, longest)
+                          if _shallow(arr, nl, count, longest) else None)
                 if parsed is None:  # line by line, in the caller's thread, after what is pending
                     yield from _join(pending, size)
                     yield _Chunk(line0, 0, body=bytes(body), final=eof)
