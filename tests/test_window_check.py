@@ -358,3 +358,23 @@ def test_stationary_noise_in_every_metric_is_no_warning_from_any_tracker(n: int,
     d = scan_columns(cols, None)  # every tracker
     assert [(f["rule"], f["severity"]) for f in d["findings"] if f["severity"] != "info"] == []
     assert d["recommendations"]["priorities"]["immediate"] == []
+
+
+def test_the_judges_median_is_numpys_with_nan_and_infinities() -> None:
+    """The health check's median of a few values (in Python) answers as ``np.median``: NaN when
+    one is NaN, the middle of infinities otherwise (``inf - inf`` sums to NaN without one)."""
+    import math
+    import random
+    import warnings
+
+    from forensics.analysis.trackers.health_check import _median
+
+    rng = random.Random(3)
+    pool = [0.0, 1.5, -2.0, math.inf, -math.inf, math.nan, 3, 7, 1e308, -1e308, 5e-324]
+    for _ in range(3000):
+        values = [rng.choice(pool) if rng.random() < 0.5 else rng.gauss(0, 1) for _ in range(rng.randint(1, 9))]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # numpy's sum of inf and -inf
+            want = float(np.median(np.asarray(values, dtype=np.float64)))
+        got = _median(values)
+        assert got == want or (math.isnan(got) and math.isnan(want)), values
