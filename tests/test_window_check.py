@@ -362,7 +362,8 @@ def test_stationary_noise_in_every_metric_is_no_warning_from_any_tracker(n: int,
 
 def test_the_judges_median_is_numpys_with_nan_and_infinities() -> None:
     """The health check's median of a few values (in Python) answers as ``np.median``: NaN when
-    one is NaN, the middle of infinities otherwise (``inf - inf`` sums to NaN without one)."""
+    one is NaN, the middle of infinities otherwise (``inf - inf`` sums to NaN without one), and
+    prints no numpy warning (numpy's sum of huge values or of infinities does)."""
     import math
     import random
     import warnings
@@ -376,5 +377,7 @@ def test_the_judges_median_is_numpys_with_nan_and_infinities() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # numpy's sum of inf and -inf
             want = float(np.median(np.asarray(values, dtype=np.float64)))
-        got = _median(values)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            got = _median(values)
         assert got == want or (math.isnan(got) and math.isnan(want)), values

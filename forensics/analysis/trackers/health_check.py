@@ -233,9 +233,11 @@ def _median(values: Iterable[float]) -> float:
     """
     v = sorted(values)
     n = len(v)
-    total = sum(v)
-    if not n or total != total:  # numpy's answer for none (with its warning), or NaN (or inf - inf)
+    if not n:  # numpy's answer for none, with its warning
         return float(np.median(np.asarray(v, dtype=np.float64)))
+    total = sum(v)
+    if total != total and any(x != x for x in v):  # NaN among them (a sum is NaN for inf - inf too)
+        return math.nan
     mid = n // 2
     return float(v[mid]) if n % 2 else (float(v[mid - 1]) + float(v[mid])) / 2.0
 
