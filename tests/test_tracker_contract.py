@@ -114,3 +114,51 @@ def test_peeking_does_not_disturb_the_scan() -> None:
 def test_every_tracker_leaves_finish_to_the_base_class() -> None:
     for cls in TRACKERS.values():
         assert "finish" not in vars(cls), f"{cls.name}: the base class's finish starts the findings afresh"
+
+
+def test_only_the_findings_that_may_head_their_group_keep_their_evidence() -> None:
+    """A tracker drops the evidence of an episode's finding once a higher-ranked one of the same
+    rule and series shows up (a noisy run has tens of thousands): the grouped findings are those
+    of the evidence kept whole, for any mix of severities, magnitudes, ties and overlaps."""
+    import copy
+    import random
+
+    from forensics.analysis.findings import RuleSpec, Severity, clean_evidence, group_recurrences
+    from forensics.analysis.stats.episodes import Episode
+    from forensics.analysis.trackers.base import Tracker
+
+    class Noisy(Tracker):
+        name, area = "noisy", "training"
+        rules = (RuleSpec("noisy.a", Severity.WARNING, "a", "a", "a"),
+                 RuleSpec("noisy.b", Severity.INFO, "b", "b", "b"))
+
+        def __init__(self) -> None:
+            super().__init__(params=object())
+
+    rng = random.Random(11)
+    for _ in range(200):
+        tracker = Noisy()
+        kept, whole, coverage, magnitude = [], [], {}, {}
+        for i in range(rng.randint(1, 40)):
+            first = rng.randint(0, 300)
+            peak = rng.choice([1.0, 2.0, 5.0, float("nan"), float(rng.randint(0, 9))])
+            ep = Episode(onset_step=first, first_step=first, last_step=first + rng.randint(0, 30),
+                         last_row=0, n_rows=rng.randint(1, 9), peak=peak)
+            evidence = {"value": rng.random(), "i": i, **({"series": rng.choice("xy")} if rng.random() < 0.7 else {})}
+            f = tracker.emit(rng.choice(["noisy.a", "noisy.b"]), ep, f"episode {i}", evidence,
+                             rng.choice([None, Severity.INFO, Severity.WARNING, Severity.CRITICAL]))
+            kept.append(f)
+            full = copy.copy(f)
+            full.evidence = dict(evidence)
+            whole.append(full)
+            coverage[id(full)] = tracker._coverage[id(f)]
+            if id(f) in tracker._magnitude:
+                magnitude[id(full)] = tracker._magnitude[id(f)]
+        held = [f for f in kept if set(f.evidence) - {"series"}]
+        assert len(held) <= len(kept) and (len(kept) < 8 or len(held) < len(kept))
+        got = tracker.result({}).findings
+        want, _ = group_recurrences(whole, coverage, magnitude)
+        for f in want:  # as Tracker.result leaves them
+            f.evidence = clean_evidence(f.evidence)
+        assert sorted(json.dumps(f.to_dict(), sort_keys=True) for f in got) == \
+            sorted(json.dumps(f.to_dict(), sort_keys=True) for f in want)

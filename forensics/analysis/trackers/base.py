@@ -65,6 +65,11 @@ class TrackerResult:
         }
 
 
+def _keep_series(f: Finding) -> None:
+    """Drop a finding's evidence but its series (see :meth:`Tracker._keep_evidence_of_heads`)."""
+    f.evidence = {"series": f.evidence["series"]} if "series" in f.evidence else {}
+
+
 class Tracker:
     """Base class. Subclasses set the class attributes and implement ``update`` and ``conclude``
     (and ``close`` when they hold rows back until a later one arrives).
@@ -107,6 +112,7 @@ class Tracker:
         self._findings: list[Finding] = []
         self._coverage: dict[int, int] = {}
         self._magnitude: dict[int, float] = {}
+        self._heads: dict[tuple[str, Any], tuple[tuple[int, float], list[Finding]]] = {}
         self.source_keys: dict[str, str] = {}
 
     # -- protocol ---------------------------------------------------------------------
@@ -120,7 +126,7 @@ class Tracker:
 
     def finish(self) -> TrackerResult:
         """The result of the rows seen so far: fresh findings, the streaming state only read."""
-        self._findings, self._coverage, self._magnitude = [], {}, {}
+        self._findings, self._coverage, self._magnitude, self._heads = [], {}, {}, {}
         return self.conclude()
 
     def conclude(self) -> TrackerResult:
@@ -180,7 +186,30 @@ class Tracker:
         self._coverage[id(f)] = max(ep.n_rows, 1)
         if ep.peak == ep.peak:
             self._magnitude[id(f)] = abs(ep.peak)
+        self._keep_evidence_of_heads(f)
         return f
+
+    def _keep_evidence_of_heads(self, f: Finding) -> None:
+        """Keep the evidence only of the findings that may still head their rule's group.
+
+        :func:`~forensics.analysis.findings.group_recurrences` makes a rule's episodes (per
+        series) one finding with the evidence of the one of highest rank (severity, then
+        magnitude); an overlap merge keeps the higher-ranked of two. So the head is always one of
+        the group's highest-ranked findings, and the others' evidence is never read: it is dropped
+        as soon as a higher rank shows up (a noisy run's tens of thousands of episodes held a
+        dict of evidence each until the grouping). The series, which the grouping reads, stays.
+        """
+        key = (f.rule, clean_evidence(f.evidence.get("series")))
+        rank = (f.severity.rank, self._magnitude.get(id(f), 0.0))
+        best = self._heads.get(key)
+        if best is None or rank > best[0]:
+            for g in best[1] if best is not None else []:
+                _keep_series(g)
+            self._heads[key] = (rank, [f])
+        elif rank == best[0]:
+            best[1].append(f)
+        else:
+            _keep_series(f)
 
     def result(self, summary: dict[str, Any], notes: list[str] | None = None,
                series: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
