@@ -8,7 +8,7 @@ from enum import Enum
 from typing import Any
 
 __all__ = ["NON_FINITE", "Finding", "RuleRenamed", "RuleSpec", "Severity", "clean_evidence", "group_recurrences",
-           "non_finite_reason"]
+           "non_finite_reason", "recurrence_key", "recurrence_rank"]
 
 
 class Severity(str, Enum):
@@ -208,6 +208,18 @@ class Finding:
         )
 
 
+def recurrence_key(f: Finding) -> tuple[str, Any]:
+    """The group a finding's episodes are merged into by :func:`group_recurrences`: its rule and
+    the series it judged."""
+    return f.rule, _clean(f.evidence.get("series"))
+
+
+def recurrence_rank(f: Finding, magnitudes: dict[int, float]) -> tuple[int, float]:
+    """Which of a group's findings speaks for it (:func:`group_recurrences`): the more severe,
+    then the larger ``magnitude`` (keyed by ``id``; 0 when none)."""
+    return f.severity.rank, magnitudes.get(id(f), 0.0)
+
+
 def group_recurrences(findings: list[Finding], sizes: dict[int, int],
                       magnitudes: dict[int, float]) -> tuple[list[Finding], dict[int, int]]:
     """One finding per rule (and series): repeated episodes become one finding that lists them.
@@ -222,7 +234,7 @@ def group_recurrences(findings: list[Finding], sizes: dict[int, int],
     """
     groups: dict[tuple[str, Any], list[Finding]] = {}
     for f in findings:  # (evidence may be a tracker's, not yet cleaned: see Tracker.emit)
-        groups.setdefault((f.rule, _clean(f.evidence.get("series"))), []).append(f)
+        groups.setdefault(recurrence_key(f), []).append(f)
     sizes = dict(sizes)
     out: list[Finding] = []
     out_sizes: dict[int, int] = {}
@@ -233,7 +245,7 @@ def group_recurrences(findings: list[Finding], sizes: dict[int, int],
             out_sizes[id(group[0])] = sizes.get(id(group[0]), 1)
             continue
         group.sort(key=lambda f: (f.onset_step, f.first_step))
-        head = max(group, key=lambda f: (f.severity.rank, magnitudes.get(id(f), 0.0)))
+        head = max(group, key=lambda f: recurrence_rank(f, magnitudes))
         episodes = [{"first_step": f.first_step, "last_step": f.last_step, "onset_step": f.onset_step,
                      "severity": f.severity.value, "message": f.message} for f in group]
         merged = Finding(
@@ -257,8 +269,8 @@ def _merge_overlaps(group: list[Finding], sizes: dict[int, int],
         if prev is None or f.first_step > prev.last_step:
             out.append(f)
             continue
-        rank = {id(g): (g.severity.rank, magnitudes.get(id(g), 0.0)) for g in (f, prev)}
-        head, other = (f, prev) if rank[id(f)] > rank[id(prev)] else (prev, f)
+        ahead = recurrence_rank(f, magnitudes) > recurrence_rank(prev, magnitudes)
+        head, other = (f, prev) if ahead else (prev, f)
         head.first_step, head.last_step = min(f.first_step, prev.first_step), max(f.last_step, prev.last_step)
         head.onset_step = min(f.onset_step, prev.onset_step)
         sizes[id(head)] = max(sizes.get(id(head), 1), sizes.get(id(other), 1))

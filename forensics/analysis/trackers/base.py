@@ -9,7 +9,7 @@ import numpy as np
 
 from ...config import RunMeta
 from ...io.canonical import Batch
-from ..findings import Finding, RuleSpec, Severity, clean_evidence, group_recurrences
+from ..findings import Finding, RuleSpec, Severity, clean_evidence, group_recurrences, recurrence_key, recurrence_rank
 from ..stats.episodes import Episode
 
 __all__ = ["Tracker", "TrackerResult", "severity_weight", "tracker_score"]
@@ -199,8 +199,7 @@ class Tracker:
         as soon as a higher rank shows up (a noisy run's tens of thousands of episodes held a
         dict of evidence each until the grouping). The series, which the grouping reads, stays.
         """
-        key = (f.rule, clean_evidence(f.evidence.get("series")))
-        rank = (f.severity.rank, self._magnitude.get(id(f), 0.0))
+        key, rank = recurrence_key(f), recurrence_rank(f, self._magnitude)
         best = self._heads.get(key)
         if best is None or rank > best[0]:
             for g in best[1] if best is not None else []:
