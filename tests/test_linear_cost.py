@@ -125,7 +125,7 @@ def meter(monkeypatch: pytest.MonkeyPatch) -> OpMeter:
     monkeypatch.setattr(store.MetricsStore.__init__, "__defaults__", (500, 500 * 20, store.MAX_COLUMNS))
     # the meter follows one thread (sys.setprofile): tracker updates and finishes run inline
     monkeypatch.setattr(engine, "PARALLEL_ROWS", 2**62)
-    monkeypatch.setattr(files, "CSV_BESIDE_PAGE_ROWS", -1)  # metrics.csv in turn, not beside the page
+    monkeypatch.setattr(files, "CSV_BESIDE_PAGE", False)  # metrics.csv in turn, not beside the page
     return m
 
 

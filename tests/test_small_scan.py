@@ -123,7 +123,7 @@ def test_a_small_metrics_table_is_formatted_beside_the_page(small_log: Path, tmp
     monkeypatch.setattr(files, "_csv_text",
                         lambda *a: (where.append(threading.current_thread().name), text(*a))[1])
     write_reports(analysis, tmp_path / "beside")
-    monkeypatch.setattr(files, "CSV_BESIDE_PAGE_ROWS", -1)
+    monkeypatch.setattr(files, "CSV_BESIDE_PAGE", False)
     write_reports(analysis, tmp_path / "in_turn")
     assert where[0].startswith("forensics-metrics-csv") and where[1] == threading.current_thread().name
     for name in ("metrics.csv", "analysis.json", "report.html"):

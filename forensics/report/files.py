@@ -111,12 +111,17 @@ def summary_dict(analysis: Analysis | dict[str, Any], top: int = 10) -> dict[str
 #: Runs of at most this many steps get metrics.csv from pyarrow (already loaded by the scan)
 #: instead of polars, whose import costs more than writing a small table.
 SMALL_CSV_ROWS = 20_000
-#: Runs of at most this many steps have metrics.csv formatted on a thread while the page is
+#: A small run's metrics.csv (:data:`SMALL_CSV_ROWS`) is formatted on a thread while the page is
 #: rendered: the tables are built here, and the thread only runs pyarrow's CSV writer, which
 #: formats the numbers into its own buffer without the GIL (a 1,000-step run's table: about
 #: 3 ms, which then costs nothing; Python work on that thread would stall this one for the
-#: interpreter's switch interval). -1: in turn (the tests' call counter follows one thread).
-CSV_BESIDE_PAGE_ROWS = SMALL_CSV_ROWS
+#: interpreter's switch interval). False: in turn (the tests' call counter follows one thread).
+CSV_BESIDE_PAGE = True
+
+
+def _small(analysis: Analysis) -> bool:
+    """Whether metrics.csv is a small run's (pyarrow's writer, not polars')."""
+    return (analysis.steps.get("rows") or 0) <= SMALL_CSV_ROWS
 
 
 def write_metrics_csv(analysis: Analysis, path: Path, outputs: Outputs | None = None) -> None:
@@ -126,7 +131,7 @@ def write_metrics_csv(analysis: Analysis, path: Path, outputs: Outputs | None = 
     writer on float columns (a million steps of 30 columns: 1.5 s instead of 6 s); a small run's
     table is written by :func:`small_metrics_csv` in the same text."""
     outputs = outputs or Outputs()
-    if (analysis.steps.get("rows") or 0) <= SMALL_CSV_ROWS:
+    if _small(analysis):
         outputs.write_bytes(path, small_metrics_csv(analysis))
         return
     import polars as pl
@@ -496,7 +501,7 @@ def _write_files(analysis: Analysis, out_dir: Path, script: tuple[str, str | Non
         **({"metrics_parquet": out_dir / METRICS_PARQUET_FILE} if "parquet" in tables else {}),
         "findings": out_dir / FINDINGS_FILE,
     }
-    beside = "metrics" in paths and (analysis.steps.get("rows") or 0) <= CSV_BESIDE_PAGE_ROWS
+    beside = CSV_BESIDE_PAGE and "metrics" in paths and _small(analysis)
     with contextlib.ExitStack() as stack:
         if beside:  # formatted while the files below are written and the page rendered
             from concurrent.futures import ThreadPoolExecutor
