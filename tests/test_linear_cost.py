@@ -253,3 +253,28 @@ def test_plots_streamed_part_by_part_equal_the_whole_column_envelope() -> None:
     want = paired_sample(steps, frame["response_length_mean"], frame["reward_mean"], 250)
     assert got["pairs"]["length_reward"] == want
     assert got["duration"] == {"seconds": n * 0.5, "source": "sum of step_time"}
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_plots_streamed_in_any_cut_pick_the_envelopes_points(seed: int) -> None:
+    """Any cut of a column (empty parts, parts of one value, parts inside one bucket, a part
+    spanning many) with NaN, infinities, ties and float32 gives :func:`envelope`'s points."""
+    from forensics.analysis.diagnosis.series import _stream_plots, envelope
+
+    rng = np.random.default_rng(seed)
+    n, max_points = int(rng.integers(1, 3000)), int(rng.integers(2, 200))
+    steps = np.arange(n, dtype=np.int64) * 3
+    v = np.round(rng.normal(0, 1, n), int(rng.integers(0, 3)))  # ties at 0 and 1 decimals
+    v = v.astype(np.float32) if seed % 2 else v
+    v[rng.random(n) < rng.random() * 0.5] = np.nan
+    if seed % 3 == 0:
+        v[rng.random(n) < 0.1] = np.inf
+    cuts = [0, *sorted(rng.choice(n + 1, int(rng.integers(0, min(n, 50) + 1)))), n]
+    parts = [{"step": steps[a:b], "kl": v[a:b]} for a, b in itertools.pairwise(cuts)]
+    got = _stream_plots(lambda: parts, ["step", "kl"], max_points)["series"]
+    x, y = envelope(steps, v, max_points)
+    if not len(x):
+        assert "kl" not in got
+        return
+    assert got["kl"]["x"] == x.tolist()
+    assert got["kl"]["y"] == [float(f"{q:.6g}") for q in y.tolist()]

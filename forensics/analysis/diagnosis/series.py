@@ -155,25 +155,28 @@ class _Envelope:
         v, st = (values, steps) if ok.all() else (values[ok], steps[ok])
         if not len(v):
             return
-        pos = np.arange(self.seen, self.seen + len(v))
-        self.seen += len(v)
+        seen, self.seen = self.seen, self.seen + len(v)
         if self.n <= self.max_points:
             self.keep.append((st, v))
             return
-        b = pos // self.size
-        starts = np.flatnonzero(np.diff(b, prepend=-1))
-        counts = np.diff(np.append(starts, len(b)))
-        ub = b[starts]
-        for red, best, at, step, val, better in (
-                (np.minimum, self.lo, self.lo_at, self.lo_step, self.lo_v, np.less),
-                (np.maximum, self.hi, self.hi_at, self.hi_step, self.hi_v, np.greater)):
-            ext = red.reduceat(v, starts)
-            hit = np.flatnonzero(v == np.repeat(ext, counts))
-            _, first = np.unique(b[hit], return_index=True)  # the first extreme of each bucket
-            j = hit[first]
+        # the buckets this part touches, as the rows of a table padded at both ends with a value
+        # that never wins (+inf for the minimum, -inf for the maximum): argmin and argmax take
+        # each bucket's first extreme, as envelope() does
+        first, lead = divmod(seen, self.size)
+        ub = np.arange(first, (seen + len(v) - 1) // self.size + 1)
+        rows = np.arange(len(ub))
+        for pad, arg, best, at, step, val, better in (
+                (np.inf, np.argmin, self.lo, self.lo_at, self.lo_step, self.lo_v, np.less),
+                (-np.inf, np.argmax, self.hi, self.hi_at, self.hi_step, self.hi_v, np.greater)):
+            table = np.full(len(ub) * self.size, pad, dtype=v.dtype)
+            table[lead : lead + len(v)] = v
+            table = table.reshape(len(ub), self.size)
+            j = arg(table, axis=1)
+            ext = table[rows, j]
+            j += rows * self.size - lead  # the extreme's place in the part
             upd = better(ext, best[ub])  # strictly: an earlier part's tie stays, as argmin keeps it
             best[ub[upd]] = ext[upd]
-            at[ub[upd]], step[ub[upd]], val[ub[upd]] = pos[j][upd], st[j][upd], v[j][upd]
+            at[ub[upd]], step[ub[upd]], val[ub[upd]] = seen + j[upd], st[j[upd]], v[j[upd]]
 
     def points(self, dtype: np.dtype[Any]) -> tuple[np.ndarray, np.ndarray] | None:
         """The plotted steps and values (not yet rounded: :func:`_rounded_series` rounds every
