@@ -504,8 +504,11 @@ class KLSchedule(Tracker):
         saturated = ok & after & (np.abs(kt / target - 1.0) >= 0.2)
         self.ep["kl_ctl.saturated"].update(rows, steps, saturated, kt / target)
         sel = ok & (err != 0)
-        self.fit_num += float((dlog[sel] * err[sel]).sum())
-        self.fit_den += float((err[sel] ** 2).sum())
+        # added strictly in order (cumsum), onto the totals so far: numpy's pairwise sum groups
+        # the terms by the arrays' memory alignment, so the estimate's last bit depended on what
+        # the process had allocated before (a fleet worker, ``watch``) and on the batch cuts
+        terms = np.vstack([[self.fit_num, self.fit_den], np.column_stack([dlog[sel] * err[sel], err[sel] ** 2])])
+        self.fit_num, self.fit_den = (float(v) for v in np.cumsum(terms, axis=0)[-1])
         n, horizon = self.meta.kl_batch_size, self.meta.kl_horizon
         if self.meta.kl_controller == "adaptive" and n and horizon:
             predicted = np.log1p(err * n / horizon)
