@@ -26,8 +26,8 @@ a fresh subprocess (so peak memory is the child's own), imports before the clock
 
 forensics: the full analysis (read, canonicalise, every tracker, findings, health, the analysis
 JSON with its plots and timeline), in a process set up as the command line sets up its own
-(:func:`forensics.lean.pyarrow_without_pandas`: pyarrow's pandas shim, 0.1-0.2 s on the first
-Parquet batch, is not loaded). Prints seconds, the ratio to the baseline and its budget,
+(:func:`forensics.lean.pyarrow_without_pandas`: pyarrow's pandas shim, 0.1-0.4 s on the first
+array conversion, is not loaded). Prints seconds, the ratio to the baseline and its budget,
 microseconds per row, peak RSS against 400 MB, for Parquet the analysis cost per million values,
 and whether time per row stays within 10% from the smallest size to the largest. Budgets
 (DESIGN.md): step JSONL 1.5x, step Parquet 8x, sample stream 4x, peak < 400 MB.
