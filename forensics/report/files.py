@@ -124,6 +124,11 @@ def _small(analysis: Analysis) -> bool:
     return (analysis.steps.get("rows") or 0) <= SMALL_CSV_ROWS
 
 
+def _table_columns(part: dict[str, np.ndarray]) -> list[str]:
+    """The columns of metrics.csv and metrics.parquet, in order: ``step``, then the metrics by name."""
+    return ["step"] + sorted(k for k in part if k != "step")
+
+
 def write_metrics_csv(analysis: Analysis, path: Path, outputs: Outputs | None = None) -> None:
     """One row per step, part by part of the per-step store (memory bounded by a part); a
     non-finite value (NaN, an infinity) is an empty cell, as it is null in analysis.json (the
@@ -140,7 +145,7 @@ def write_metrics_csv(analysis: Analysis, path: Path, outputs: Outputs | None = 
         names: list[str] | None = None
         for part in analysis.metrics_parts():
             if names is None:
-                names = ["step"] + sorted(k for k in part if k != "step")
+                names = _table_columns(part)
             pl.DataFrame({k: _finite(part[k]) for k in names}).fill_nan(None).write_csv(
                 fh, include_header=fh.tell() == 0)
 
@@ -157,7 +162,7 @@ def _csv_tables(analysis: Analysis) -> tuple[bytes, list[Any]]:
     tables = []
     for part in analysis.metrics_parts():
         if not names:
-            names = ["step"] + sorted(k for k in part if k != "step")
+            names = _table_columns(part)
         tables.append(_arrow_table({k: _finite(part[k]) for k in names}))
     return ((",".join(_csv_name(k) for k in names) + "\n").encode() if names else b""), tables
 
@@ -232,7 +237,7 @@ def write_metrics_parquet(analysis: Analysis, path: Path, outputs: Outputs | Non
         writer: pq.ParquetWriter | None = None
         try:
             for part in analysis.metrics_parts():
-                names = ["step"] + sorted(k for k in part if k != "step")
+                names = _table_columns(part)
                 table = pa.table({k: pa.array(part[k], from_pandas=k != "step") for k in names})
                 if writer is None:
                     writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
