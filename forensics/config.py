@@ -33,11 +33,12 @@ import json
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, ForensicsError, InputError, closest, did_you_mean
+from .records import record
 
 if TYPE_CHECKING:
     from .schema import UserColumn
@@ -105,7 +106,7 @@ def _num(x: float) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Allowed:
     """The values a parameter accepts: a type and, for numbers, a range; for text, choices or a
     regular expression. ``describe()`` says it in words (``forensics rules`` lists it) and
@@ -277,7 +278,7 @@ def allowed_of(f: dataclasses.Field[Any]) -> Allowed:
     return allowed
 
 
-@dataclass
+@record
 class RunMeta:
     """What a run says about itself (``run.json`` written by the trainer, or ``[run]`` in a config).
 
@@ -407,7 +408,7 @@ def _field_value(f: dataclasses.Field[Any], value: Any, where: str) -> Any:
     return known
 
 
-@dataclass
+@record
 class Config:
     """Everything a scan is configured by: run metadata, per-tracker parameters, scan options."""
 

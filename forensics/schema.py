@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
+
+from .records import record
 
 __all__ = [
     "ALIASES",
@@ -45,7 +47,7 @@ STEP = "step"
 SAMPLE = "sample"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Metric:
     """One canonical metric.
 
@@ -208,7 +210,7 @@ TRANSFORMS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Alias:
     """A source key that means a canonical metric.
 
@@ -572,7 +574,7 @@ USER_MAP_CONFIG = "config [columns]"
 USER_MAP_OPTION = "--map"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class UserColumn:
     """A user's own key name for a canonical metric (``[columns]`` in a config, ``--map``).
 
@@ -725,7 +727,7 @@ def merge_user_columns(*maps: dict[str, UserColumn]) -> dict[str, UserColumn]:
     return out
 
 
-@dataclass
+@record
 class ColumnMapping:
     """How the keys of one source were mapped: ``source -> canonical``, and the keys left as they are.
 

@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import Any
 
 from ..config import RunMeta, algorithm_family, normalise_algorithm
+from ..records import record
 from .trainer_keys import printed_keys
 
 __all__ = ["RunContext", "infer_context", "key_set_algorithm"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Signature:
     """Keys that identify an algorithm: any one of ``any_of`` (and every key of ``all_of``)."""
 
@@ -94,7 +95,7 @@ _ESTIMATOR_KEYS = (("algorithm.adv_estimator", _VERL_ESTIMATORS), ("advantage_es
 _CONFIG_FIELDS = ("learning_rate", "max_grad_norm", "clip_range", "max_length", "group_size")
 
 
-@dataclass
+@record
 class RunContext:
     """What the logs say about the run, with where each value came from."""
 

@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from ..io.formats import batch_rows_for, open_source
 from ..io.locate import RunFiles, locate
 from ..io.memory import trim
 from ..io.readers import RawBatch, ReadReport
+from ..records import record
 from ..schema import ColumnMapping
 from .context import infer_context
 from .diagnosis.consequence import Consequences, apply_consequences
@@ -49,7 +49,7 @@ from .trackers.custom import CustomRules, config_rules
 
 __all__ = ["Scan", "map_not_found_text", "scan_frame", "scan_path"]
 
-@dataclass
+@record
 class Replay:
     line: int
     from_step: int

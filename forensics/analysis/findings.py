@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import Enum
 from typing import Any
+
+from ..records import record
 
 __all__ = ["NON_FINITE", "Finding", "RuleRenamed", "RuleSpec", "Severity", "clean_evidence", "group_recurrences",
            "non_finite_reason", "recurrence_key", "recurrence_rank"]
@@ -39,7 +41,7 @@ class RuleRenamed(FutureWarning):
     line."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RuleSpec:
     """A rule a tracker can fire: stable id, default severity, what it means and what to do.
 
@@ -140,7 +142,7 @@ def _clean_dict(value: dict[Any, Any]) -> dict[str, Any]:
 clean_evidence = _clean
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Finding:
     """One detected problem over one episode.
 

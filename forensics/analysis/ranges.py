@@ -24,7 +24,8 @@ not scale with the model; they depend on where the penalty sits.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+
+from ..records import record
 
 __all__ = ["KL_RANGES", "LORA_FACTOR", "LR_RANGES", "REFERENCE_PARAMS", "KlRange", "LrRange", "SizedRange",
            "geometric_centre", "kl_range", "lr_family", "lr_range", "ranges_tables", "size_factor"]
@@ -37,7 +38,7 @@ SIZE_EXPONENT = 1.0 / 3.0
 LORA_FACTOR = 10.0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LrRange:
     """The usual learning rates of full fine-tuning of a 7B model for one family of algorithms."""
 
@@ -87,7 +88,7 @@ def geometric_centre(low: float, high: float) -> float:
     return float(f"{math.sqrt(low * high):.2g}")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SizedRange:
     """A learning-rate range for this run: full fine-tuning ``low``-``high`` at its size, the
     top of what is usual (``usual_high``: LoRA's unless full fine-tuning is known), and words."""
@@ -133,7 +134,7 @@ def _params_text(n: float) -> str:
     return f"{n:.0f}"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KlRange:
     """The usual KL coefficients where the penalty sits in one place."""
 

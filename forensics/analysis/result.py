@@ -9,7 +9,7 @@ renders every report on its own.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,6 +17,7 @@ import numpy as np
 from .. import __version__
 from ..config import RunMeta
 from ..io.readers import ReadReport
+from ..records import record
 from ..schema import ColumnMapping
 from .findings import Finding, Severity
 from .store import MetricsStore
@@ -31,7 +32,7 @@ __all__ = ["SCHEMA_VERSION", "Analysis"]
 SCHEMA_VERSION = "1.0"
 
 
-@dataclass(repr=False)
+@record(repr=False)
 class Analysis:
     """The result of a scan. ``to_dict`` is the analysis JSON (deterministic); ``repr`` is a
     few lines of summary (the inputs, steps, health and the findings by severity)."""

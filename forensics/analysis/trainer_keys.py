@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from ..config import algorithm_family
+from ..records import record
 
 __all__ = ["CONFIG_KEYS", "PARAMETERS", "ConfigKey", "Trainer", "config_keys", "printed_keys", "set_key",
            "trainer_for", "trainer_keys"]
@@ -56,7 +57,7 @@ PARAMETERS = {
     "reward_weights": "reward weights",
 }
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ConfigKey:
     """One key a parameter is stored under, and who uses that spelling: the key sets of the
     trainers that write it (:data:`KEY_SETS`), and ``generic`` for a spelling a free-form config
@@ -150,7 +151,7 @@ _RUN_JSON = {"kl_coef": "kl_coef_init", "kl_horizon": "kl_horizon", "max_grad_no
              "max_length": "max_length"}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Trainer:
     """A trainer's configuration: its name, the config it reads, parameter -> key, and how a
     change is written (``style``: ``fields`` for a dataclass's fields, ``dotted`` for Hydra

@@ -10,13 +10,14 @@ one copy of plotly.js, written once into the fleet's folder (``plotly_js="shared
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from ..config import Config
 from ..errors import InputError, UsageError
 from ..io.output import Outputs
+from ..records import record
 from ..report.html import PLOTLY_FILE, write_plotly_asset
 from ..verdicts.gate import Policy
 from .discover import Run, find_runs, is_run_folder
@@ -28,7 +29,7 @@ __all__ = ["ENGINES", "PLOTLY_JS", "REPORTS", "FleetResult", "Run", "RunTask", "
            "row_from_analysis", "run_fleet", "scan_run", "sort_rows", "write_fleet"]
 
 
-@dataclass
+@record
 class FleetResult:
     """The rows (in discovery order), the files written, the fleet's gate verdict, and the
     worker processes that scanned the runs (process id: peak resident memory in bytes)."""

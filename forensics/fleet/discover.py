@@ -28,13 +28,13 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ForensicsError, InputError
 from ..io.adapters.wandb import chart_runs
 from ..io.formats import detect_format
 from ..io.locate import LOG_NAMES, is_run_folder, locate, log_error
+from ..records import record
 
 __all__ = ["Run", "find_runs", "is_run_folder"]
 
@@ -45,7 +45,7 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character de
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Run:
     """A run to scan: its name in the fleet (``OUT/<name>/``), the path ``scan_path`` reads,
     when discovery already knows it cannot be scanned (a FIFO, an unreadable log) why, and the

@@ -22,10 +22,10 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ..records import record
 from .scan import RunTask, error_row, scan_run
 
 __all__ = ["ENGINES", "Done", "Worker", "Workers", "ray_init", "run_local", "run_ray"]
@@ -37,7 +37,7 @@ POOL_RESTARTS = 3
 OnResult = Callable[[dict[str, Any]], None]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Worker:
     """A worker process as its last run left it: its id, peak resident memory (bytes) and the
     CPU seconds it has used (its start-up included)."""
@@ -51,7 +51,7 @@ class Worker:
 Workers = dict[int, Worker]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Done:
     """A run's row, and the worker process that scanned it."""
 

@@ -7,7 +7,7 @@ is a plain dict, and it never raises: a run that cannot be read is a row with it
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -16,6 +16,7 @@ import orjson
 from ..analysis.engine import scan_path
 from ..config import Config
 from ..errors import ForensicsError
+from ..records import record
 from ..report.files import ANALYSIS_FILE, HTML_FILE, write_reports
 from ..report.verdict import verdict as run_verdict
 from ..verdicts.gate import Policy, evaluate
@@ -36,7 +37,7 @@ REPORTS = {"none": (), "html": ("html",), "all": ("html", "md")}
 PLOTLY_JS = ("shared", "file", "inline")
 
 
-@dataclass
+@record
 class RunTask:
     """What a worker needs to scan one run (picklable)."""
 

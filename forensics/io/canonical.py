@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from decimal import Decimal
 from typing import Any
 
 import numpy as np
 
+from ..records import record
 from ..schema import METRICS, TRANSFORMS, ColumnMapping, UserColumn, alias_rank, canonical_name
 from .limits import STEP_MAX, STEP_MIN
 from .readers import RawBatch, ReadReport
@@ -39,7 +40,7 @@ from .readers import RawBatch, ReadReport
 __all__ = ["SHADOW_PREFIX", "Batch", "Canonicalizer", "parse_number", "step_value"]
 
 
-@dataclass
+@record
 class Batch:
     """Consecutive rows of a stream as numpy columns under canonical names.
 
@@ -216,7 +217,7 @@ def _to_float(values: np.ndarray) -> np.ndarray:
     return out
 
 
-@dataclass
+@record
 class _Stored:
     """Where one source key goes: ``name`` (its column) and its mapping ``kind``."""
 

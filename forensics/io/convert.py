@@ -14,7 +14,6 @@ bounded by the batch size: the first finds the columns, the second writes them.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ import pyarrow.parquet as pq
 
 from .. import __version__
 from ..errors import InputError
+from ..records import record
 from ..schema import ColumnMapping
 from .canonical import Canonicalizer
 from .formats import detect_format as _detect
@@ -37,7 +37,7 @@ __all__ = ["ConvertResult", "convert", "read_convert_metadata"]
 METADATA_KEY = b"forensics"
 
 
-@dataclass
+@record
 class ConvertResult:
     """What :func:`convert` wrote."""
 

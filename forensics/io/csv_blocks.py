@@ -22,7 +22,6 @@ import io
 import math
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import IO, Any
 
 import numpy as np
@@ -30,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from ..records import record
 from .canonical import parse_number
 from .csv_dialect import Dialect, csv_records, record_ends
 from .limits import CELL_BUDGET, MAX_LINE_BYTES
@@ -52,7 +52,7 @@ _INTEGER = re.compile(r"^[+-]?\d{1,30}$")
 Bad = Callable[[int, str, str], None]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Block:
     """Whole records: ``data`` (its first byte starts a record), the line of its first record,
     its line ends (``newlines``) and whether it is the end of the file."""
@@ -225,7 +225,7 @@ def table_batch(table: pa.Table, lines: np.ndarray, steps: frozenset[str]) -> Ra
     return raw
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Parsed:
     """A block, its bytes as UTF-8, the line of each record and pyarrow's table (or ``None``)."""
 

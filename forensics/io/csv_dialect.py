@@ -16,10 +16,10 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 
+from ..records import record
 from .canonical import parse_number
 from .inputs import BOM
 from .limits import MAX_LINE_BYTES
@@ -30,7 +30,7 @@ _QUOTE, _NL, _CR = ord('"'), ord("\n"), ord("\r")
 _DELIMITERS = ("\t", ",", ";", "|")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Dialect:
     """How a CSV file is written. ``data_start`` is the byte offset (in the file, BOM included)
     just past the header record and ``data_line`` the 1-based line where data begins."""

@@ -25,12 +25,13 @@ and does not search inside it; in any other folder it takes each log file (5) as
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 import orjson
 
 from ..errors import ForensicsError, InputError
+from ..records import record
 
 __all__ = ["CALLBACK_DIR", "LOG_NAMES", "NOT_LOGS", "RunFiles", "is_run_folder", "locate", "log_error",
            "trainer_state_of"]
@@ -46,7 +47,7 @@ NOT_LOGS = ("samples.", "run.json", "manifest.json", "analysis.json", "summary.j
 LOG_NAMES = (".jsonl", ".jsonl.gz", ".ndjson", ".csv", ".tsv", ".parquet", ".log", ".wandb")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RunFiles:
     """The files of one run: the step log, the sample stream and the run metadata (None: none),
     and ``notes`` saying what was chosen over what."""

@@ -31,13 +31,13 @@ import socket
 import struct
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
 from ..io.adapters.tensorboard import _pb_bytes, _pb_key, _pb_varint, encode_event, tfrecord
 from ..io.output import Outputs
+from ..records import record
 
 __all__ = ["EXPORT_TARGETS", "TensorBoardWriter", "WandbTarget", "episode_series", "export_analysis",
            "findings_markdown", "scalars_of", "wandb_log", "wandb_target"]
@@ -259,7 +259,7 @@ def _writable_folder(out_dir: Path, outputs: Outputs) -> Path:
 _RUN_FOLDER = re.compile(r"^(?:offline-)?run-\d{8}_\d{6}-(?P<id>[A-Za-z0-9_-]+)$")
 
 
-@dataclass
+@record
 class WandbTarget:
     """The W&B run findings go to: ``run_id`` is None for a new run; ``source`` says how it was
     found (the analysed run folder, or the options)."""

@@ -23,7 +23,7 @@ more than ``tolerance``, or B has a new warning or critical finding.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ import numpy as np
 
 from ..config import DIFF_TOLERANCE
 from ..io.output import is_report_link
+from ..records import record
 from .saved import load_analysis
 
 __all__ = ["BASELINE_FRACTION", "CONSECUTIVE", "FINAL_FRACTION", "KEY_METRICS", "RunData",
@@ -44,7 +45,7 @@ CONSECUTIVE = 5
 _HEALTH = ("overall", "stability", "convergence")
 
 
-@dataclass
+@record
 class RunData:
     """One side of a diff: the analysis dict and its per-step columns."""
 

@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
+
+from ..records import record
 
 __all__ = ["LabelledRun", "Quality", "corpus_available", "evaluate", "evaluate_corpora", "load_runs",
            "real_log_lines", "render_table", "scan_labelled_logs", "scan_real_logs", "scan_runs"]
@@ -48,7 +50,7 @@ ALARM_SEVERITIES = ("warning", "critical")
 OPS_PREFIXES = ("throughput.",)
 
 
-@dataclass
+@record
 class LabelledRun:
     name: str
     fault: str | None
@@ -78,7 +80,7 @@ class LabelledRun:
                        and f["rule"].startswith(OPS_PREFIXES)})
 
 
-@dataclass
+@record
 class RuleStats:
     tp: int = 0
     fp: int = 0
@@ -95,7 +97,7 @@ class RuleStats:
         return self.detected / self.expected if self.expected else None
 
 
-@dataclass
+@record
 class Quality:
     rules: dict[str, RuleStats]
     runs: list[dict[str, Any]]

@@ -53,7 +53,7 @@ import fnmatch
 import functools
 import json
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
@@ -61,6 +61,7 @@ from xml.etree import ElementTree as ET
 from ..analysis.findings import RuleRenamed, Severity
 from ..config import Allowed, read_toml, show_value
 from ..errors import ConfigError, InputError, did_you_mean
+from ..records import record
 
 __all__ = ["DEFAULT_POLICY", "GateResult", "Policy", "default_policy", "evaluate", "load_policy",
            "render_github", "render_json", "render_junit", "render_text", "rule_catalogue"]
@@ -69,7 +70,7 @@ _TOP_KEYS = {"fail_on", "fail_rules", "min_health", "overrides", "allow", "allow
 _HEALTH_KEYS = {"overall", "stability", "convergence", "areas"}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Allow:
     rule: str
     steps: tuple[int, int] | None = None
@@ -83,7 +84,7 @@ class Allow:
         return self.steps[0] <= int(f["first_step"]) and int(f["last_step"]) <= self.steps[1]
 
 
-@dataclass
+@record
 class Policy:
     """A parsed gate policy (see the module docstring for the file format)."""
 
@@ -286,7 +287,7 @@ def load_policy(path: Path | str) -> Policy:
     return parse_policy(read_toml(path, "policy file"), str(path))
 
 
-@dataclass
+@record
 class GateResult:
     """The verdict: failing findings, failing health checks, and per-rule detail."""
 

@@ -24,8 +24,7 @@ see the tracker's own verdict and why it moved; the tracker scores are recompute
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from ...records import record
 from ..findings import Finding, Severity
 
 __all__ = ["DAMAGE", "EXCURSIONS", "Consequences", "apply_consequences"]
@@ -37,7 +36,7 @@ DAMAGE = frozenset({"entropy.collapse", "length.collapse", "signal.reward_floor"
                     "kl.excessive", "signal.dead_groups", "grad.vanish", "pref.not_learning"})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Consequences:
     """The run's extent, in steps and rows, against which episodes are placed."""
 

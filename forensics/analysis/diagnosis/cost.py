@@ -16,11 +16,11 @@ few minutes, which is what a cost in GPU-hours needs.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...records import record
 from ..findings import Finding, Severity
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ __all__ = ["LEARNING_STOPPED", "cost_lines", "cost_section"]
 LEARNING_STOPPED = ("reward.stagnation", "signal.dead_groups", "signal.reward_floor", "pref.not_learning")
 
 
-@dataclass
+@record
 class _Clock:
     """Elapsed wall-clock seconds: in all, and before each step of interest; rows likewise."""
 

@@ -35,12 +35,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...config import algorithm_family
+from ...records import record
 from ..ranges import KL_RANGES
 from ..spans import step_span
 from ..trackers.health_check import (
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 __all__ = ["ACTIONS", "TEXT_ONLY", "Action", "advice_sections", "applicable_actions", "windows_with_findings"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Action:
     """One parameter change a rule's remedy asks for.
 
@@ -285,7 +285,7 @@ def _config_values(analysis: Analysis, findings: Sequence[Mapping[str, Any]], tr
     return out
 
 
-@dataclass
+@record
 class _LengthReward:
     """A reward that pays for length: the reward series that tracks the mean length best."""
 
@@ -331,7 +331,7 @@ def length_reward(analysis: Analysis, findings: Sequence[Mapping[str, Any]]) -> 
 
 
 # -- candidates -----------------------------------------------------------------------------------
-@dataclass
+@record
 class _Candidate:
     action: Action
     priority: str
@@ -427,7 +427,7 @@ def fit_remedy(remedy: str, family: str | None) -> str:
 #: What a policy drifting from its reference shows when nothing holds it there.
 _DRIFT = ("entropy.blowup", "length.growth", "length.coupled_growth", "length.reward_correlation",
           "kl.runaway", "kl.excessive", "kl.drift")
-@dataclass
+@record
 class _Facts:
     """What the recommendations reason from besides the findings: the trainer, the algorithm,
     where the KL penalty sits (``none`` too when the log shows a coefficient of 0), the KL
@@ -737,7 +737,7 @@ def _resolve(cands: list[_Candidate], values: _Values, trainer: Trainer | None,
     return list(chosen.values())
 
 
-@dataclass
+@record
 class _Draft:
     """One adjustment being worked out: the values it moves between and how it is said."""
 

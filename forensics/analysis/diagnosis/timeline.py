@@ -69,8 +69,9 @@ from __future__ import annotations
 
 import fnmatch
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from ...records import record
 
 if TYPE_CHECKING:
     from ..result import Analysis
@@ -84,7 +85,7 @@ LAG_FRACTION = 0.05
 _SEV_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CausalRule:
     """One row of the rule table: cause patterns, effect patterns, max lag in steps, why."""
 

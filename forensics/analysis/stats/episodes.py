@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 import numpy as np
 
+from ...records import record
 from .trailing import History, persist
 
 __all__ = ["Episode", "Episodes"]
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Episode:
     """A contiguous range of rows over which a rule's condition held (after persistence).
 

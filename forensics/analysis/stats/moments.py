@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 
 import numpy as np
+
+from ...records import record
 
 __all__ = ["FIELDS", "Moments", "accumulate", "segment_moments"]
 
@@ -31,7 +33,7 @@ ADDITIVE = ("rows", "n", "s1", "s2", "pn", "pa", "pb", "pp")
 FIELDS = (*ADDITIVE, "first", "last", "mn", "mx")
 
 
-@dataclass
+@record
 class Moments:
     """Sums of a series around ``shift`` over ``rows`` rows: ``n`` finite values, ``s1 = sum(x - k)``, ``s2 =
     sum((x - k)**2)``, and over the ``pn`` lag-1 pairs ``(x_t, x_t+1)`` with both finite: ``pa =

@@ -18,15 +18,15 @@ instead of a Python loop over steps: 10,000,000 responses cost the same per row 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
+
+from ...records import record
 
 __all__ = ["Block", "Moments", "StepRuns", "segment_mean", "segment_moments", "segment_ranks",
            "segment_spearman"]
 
 
-@dataclass
+@record
 class Block:
     """Complete steps: ``steps[j]`` is the step of code ``j``; ``codes`` the code of each row."""
 
@@ -79,7 +79,7 @@ def _block(steps: np.ndarray, cols: dict[str, np.ndarray]) -> Block:
     codes = np.cumsum(new) - 1
     return Block(steps[new], codes, cols)
 
-@dataclass
+@record
 class Moments:
     """Per-segment pair count, means and centred sums of squares and products."""
 

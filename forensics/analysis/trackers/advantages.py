@@ -11,13 +11,13 @@ sharding bug.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
 from ...config import Relations, param
 from ...io.canonical import Batch
+from ...records import record
 from ..findings import RuleSpec, Severity
 from ..spans import step_span
 from ..stats.episodes import Episodes
@@ -31,7 +31,7 @@ __all__ = ["Advantages"]
 GROUP_RELATIVE = frozenset({"grpo", "rloo", "dapo", "dr_grpo", "gspo"})
 
 
-@dataclass
+@record
 class AdvantagesParams:
     probation: int = param(10, "Rows at the start on which no rule fires.", ge=0)
     baseline_rows: int = param(50, "Rows after probation that define the baseline scale.")

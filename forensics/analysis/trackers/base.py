@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ...config import RunMeta
 from ...io.canonical import Batch
+from ...records import record
 from ..findings import Finding, RuleSpec, Severity, clean_evidence, group_recurrences, recurrence_key, recurrence_rank
 from ..stats.episodes import Episode
 
@@ -37,7 +38,7 @@ def tracker_score(findings: list[Finding], rows: int, row_counts: dict[int, int]
     return round(score, 4)
 
 
-@dataclass
+@record
 class TrackerResult:
     """What a tracker returns at the end of a stream."""
 

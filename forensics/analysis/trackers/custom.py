@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -41,6 +41,7 @@ import numpy as np
 from ...config import Allowed, Config, RunMeta, show_value
 from ...errors import ConfigError, did_you_mean
 from ...io.canonical import Batch
+from ...records import record
 from ..findings import RuleSpec, Severity
 from ..stats.episodes import Episodes
 from ..stats.trailing import History
@@ -67,7 +68,7 @@ _NEEDS = {"above": ("threshold",), "below": ("threshold",), "spike": (), "drop":
           "rise": ("percent",), "flat": ("percent",)}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Condition:
     """One column's condition (see the module doc)."""
 
@@ -143,7 +144,7 @@ class Condition:
         return cond & np.isfinite(pct), pct
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CustomRule:
     """A rule declared in a config's ``[[rules]]``."""
 
@@ -249,7 +250,7 @@ def config_rules(config: Config) -> tuple[CustomRule, ...]:
     return tuple(out)
 
 
-@dataclass
+@record
 class _Params:
     """Custom rules take their settings from ``[[rules]]``, not from a parameter table."""
 

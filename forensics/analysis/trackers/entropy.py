@@ -18,13 +18,13 @@ LMs*; DAPO (Yu et al. 2025) sections 3.1, 3.3.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ...config import Relations, param
 from ...io.canonical import Batch
+from ...records import record
 from ..findings import RuleSpec, Severity
 from ..spans import step_span
 from ..stats.episodes import Episodes
@@ -35,7 +35,7 @@ from .base import Tracker, TrackerResult
 __all__ = ["Entropy"]
 
 
-@dataclass
+@record
 class EntropyParams:
     baseline_rows: int = param(20, "First rows whose median entropy is the early level H_0.")
     smooth: int = param(20, "Rows in the block median that defines the current level.")

@@ -22,13 +22,13 @@ does not depend on batching. Rules run on per-step rates (rows are sample-stream
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ...config import Relations, param
 from ...io.canonical import Batch
+from ...records import record
 from ...schema import REWARD_COMPONENT_PREFIX
 from ..findings import RuleSpec, Severity
 from ..spans import step_span
@@ -42,7 +42,7 @@ __all__ = ["Generation", "response_features"]
 DEFAULT_FORMAT = r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$"
 
 
-@dataclass
+@record
 class GenerationParams:
     format_pattern: str = param(DEFAULT_FORMAT, "Regex (DOTALL) a compliant response matches.", regex=True)
     think_pattern: str = param(r"<think>(.*?)</think>", "Regex whose group 1 is the reasoning part.", regex=True)

@@ -11,13 +11,13 @@ clipping), OPT-175B logbook, PaLM (spikes despite clipping).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
 from ...config import Relations, param
 from ...io.canonical import Batch
+from ...records import record
 from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
 from ..stats.episodes import Episodes
@@ -27,7 +27,7 @@ from .base import Tracker, TrackerResult
 __all__ = ["GradNorms"]
 
 
-@dataclass
+@record
 class GradNormsParams:
     window: int = param(100, "Trailing window (rows) of the robust baseline.")
     block: int = param(10, "Rows per block of the robust baseline (see stats.BlockStats).")

@@ -65,12 +65,13 @@ import dataclasses
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
 
 from ...config import algorithm_family, param
+from ...records import record
 from ..stats.moments import Moments
 from ..trainer_keys import PARAMETERS, config_keys, set_key
 
@@ -94,7 +95,7 @@ PRIORITIES = ("immediate", "short_term", "medium_term")
 SERIES = ("reward", "loss", "log_kl")
 
 
-@dataclass
+@record
 class HealthCheckParams:
     flat_z: float = param(3.0, "A move of a window mean within this many standard errors (corrected "
                           "for autocorrelation) of the previous window's is flat.")
@@ -122,7 +123,7 @@ class HealthCheckParams:
                              "plateau_windows window means exceeds this many standard errors.")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Adjustment:
     """One row of the rule table: change ``parameter`` by ``factor``."""
 
@@ -140,7 +141,7 @@ class Adjustment:
         return "raise" if self.factor > 1.0 else "lower"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class IssueRule:
     """One window issue: when it holds (``condition``), how urgent it is, what to change."""
 
@@ -273,7 +274,7 @@ def summary(m: Mapping[str, Moments]) -> dict[str, float | int | None]:
 
 
 # -- reports -------------------------------------------------------------------------------------
-@dataclass
+@record
 class WindowReport:
     """What the health check says about one window."""
 
@@ -302,7 +303,7 @@ def _status(issues: Iterable[str]) -> str:
     return "ok"
 
 
-@dataclass
+@record
 class _Memory:
     """The bounded summary of the earlier windows a window is judged against."""
 

@@ -24,13 +24,14 @@ rarely log the last two per step, the canonical writer does), and ``epoch``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ...config import Relations, param
 from ...io.canonical import Batch
+from ...records import record
 from ..findings import RuleSpec, Severity
 from ..ranges import LORA_FACTOR, SizedRange, geometric_centre, lr_range
 from ..spans import step_span
@@ -40,7 +41,7 @@ from .base import Tracker, TrackerResult
 __all__ = ["SETTINGS", "Hyperparams", "Setting"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Setting:
     """A followed setting: its parameter (the canonical column it is read from), its rule and
     wording."""
@@ -59,7 +60,7 @@ SETTINGS = (
 )
 
 
-@dataclass
+@record
 class HyperparamsParams:
     change_ratio: float = param(1.5, "A move by more than this factor between consecutive logged "
                                 "values is a change (a smooth schedule moves less per step).")
@@ -154,7 +155,7 @@ RULES = (
 )
 
 
-@dataclass
+@record
 class _Follow:
     """Streaming state of one setting: the last three logged values (the newest move undecided)."""
 

@@ -22,13 +22,13 @@ Ziegler et al. 2019, *Fine-Tuning Language Models from Human Preferences*, arXiv
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
 from ...config import Relations, param
 from ...io.canonical import Batch
+from ...records import record
 from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
 from ..stats.episodes import Episode, Episodes
@@ -38,7 +38,7 @@ from .base import Tracker, TrackerResult
 __all__ = ["KLSchedule"]
 
 
-@dataclass
+@record
 class KLScheduleParams:
     window: int = param(100, "Trailing window (rows) for the rolling baseline and trends.")
     block: int = param(10, "Rows per block of the robust baseline (see stats.BlockStats).")

@@ -22,13 +22,13 @@ the coupled-growth rule is therefore informational unless the per-response corre
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
 from ...config import Relations, param
 from ...io.canonical import Batch
+from ...records import record
 from ..findings import RuleSpec, Severity
 from ..spans import step_span
 from ..stats.episodes import Episodes
@@ -41,7 +41,7 @@ __all__ = ["LengthBias"]
 _HASH = np.uint64(0x9E3779B97F4A7C15)
 
 
-@dataclass
+@record
 class LengthBiasParams:
     window: int = param(50, "Trailing window (rows) for step-level trends.")
     block: int = param(5, "Rows per block of the trend statistics (see stats.BlockStats).")

@@ -35,13 +35,13 @@ AR(1) noise at phi 0.9 gave 16 to 325 divergence warnings.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ...config import Relations, param
 from ...io.canonical import Batch
+from ...records import record
 from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
 from ..stats.episodes import Episodes
@@ -59,7 +59,7 @@ NEAR_ZERO_RATIO = 1000
 LOSS_SERIES = ("loss", "policy_loss", "value_loss", "entropy_loss")
 
 
-@dataclass
+@record
 class LossesParams:
     window: int = param(100, "Trailing window (rows) of the robust baseline.")
     block: int = param(10, "Rows per block of the robust baseline (see stats.BlockStats).")

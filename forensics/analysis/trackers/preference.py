@@ -25,13 +25,13 @@ References: SIGNATURES.md #23-#25; Rafailov et al. 2023 (DPO); Azar et al. 2023 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ...config import param
 from ...io.canonical import Batch
+from ...records import record
 from ..findings import RuleSpec, Severity
 from ..stats.episodes import Episode, Episodes
 from ..stats.trailing import Context, shift, window_median
@@ -42,7 +42,7 @@ __all__ = ["Preference"]
 LN2 = math.log(2.0)
 
 
-@dataclass
+@record
 class PreferenceParams:
     smooth: int = param(5, "Rows in the trailing median that smooths loss, accuracy and margin.")
     overfit_loss: float = param(0.1, "Smoothed loss below this with accuracy pinned is "

@@ -35,13 +35,13 @@ References: SIGNATURES.md #8 (per-function rewards, TRL ``rewards/{func}/mean``)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ...config import Relations, param
 from ...io.canonical import Batch
+from ...records import record
 from ...schema import REWARD_COMPONENT_PREFIX
 from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
@@ -57,7 +57,7 @@ HALF_ROWS = 2048
 
 __all__ = ["Rewards"]
 
-@dataclass
+@record
 class RewardsParams:
     smooth: int = param(20, "Rows in the trailing block median that defines the reward level.")
     window: int = param(100, "Trailing window (rows) of the noise estimate.")

@@ -18,13 +18,13 @@ References: SIGNATURES.md #12 (zero-variance groups; DAPO section 3.2, dynamic s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ...config import Relations, param
 from ...io.canonical import Batch
+from ...records import record
 from ..findings import RuleSpec, Severity
 from ..stats.episodes import Episodes
 from .base import Tracker, TrackerResult
@@ -32,7 +32,7 @@ from .base import Tracker, TrackerResult
 __all__ = ["Signal"]
 
 
-@dataclass
+@record
 class SignalParams:
     dead_share: float = param(0.5, "frac_reward_zero_std at or above this: most groups carry no "
                               "learning signal (SIGNATURES #12).", le=1)

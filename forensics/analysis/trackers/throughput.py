@@ -22,13 +22,13 @@ planned number of steps in the trainer config (``max_steps``, ``total_steps``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ...config import Relations, param
 from ...io.canonical import Batch
+from ...records import record
 from ..findings import RuleSpec, Severity
 from ..spans import step_span
 from ..stats.episodes import Episodes
@@ -52,7 +52,7 @@ TOTAL_STEP_KEYS = ("max_steps", "total_steps", "total_training_steps", "trainer.
                    "num_training_steps")
 
 
-@dataclass
+@record
 class ThroughputParams:
     probation: int = param(50, "Rows at the start (warm-up, compilation) on which no rule fires.", ge=0)
     recent_rows: int = param(30, "Rows whose median step time is compared with the run median.")

@@ -16,13 +16,13 @@ TRL's warnings on ratios; clip fraction above 0.3), Huang et al. 2024 (N+ implem
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
 from ...config import Relations, param
 from ...io.canonical import Batch
+from ...records import record
 from ..findings import RuleSpec, Severity
 from ..stats.episodes import Episodes
 from .base import Tracker, TrackerResult
@@ -30,7 +30,7 @@ from .base import Tracker, TrackerResult
 __all__ = ["TrustRegion"]
 
 
-@dataclass
+@record
 class TrustRegionParams:
     approx_kl: float = param(0.1, "approx_kl (old vs new policy, nats/token) above which an update "
                              "left the trust region (healthy PPO: 0.003-0.008; Spinning Up stops "

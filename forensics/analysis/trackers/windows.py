@@ -22,13 +22,14 @@ overlap it (:mod:`forensics.analysis.diagnosis.recommendations`), so windows and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import Any
 
 import numpy as np
 
 from ...config import param
 from ...io.canonical import Batch
+from ...records import record
 from ..stats.moments import Moments, accumulate, segment_moments
 from .base import Tracker, TrackerResult
 from .health_check import HealthCheck, HealthCheckParams
@@ -38,7 +39,7 @@ __all__ = ["Windows", "window_keys"]
 _SERIES = ("reward", "loss", "log_kl")
 
 
-@dataclass
+@record
 class WindowsParams(HealthCheckParams):
     """The health check's parameters (:class:`forensics.analysis.trackers.health_check.HealthCheckParams`),
     plus how the run is cut into windows."""
@@ -70,7 +71,7 @@ def window_keys(steps: np.ndarray, epoch: np.ndarray | None, first_step: int, wi
     return keys, float(filled[-1]) if len(filled) else last_epoch
 
 
-@dataclass
+@record
 class _Window:
     key: int
     first_step: int
@@ -83,7 +84,7 @@ class _Window:
                        {s: self.moments[s].merge(right.moments[s]) for s in _SERIES})
 
 
-@dataclass
+@record
 class _Cut:
     """Windows being built from consecutive segments: the closed ones and the open one."""
 

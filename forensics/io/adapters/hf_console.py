@@ -22,11 +22,12 @@ says so. A dict with its own ``step`` (LLaMA-Factory PPO) keeps it. Evaluation d
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from ...records import record
 from ..readers.base import ReadReport
 from ._common import ANSI, ApartRows, LineParser, LineSource, Rows, iter_lines, parse_number
 from ._pydict import parse_pydict
@@ -47,7 +48,7 @@ def detect(path: Path, head: bytes) -> bool:
                for line in text.splitlines() for frag in line.split("\r"))
 
 
-@dataclass
+@record
 class StepSurvey:
     """What a first pass over a console saw of each training dict: the progress frame printed
     since the previous dict, and the printed epoch; and the summary's epoch."""

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from ...errors import StrictModeError
+from ...records import record
 
 __all__ = ["RawBatch", "ReadReport", "RowIssue", "Source", "ValueIssue"]
 
@@ -18,7 +19,7 @@ __all__ = ["RawBatch", "ReadReport", "RowIssue", "Source", "ValueIssue"]
 MAX_ISSUES_KEPT = 200
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RowIssue:
     """A row that could not be used: where it is and why."""
 
@@ -30,7 +31,7 @@ class RowIssue:
         return f"{self.path}:{self.line}: {self.reason}"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ValueIssue:
     """One value set aside (read as missing) in a row that was kept: where, which key, why."""
 
@@ -43,7 +44,7 @@ class ValueIssue:
         return f"{self.path}:{self.line}: {self.key}: {self.reason}"
 
 
-@dataclass
+@record
 class ReadReport:
     """Counts of rows read, kept and skipped (with reasons) for one input.
 
@@ -131,7 +132,7 @@ class ReadReport:
         }
 
 
-@dataclass
+@record
 class RawBatch:
     """Consecutive rows under their source keys.
 
@@ -174,7 +175,7 @@ class Source(Protocol):
     def batches(self, batch_rows: int) -> Iterator[RawBatch]: ...
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Format:
     """A readable format: a content sniffer and a factory.
 

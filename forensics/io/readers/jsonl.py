@@ -30,7 +30,6 @@ import re
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
@@ -40,6 +39,7 @@ import pyarrow as pa
 import pyarrow.json as pj
 
 from ...errors import InputError, StrictModeError
+from ...records import record
 from ...schema import canonical_name
 from ..inputs import BOM, open_binary, truncation
 from ..limits import CELL_BUDGET, MAX_DEPTH, MAX_LINE_BYTES, MAX_NUMBER_DIGITS, MAX_ROW_KEYS
@@ -246,7 +246,7 @@ def head_objects(head: bytes, lines: int = 64) -> tuple[int, int]:
     return objects, others
 
 
-@dataclass
+@record
 class _Chunk:
     """One chunk of whole lines, parsed by the reader thread.
 

@@ -11,12 +11,12 @@ but not listed: the scorer counts such alarms as neither hits nor false alarms.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ...records import record
 
 __all__ = ["FAULTS", "FaultSpec"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FaultSpec:
     """One injectable fault.
 

@@ -18,9 +18,10 @@ The total reward is ``correctness + FORMAT_WEIGHT * format``. The length-reward 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
+
+from ...records import record
 
 __all__ = [
     "BOS",
@@ -45,7 +46,7 @@ FORMAT_WEIGHT = 0.2
 _CHARS = {PAD: "", BOS: "^", SEP: ">", EOS: "$"} | {DIGIT0 + d: str(d) for d in range(10)}
 
 
-@dataclass
+@record
 class Batch:
     """Prompts of one rollout: tokens ``(B, PROMPT_LEN)``, digit counts and reversed targets."""
 
@@ -54,7 +55,7 @@ class Batch:
     targets: torch.Tensor  # (B, MAX_DIGITS) reversed digit tokens, PAD beyond n_digits
 
 
-@dataclass
+@record
 class Rewards:
     """Scores of a batch of responses."""
 

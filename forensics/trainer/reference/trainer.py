@@ -18,12 +18,13 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ...records import record
 from ..torch_helpers import PhaseTimer, advantage_stats, grad_norms, memory_stats, mfu
 from ..writer import RunWriter
 from .faults import FAULTS
@@ -39,7 +40,7 @@ CPU_PEAK_FLOPS = 1e11
 CUDA_PEAK_FLOPS = {"H200": 67e12, "H100": 67e12, "A100": 19.5e12, "L4": 30e12, "A10": 31e12}
 
 
-@dataclass
+@record
 class TrainConfig:
     """Everything a reference run is configured by (recorded in ``run.json`` under config)."""
 
