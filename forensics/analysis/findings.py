@@ -166,8 +166,10 @@ class Finding:
     episodes: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.evidence = _clean(self.evidence)
-        self.episodes = _clean(self.episodes)
+        if self.evidence:  # (empty: nothing to clean; a scan makes one per episode, then fills it)
+            self.evidence = _clean(self.evidence)
+        if self.episodes:
+            self.episodes = _clean(self.episodes)
 
     def sort_key(self) -> tuple[int, int, str, int]:
         return (-self.severity.rank, self.onset_step, self.rule, self.first_step)
@@ -248,14 +250,16 @@ def group_recurrences(findings: list[Finding], sizes: dict[int, int],
             continue
         group.sort(key=lambda f: (f.onset_step, f.first_step))
         head = max(group, key=lambda f: recurrence_rank(f, magnitudes))
-        episodes = [{"first_step": f.first_step, "last_step": f.last_step, "onset_step": f.onset_step,
-                     "severity": f.severity.value, "message": f.message} for f in group]
         merged = Finding(
             rule=head.rule, severity=head.severity, first_step=min(f.first_step for f in group),
             last_step=max(f.last_step for f in group), onset_step=group[0].onset_step,
             message=f"{len(group)} episodes; the largest: {head.message}", remedy=head.remedy,
-            tracker=head.tracker, evidence=dict(head.evidence), explanation=head.explanation,
-            episodes=episodes)
+            tracker=head.tracker, evidence=dict(head.evidence), explanation=head.explanation)
+        # made clean (Python ints and strings), so not cleaned again: a noisy run lists tens of
+        # thousands of episodes
+        merged.episodes = [{"first_step": int(f.first_step), "last_step": int(f.last_step),
+                            "onset_step": int(f.onset_step), "severity": str(f.severity.value),
+                            "message": str(f.message)} for f in group]
         out.append(merged)
         out_sizes[id(merged)] = sum(sizes.get(id(f), 1) for f in group)
     return out, out_sizes
