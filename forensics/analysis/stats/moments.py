@@ -134,7 +134,8 @@ class Moments:
     def merge(self, right: Moments) -> Moments:
         """The moments of this window followed by ``right`` (the pair across the boundary counts)."""
         r = right.shifted(self.shift)
-        out = Moments(self.shift, **{f: getattr(self, f) + getattr(r, f) for f in ADDITIVE},
+        out = Moments(self.shift, self.rows + r.rows, self.n + r.n, self.s1 + r.s1, self.s2 + r.s2,
+                      self.pn + r.pn, self.pa + r.pa, self.pb + r.pb, self.pp + r.pp,
                       first=self.first if self.rows else r.first, last=r.last if r.rows else self.last,
                       mn=min(self.mn, r.mn), mx=max(self.mx, r.mx))
         if self.rows and r.rows and math.isfinite(self.last) and math.isfinite(right.first):
@@ -233,7 +234,8 @@ def _accumulate_few(total: Moments, rows: np.ndarray) -> Moments:
     plus the segment's value plus what its boundary pair adds); the extremes as numpy's (NaN if
     any is NaN)."""
     shift = total.shift
-    rows_, n, s1, s2, pn, pa, pb, pp = (float(getattr(total, f)) for f in ADDITIVE)
+    rows_, n, s1, s2 = float(total.rows), float(total.n), float(total.s1), float(total.s2)
+    pn, pa, pb, pp = float(total.pn), float(total.pa), float(total.pb), float(total.pp)
     prev = total.last if total.rows else math.nan
     table = rows.tolist()
     for r0, r1, r2, r3, r4, r5, r6, r7, first, last, _, _ in table:
@@ -244,8 +246,10 @@ def _accumulate_few(total: Moments, rows: np.ndarray) -> Moments:
             pn, pa, pb, pp = pn + (r4 + 0.0), pa + (r5 + 0.0), pb + (r6 + 0.0), pp + (r7 + 0.0)
         rows_, n, s1, s2 = rows_ + r0, n + r1, s1 + r2, s2 + r3
         prev = last
-    low = _extreme([r[10] for r in table], min)
-    high = _extreme([r[11] for r in table], max)
+    if len(table) == 1:  # (a window's usual share of a batch: one segment)
+        low, high = table[0][10], table[0][11]
+    else:
+        low, high = _extreme([r[10] for r in table], min), _extreme([r[11] for r in table], max)
     return Moments(shift, rows_, n, s1, s2, pn, pa, pb, pp, first=total.first if total.rows else table[0][8],
                    last=table[-1][9], mn=min(total.mn, low), mx=max(total.mx, high))
 
