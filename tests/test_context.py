@@ -114,3 +114,13 @@ def test_model_size_from_model_files_and_config_keys(tmp_path: Path) -> None:
     verl = infer_context([], "verl-console", {"actor_rollout_ref.model.path": "~/models/Qwen2.5-3B",
                                               "actor_rollout_ref.model.lora_rank": 0})
     assert verl.values["model_params"] == 3e9 and verl.values["lora"] is False
+
+
+def test_the_key_set_evidence_names_the_logs_first_reward_function() -> None:
+    """The evidence is the same in every process: it names the log's first per-function reward
+    key, not whichever a set of the keys gave first (that changed with the string hashing)."""
+    base = ["completions/mean_length", "reward", "reward_std"]
+    funcs = ["rewards/soft_format_reward_func/mean", "rewards/correctness_reward_func/mean"]
+    for order in (funcs, funcs[::-1]):
+        ctx = infer_context([*base, *order], "hf-trainer-state")
+        assert f"{order[0]}: grpo" in ctx.sources["algorithm"], ctx.sources["algorithm"]

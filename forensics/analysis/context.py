@@ -302,7 +302,7 @@ def _kl_from_verl(ctx: RunContext, config: dict[str, Any], where: str) -> None:
         ctx.set("kl_penalty", "none", f"{where}: use_kl_in_reward=False, use_kl_loss=False")
 
 
-def _from_key_set(ctx: RunContext, keys: set[str], fmt: str) -> None:
+def _from_key_set(ctx: RunContext, keys: list[str], fmt: str) -> None:
     algo, family, evidence = key_set_algorithm(keys)
     if algo is None and fmt == "llamafactory" and "reward" in keys:
         algo, family, evidence = "ppo", "critic", "inferred: LLaMA-Factory logs reward from its PPO stage only"
@@ -331,6 +331,8 @@ def infer_context(keys: Iterable[str], fmt: str = "", run_config: dict[str, Any]
     ctx = RunContext()
     if run_config:
         _from_config(ctx, run_config, run_config_origin)
-    _from_key_set(ctx, set(keys), fmt)
+    # in the log's order, each once: the evidence names the first per-function reward key of
+    # the log (a set's order changed with the interpreter's string hashing, run to run)
+    _from_key_set(ctx, list(dict.fromkeys(keys)), fmt)
     return ctx
 
