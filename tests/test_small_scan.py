@@ -31,6 +31,10 @@ ARROW_PARTS = ("pyarrow.parquet", "pyarrow.fs", "pyarrow.compute")
 #: guard's base class) brought importlib.resources, ``ctypes.util`` (finding the C library for
 #: malloc_trim) brought subprocess and ran ldconfig; tomllib is for a config file, when given.
 STDLIB = ("importlib.resources", "subprocess", "tomllib")
+#: numpy's masked arrays: ``np.median``, ``np.percentile`` and pyarrow's ``pa.array`` load them on
+#: their first call (13 ms of a command's start); forensics takes medians and percentiles with
+#: ``stats.order`` and hands pyarrow its arrays' bytes.
+NUMPY_PARTS = ("numpy.ma",)
 
 #: ``python -m forensics ARGS`` in this process, then the heavy libraries it loaded.
 CHILD = """
@@ -49,7 +53,7 @@ try:
 except SystemExit as exc:
     assert exc.code in (0, None), exc.code
 print(json.dumps(sorted(m for m in WATCH if m in sys.modules)))
-""".replace("WATCH", repr(HEAVY + ARROW_PARTS + STDLIB))
+""".replace("WATCH", repr(HEAVY + ARROW_PARTS + STDLIB + NUMPY_PARTS))
 
 
 def _loaded(*args: str, watch: tuple[str, ...] = HEAVY) -> list[str]:
@@ -72,6 +76,13 @@ def test_a_small_jsonl_scan_loads_only_what_its_reports_need(small_log: Path, tm
 
 def test_a_small_jsonl_scan_loads_no_parquet_or_csv_reader(small_log: Path, tmp_path: Path) -> None:
     assert _loaded("scan", str(small_log), "-o", str(tmp_path / "r"), "-q", watch=ARROW_PARTS) == []
+
+
+def test_a_scan_and_its_reports_load_no_masked_arrays(small_log: Path, tmp_path: Path) -> None:
+    assert _loaded("scan", str(small_log), "-o", str(tmp_path / "r"), "-q", watch=NUMPY_PARTS) == []
+    # a PPO run folder of the reference corpus, every tracker it feeds and its findings' advice
+    run = ROOT / "fixtures" / "runs" / "ppo_lr_high"
+    assert _loaded("scan", str(run), "-o", str(tmp_path / "p"), "-q", watch=NUMPY_PARTS) == []
 
 
 def test_a_small_jsonl_scan_spawns_nothing_and_loads_no_resources_machinery(small_log: Path,

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ..analysis.stats.order import median
 from ..config import DIFF_TOLERANCE
 from ..io.output import is_report_link
 from ..records import record
@@ -166,9 +167,9 @@ def first_divergence(a: np.ndarray, b: np.ndarray, steps: np.ndarray,
         return {"step": None, "threshold": None, "note": "too few aligned steps"}
     d = np.abs(a - b)
     base = d[: max(20, int(BASELINE_FRACTION * n))]
-    med = float(np.median(base))
-    mad = float(np.median(np.abs(base - med)))
-    noise = np.sqrt(sum((1.4826 * float(np.median(np.abs(np.diff(x)))) / np.sqrt(2)) ** 2
+    med = median(base)
+    mad = median(np.abs(base - med))
+    noise = np.sqrt(sum((1.4826 * median(np.abs(np.diff(x))) / np.sqrt(2)) ** 2
                         for x in (a, b)))
     scale = max(float(np.max(np.abs(a))), float(np.max(np.abs(b))), 1e-12)
     threshold = max(med + 6 * 1.4826 * mad, 3 * noise, 1e-6 * scale)
@@ -226,7 +227,7 @@ def diff_runs(a: RunData, b: RunData, tolerance: float = 0.05) -> dict[str, Any]
             warnings.simplefilter("ignore", RuntimeWarning)
             ks = stats.ks_2samp(xa, xb)
         metrics[name] = {"a_mean": _f(xa.mean()), "b_mean": _f(xb.mean()),
-                         "a_median": _f(np.median(xa)), "b_median": _f(np.median(xb)),
+                         "a_median": _f(median(xa)), "b_median": _f(median(xb)),
                          "ks_statistic": _f(ks.statistic), "ks_pvalue": _f(ks.pvalue),
                          "n_a": len(xa), "n_b": len(xb)}
     sa = a.frame.get("step", np.zeros(0, np.int64))

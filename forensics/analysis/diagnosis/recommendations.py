@@ -43,6 +43,7 @@ from ...config import algorithm_family
 from ...records import record
 from ..ranges import KL_RANGES
 from ..spans import step_span
+from ..stats.order import median, percentile
 from ..trackers.health_check import (
     ISSUES,
     PRIORITIES,
@@ -245,14 +246,14 @@ def kl_coef_from_log(analysis: Analysis) -> tuple[float, str] | None:
             np.abs(cols["kl_seq"]) > 1e-3)
         if ok.sum() >= 5:
             ratio = -cols["objective/non_score_reward"][ok] / cols["kl_seq"][ok]
-            return _round(float(np.median(ratio))), "read from the log: -objective/non_score_reward / objective/kl"
+            return _round(median(ratio)), "read from the log: -objective/non_score_reward / objective/kl"
     cols = _series(analysis, ["loss", "kl"])
     if cols:
         ok = np.isfinite(cols["loss"]) & np.isfinite(cols["kl"]) & (cols["kl"] > 1e-4)
         if ok.sum() >= 10:
             ratio = cols["loss"][ok] / cols["kl"][ok]
-            mid = float(np.median(ratio))
-            if mid > 0 and float(np.percentile(np.abs(ratio / mid - 1.0), 90)) < 0.02:
+            mid = median(ratio)
+            if mid > 0 and percentile(np.abs(ratio / mid - 1.0), 90) < 0.02:
                 return float(f"{mid:.2g}"), ("read from the log: loss / kl, the same on every row "
                                              "(the loss is beta x kl)")
     return None
@@ -584,9 +585,9 @@ def _penalty_share(analysis: Analysis) -> float | None:
     pen = np.abs(cols["objective/non_score_reward"][half:])
     score = np.abs(cols["reward_mean"][half:])
     ok = np.isfinite(pen) & np.isfinite(score)
-    if ok.sum() < 5 or float(np.median(score[ok])) <= 1e-6:
+    if ok.sum() < 5 or median(score[ok]) <= 1e-6:
         return None
-    return float(np.median(pen[ok]) / np.median(score[ok]))
+    return float(median(pen[ok]) / median(score[ok]))
 
 
 def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],

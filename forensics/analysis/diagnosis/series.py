@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..stats.digits import significant
+from ..stats.order import distinct
 
 if TYPE_CHECKING:
     from ..result import Analysis
@@ -80,7 +81,7 @@ def envelope(steps: np.ndarray, values: np.ndarray,
     if full * size < n:
         tail = v[full * size :]
         parts.append(np.array([tail.argmin(), tail.argmax()]) + full * size)
-    idx = np.unique(np.concatenate(parts))
+    idx = distinct(np.concatenate(parts))
     return s[idx], v[idx]
 
 

@@ -28,6 +28,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from .order import percentiles
 from .trailing import trend_spearman
 
 __all__ = ["RunValues"]
@@ -159,7 +160,7 @@ class RunValues:
         """Exact quantiles, as ``np.percentile``'s default (linear) interpolation gives them."""
         n = len(self)
         if not self.spilled:
-            return [float(x) for x in np.percentile(self.values(), [100.0 * q for q in qs])]
+            return percentiles(self.values(), [100.0 * q for q in qs])
         h = [(n - 1) * q for q in qs]
         ranks = sorted({r for x in h for r in (math.floor(x), min(math.floor(x) + 1, n - 1))})
         at = dict(zip(ranks, self._select(ranks)))

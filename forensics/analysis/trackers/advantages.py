@@ -22,6 +22,7 @@ from ..findings import RuleSpec, Severity
 from ..spans import step_span
 from ..stats.episodes import Episodes
 from ..stats.grouping import StepGrouper
+from ..stats.order import median
 from ..stats.trailing import skew_kurtosis
 from .base import Tracker, TrackerResult
 
@@ -164,8 +165,8 @@ class Advantages(Tracker):
                 bm = np.concatenate(self.base["mean"])
                 bs = np.concatenate(self.base["std"])
                 bm, bs = bm[np.isfinite(bm)], bs[np.isfinite(bs)]
-                self.base_mean = float(np.median(bm)) if len(bm) else None
-                self.base_std = float(np.median(bs)) if len(bs) else None
+                self.base_mean = median(bm) if len(bm) else None
+                self.base_std = median(bs) if len(bs) else None
         has_base = rows >= p.probation + p.baseline_rows
         with np.errstate(divide="ignore", invalid="ignore"):
             bias = np.abs(mean) / std

@@ -29,6 +29,7 @@ from ..findings import RuleSpec, Severity
 from ..spans import step_span
 from ..stats.episodes import Episodes
 from ..stats.noise import block_median, diff_sigma
+from ..stats.order import median
 from ..stats.trailing import Context, shift
 from .base import Tracker, TrackerResult
 
@@ -139,7 +140,7 @@ class Entropy(Tracker):
             if rows[-1] >= p.baseline_rows - 1:
                 b = np.concatenate(self.base_vals)
                 b = b[np.isfinite(b)]
-                self.h0 = float(np.median(b)) if len(b) else float("nan")
+                self.h0 = median(b) if len(b) else float("nan")
         h0 = self.h0 if self.h0 is not None and self.h0 > 0 else np.nan
         full, n0 = self.ctx.extend(h=h, r=batch.col("reward_mean"))
         level_f = block_median(full["h"], p.smooth, max(p.smooth // 2, 1))

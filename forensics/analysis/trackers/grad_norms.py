@@ -21,6 +21,7 @@ from ...records import record
 from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
 from ..stats.episodes import Episodes
+from ..stats.order import median
 from ..stats.trailing import BlockStats, Context, persist
 from .base import Tracker, TrackerResult
 
@@ -201,7 +202,7 @@ class GradNorms(Tracker):
             return None
         vals = np.concatenate(kept)
         vals = vals[np.isfinite(vals)]
-        return float(np.median(vals)) if len(vals) else empty
+        return median(vals) if len(vals) else empty
 
     def _explosions(self, rows: np.ndarray, steps: np.ndarray, g: np.ndarray, median: np.ndarray,
                     base: float) -> None:

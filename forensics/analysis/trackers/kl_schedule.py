@@ -32,6 +32,7 @@ from ...records import record
 from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
 from ..stats.episodes import Episode, Episodes
+from ..stats.order import median
 from ..stats.trailing import BlockStats, Context, History, TrailingRunMedian, _block_median_mad
 from .base import Tracker, TrackerResult
 
@@ -341,7 +342,7 @@ class KLSchedule(Tracker):
         if rows[-1] >= p.probation + p.baseline_rows - 1:
             vals = np.concatenate(self.baseline_vals)
             vals = vals[np.isfinite(vals)]
-            self.baseline = float(np.median(vals)) if len(vals) else None
+            self.baseline = median(vals) if len(vals) else None
             end = rows == p.probation + p.baseline_rows - 1
             self.baseline_end_step = int(steps[end][0]) if end.any() else int(steps[-1])
 
@@ -544,7 +545,7 @@ class KLSchedule(Tracker):
             summary["time_in_band"] = round(self.in_band / self.n_rows_kl, 4)
         late = self.tail.values[np.isfinite(self.tail.values)]
         if len(late) and self.baseline:
-            drift = float(np.median(late)) / self.baseline
+            drift = median(late) / self.baseline
             summary["late_over_early"] = drift
         summary["controller"] = ("adaptive" if self._adaptive() else "fixed") if self.coef_seen \
             else None

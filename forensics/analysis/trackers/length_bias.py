@@ -32,6 +32,7 @@ from ...records import record
 from ..findings import RuleSpec, Severity
 from ..spans import step_span
 from ..stats.episodes import Episodes
+from ..stats.order import median, quantiles
 from ..stats.segments import Block, StepRuns, segment_mean, segment_moments, segment_spearman
 from ..stats.trailing import BlockStats, Context, spearman, window_median
 from .base import Tracker, TrackerResult
@@ -201,8 +202,8 @@ class LengthBias(Tracker):
             bl = np.concatenate(self.base["len"])
             bt = np.concatenate(self.base["trunc"])
             bl, bt = bl[np.isfinite(bl)], bt[np.isfinite(bt)]
-            self.base_len = float(np.median(bl)) if len(bl) else float("nan")
-            self.base_trunc = float(np.median(bt)) if len(bt) else float("nan")
+            self.base_len = median(bl) if len(bl) else float("nan")
+            self.base_trunc = median(bt) if len(bt) else float("nan")
 
     def _growth(self, rows: np.ndarray, steps: np.ndarray, length: np.ndarray, reward: np.ndarray,
                 row0: int) -> None:
@@ -347,8 +348,8 @@ class LengthBias(Tracker):
         if in_base.any():
             self.s_base_rho.extend(float(v) for v in pooled[in_base] if np.isfinite(v))
             self.s_base_len.extend(float(v) for v in mean_len[in_base] if np.isfinite(v))
-        base_rho = float(np.median(self.s_base_rho)) if self.s_base_rho else 0.0
-        base_len = float(np.median(self.s_base_len)) if self.s_base_len else np.nan
+        base_rho = median(self.s_base_rho) if self.s_base_rho else 0.0
+        base_len = median(self.s_base_len) if self.s_base_len else np.nan
         base_done = idx >= p.probation + p.baseline_rows
         with np.errstate(invalid="ignore"):
             cond = base_done & (pooled > p.rho_threshold) & (pooled - base_rho > p.rho_increase)
@@ -402,7 +403,7 @@ class LengthBias(Tracker):
                            spearman_sample=len(ls), spearman_sample_share=len(ls) / n,
                            within_step_steps=self.sample_steps)
             if len(ls) >= 8:
-                q1, q3 = np.quantile(ls, [0.25, 0.75])
+                q1, q3 = quantiles(ls, [0.25, 0.75])
                 long, short = rs[ls >= q3], rs[ls <= q1]
                 if len(long) and len(short):
                     summary["reward_gap_long_short"] = float(long.mean() - short.mean())
@@ -422,7 +423,7 @@ class LengthBias(Tracker):
                        "mean_length": ep.extras.get("length"), "length_over_baseline": grown,
                        "length_grew": bool(grown > p.growth_factor),
                        "responses_per_step": ep.extras.get("responses"),
-                       "baseline_spearman": float(np.median(self.s_base_rho))
+                       "baseline_spearman": median(self.s_base_rho)
                        if self.s_base_rho else None,
                        "threshold": p.rho_threshold, "metrics": ["length", "reward"]})
 

@@ -46,6 +46,7 @@ from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
 from ..stats.episodes import Episodes
 from ..stats.noise import DIFF_TO_SIGMA
+from ..stats.order import median
 from ..stats.trailing import BlockScale, Context, History, TrailingRunMedian, shift, window_median
 from .base import Tracker, TrackerResult
 
@@ -303,7 +304,7 @@ class _LossSeries:
             if rows[-1] >= b0 + p.baseline_rows - 1:
                 b = np.concatenate(self.base)
                 b = b[np.isfinite(b)]
-                self.base_swing = float(np.median(b)) if len(b) else float("nan")
+                self.base_swing = median(b) if len(b) else float("nan")
                 self.base_end = b0 + p.baseline_rows
 
     def _oscillation(self, rows: np.ndarray, steps: np.ndarray, yf: np.ndarray, d: np.ndarray,

@@ -34,6 +34,7 @@ from ...io.canonical import Batch
 from ...records import record
 from ..findings import RuleSpec, Severity
 from ..stats.episodes import Episode, Episodes
+from ..stats.order import median
 from ..stats.trailing import Context, shift, window_median
 from .base import Tracker, TrackerResult
 
@@ -267,7 +268,7 @@ class Preference(Tracker):
             if rows[-1] >= p.baseline_rows - 1:
                 vals = np.concatenate(self.base_vals)
                 vals = vals[np.isfinite(vals)]
-                self.logp0 = float(np.median(vals)) if len(vals) else float("nan")
+                self.logp0 = median(vals) if len(vals) else float("nan")
         logp0 = self.logp0 if self.logp0 is not None and self.logp0 < 0 else np.nan
         drop = (logp - logp0) / abs(logp0)  # negative when chosen responses lose likelihood
         by_reward = np.isfinite(chosen)

@@ -48,6 +48,7 @@ from ..spans import append_span, step_span
 from ..stats.episodes import Episode, Episodes
 from ..stats.grouping import StepGrouper
 from ..stats.noise import block_median, diff_sigma
+from ..stats.order import median
 from ..stats.run_values import RunValues
 from ..stats.trailing import Context, History, PrefixSums, TrailingRunMedian, shift
 from .base import Tracker, TrackerResult
@@ -171,8 +172,8 @@ class _Trend:
             return {"rows": 0}
         head = self.head.values[np.isfinite(self.head.values)]
         tail = self.tail.values[np.isfinite(self.tail.values)]
-        first = float(np.median(head)) if len(head) else None
-        last = float(np.median(tail)) if len(tail) else None
+        first = median(head) if len(head) else None
+        last = median(tail) if len(tail) else None
         change = None
         if first is not None and last is not None and first != 0:
             change = (last - first) / abs(first)
@@ -529,8 +530,8 @@ class Rewards(Tracker):
             summary["variance"] = self._variance(self.var)
         if len(g := self.gap):
             summary["best_of_n_gap"] = {"mean": g.mean(), "median": g.quantiles([0.5])[0],
-                                        "first": float(np.median(g.head())),
-                                        "last": float(np.median(g.tail()))}
+                                        "first": median(g.head()),
+                                        "last": median(g.tail())}
         if np.isfinite(p.target):
             cur = self.last_level
             summary["target"] = {"target": p.target, "current": cur, "distance": p.target - cur,
@@ -593,7 +594,7 @@ class Rewards(Tracker):
 
     def _variance(self, v: RunValues) -> dict[str, Any]:
         """Within-batch reward variance (reward_std squared): level and early-vs-late trend."""
-        first, last = float(np.median(v.head())), float(np.median(v.tail()))
+        first, last = median(v.head()), median(v.tail())
         ratio = last / first if first > 0 else None
         return {"median": v.quantiles([0.5])[0], "first": first, "last": last, "late_over_early": ratio,
                 "direction": None if ratio is None else

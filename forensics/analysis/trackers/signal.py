@@ -27,6 +27,7 @@ from ...io.canonical import Batch
 from ...records import record
 from ..findings import RuleSpec, Severity
 from ..stats.episodes import Episodes
+from ..stats.order import median, percentiles
 from .base import Tracker, TrackerResult
 
 __all__ = ["Signal"]
@@ -234,8 +235,9 @@ class Signal(Tracker):
         if len(r) < 6:
             return False
         third = len(r) // 3
-        early, late = float(np.median(r[:third])), float(np.median(r[-third:]))
-        spread = float(np.subtract(*np.percentile(r, [90, 10])))
+        early, late = median(r[:third]), median(r[-third:])
+        high, low = percentiles(r, [90, 10])
+        spread = high - low
         return late > early + 0.25 * spread and spread > 0
 
     def _emit_no_signal(self, ep: Any, severity: Severity | None) -> None:

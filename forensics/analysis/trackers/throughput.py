@@ -33,6 +33,7 @@ from ..findings import RuleSpec, Severity
 from ..spans import step_span
 from ..stats.episodes import Episodes
 from ..stats.noise import block_median
+from ..stats.order import distinct, median
 from ..stats.run_values import RunValues
 from ..stats.trailing import Context, History, aligned_blocks, block_quantiles, shift, window_median
 from .base import Tracker, TrackerResult
@@ -244,7 +245,7 @@ class Throughput(Tracker):
         ep = batch.col("epoch")
         ep = ep[np.isfinite(ep)]
         if len(ep):
-            self.epochs.update(np.unique(np.floor(ep)).tolist())
+            self.epochs.update(distinct(np.floor(ep)).tolist())
 
     def _run_stats(self, y: np.ndarray, start: int, rows: np.ndarray,
                    q: float) -> tuple[np.ndarray, np.ndarray]:
@@ -342,10 +343,10 @@ class Throughput(Tracker):
         remaining = max(total[1] - float(self.last_step), 0.0)
         per_step = None
         if st_t is not None:
-            per_step = float(np.median(st_t.tail()[-self.p.eta_rows:]))
+            per_step = median(st_t.tail()[-self.p.eta_rows:])
         elif self.ts_count >= 2:
             dt = np.diff(self.eta_ts.values) / np.diff(self.eta_steps.values)
-            per_step = float(np.median(dt)) if len(dt) else None
+            per_step = median(dt) if len(dt) else None
         return {"total_steps": total[1], "config_key": total[0], "remaining_steps": remaining,
                 "seconds_per_step": per_step,
                 "eta_seconds": remaining * per_step if per_step is not None else None}
