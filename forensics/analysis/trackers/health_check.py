@@ -73,7 +73,6 @@ import numpy as np
 from ...config import algorithm_family, param
 from ...records import record
 from ..stats.moments import Moments
-from ..stats.order import median
 from ..trainer_keys import PARAMETERS, config_keys, set_key
 
 __all__ = [
@@ -235,8 +234,8 @@ def _median(values: Iterable[float]) -> float:
     """
     v = sorted(values)
     n = len(v)
-    if not n:  # numpy's answer for none, with its warning
-        return median(np.asarray(v, dtype=np.float64))
+    if not n:  # numpy's answer for none (without its warning)
+        return math.nan
     total = sum(v)
     if total != total and any(x != x for x in v):  # NaN among them (a sum is NaN for inf - inf too)
         return math.nan
