@@ -17,7 +17,7 @@ from forensics.analysis.diagnosis.series import MAX_POINTS, envelope, plots_from
 from forensics.analysis.engine import scan_path
 from forensics.cli import main
 from forensics.report.files import to_json
-from forensics.report.html import build_figures, render_html
+from forensics.report.html import _json_script, _packed, build_figures, render_html
 from forensics.report.markdown import render_markdown
 
 from .conftest import FIXTURES, RLDK, healthy_rows, write_jsonl
@@ -196,6 +196,33 @@ def test_100k_steps_weigh_at_most_1_5_mb_inline(analysis: dict, tmp_path: Path) 
     assert max(policy["y"]) == 1e4 and len(policy["y"]) <= MAX_POINTS  # the spike survives thinning
     steps = np.cumsum(policy["xd"])  # steps are stored as differences, added up by the page
     assert steps[int(np.argmax(policy["y"]))] == 61_234 and np.all(np.diff(steps) > 0)
+
+
+def test_traces_sharing_their_steps_are_differenced_once_and_only_integer_steps_are() -> None:
+    """A page's traces mostly share their steps: the differences of equal integer steps are
+    reused, never for steps that merely compare equal (floats), nor for other steps."""
+    last: list = []
+    steps = [0, 1, 3, 7, 20]
+    a = _packed({"x": list(steps), "y": [1.0] * 5}, last)
+    b = _packed({"x": list(steps), "y": [2.0] * 5}, last)
+    floats = _packed({"x": [float(s) for s in steps], "y": [3.0] * 5}, last)  # == steps, not integers
+    other = _packed({"x": [0, 2, 3, 7, 20], "y": [4.0] * 5}, last)
+    again = _packed({"x": list(steps), "y": [5.0] * 5}, last)
+    assert a["xd"] == b["xd"] == again["xd"] == [0, 1, 2, 4, 13] and "x" not in a and "x" not in b
+    assert b["xd"] is a["xd"]  # the work not done again
+    assert floats["x"] == [0.0, 1.0, 3.0, 7.0, 20.0] and "xd" not in floats
+    assert other["xd"] == [0, 2, 1, 4, 13]
+    for t, x in ((a, steps), (other, [0, 2, 3, 7, 20]), (again, steps)):
+        assert np.cumsum(t["xd"]).tolist() == x  # what the page's script adds back up
+
+
+def test_the_data_block_escapes_markup_and_line_separators() -> None:
+    """No log text can close the script element or break it (U+2028/U+2029 end a line in older
+    JavaScript); ASCII text, the usual case, is left as orjson wrote it."""
+    text = _json_script({"name": "</script><b>&\u2028\u2029é", "y": [1.5]})
+    assert not any(c in text for c in "<>&\u2028\u2029")
+    assert json.loads(text) == {"name": "</script><b>&\u2028\u2029é", "y": [1.5]}
+    assert _json_script({"name": "plain", "y": [1.5]}) == '{"name":"plain","y":[1.5]}'
 
 
 def _data_block(page: str) -> str:
