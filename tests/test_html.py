@@ -289,6 +289,28 @@ def test_report_without_plots_section_uses_metrics_csv(tmp_path: Path) -> None:
     assert CliRunner().invoke(main, ["gate", str(renamed), "--policy", str(pol)]).exit_code == 0
 
 
+def test_a_recurring_first_domino_starts_the_headline_with_its_first_episode() -> None:
+    """The headline says what the run starts with: a root finding of several episodes is told by
+    its first (the finding's own message names the largest, which may come much later)."""
+    from forensics.analysis.diagnosis.timeline import timeline_from_dict
+    from forensics.report.verdict import verdict
+
+    def headline(path: Path) -> str:
+        d = scan_path(path).to_dict()
+        return verdict(d["findings"], timeline_from_dict(d), d["recommendations"], d["coverage"])["headline"]
+
+    assert headline(FIXTURES / "runs" / "ppo_grad_explosion").startswith(
+        "Broken: it starts with learning rate x1,000 at step 100: 0.001 -> 1, the first and largest of 2 "
+        "episodes; then ")
+    real = FIXTURES.parent.parent / "shared" / "real-logs" / "calibration" / \
+        "trl_dpo_gams9b-translation_overoptimisation.log"
+    if real.exists():  # a real DPO run whose margin grows in nine bursts from step 166
+        said = headline(real)
+        assert said.startswith("Warning: it starts with implicit-reward margin (median of 20 rows) grew to 11.1 "
+                               "at step 175")
+        assert "from step 166, the first of 9 episodes (the largest: " in said and "at step 500" in said
+
+
 # -- the first screen, the plots, the script option ----------------------------------------------
 @pytest.fixture(scope="module")
 def demo() -> dict:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["evidence_rows", "verdict"]
+__all__ = ["evidence_rows", "start_of", "verdict"]
 
 
 def _titles() -> dict[str, str]:
@@ -39,6 +39,30 @@ def not_checked(cov: Mapping[str, Any], keys: int = 12) -> list[str]:
         if isinstance(entry, dict) and not entry.get("active"):
             out.append(f"{name} not run: {entry.get('reason', '')}")
     return out
+
+
+def start_of(finding: Mapping[str, Any]) -> str:
+    """What a run starts with, for the headline: the finding's message, or for a finding of
+    several episodes its first episode's, with how many there were and the largest (the
+    finding's own message names the largest, which may come long after the start).
+
+    >>> eps = [{"onset_step": 5, "first_step": 5, "message": "x rose to 2 at step 5"},
+    ...        {"onset_step": 90, "first_step": 90, "message": "x rose to 9 at step 90"}]
+    >>> start_of({"message": "2 episodes; the largest: x rose to 9 at step 90", "episodes": eps})
+    'x rose to 2 at step 5, the first of 2 episodes (the largest: x rose to 9 at step 90)'
+    >>> start_of({"message": "2 episodes; the largest: x rose to 2 at step 5", "episodes": eps})
+    'x rose to 2 at step 5, the first and largest of 2 episodes'
+    """
+    message = str(finding.get("message", ""))
+    episodes = [e for e in finding.get("episodes") or [] if isinstance(e, Mapping) and e.get("message")]
+    if len(episodes) < 2:
+        return message
+    first = min(episodes, key=lambda e: (e.get("onset_step", 0), e.get("first_step", 0)))
+    prefix = f"{len(episodes)} episodes; the largest: "
+    largest = message[len(prefix):] if message.startswith(prefix) else message
+    if largest == first["message"]:
+        return f"{first['message']}, the first and largest of {len(episodes)} episodes"
+    return f"{first['message']}, the first of {len(episodes)} episodes (the largest: {largest})"
 
 
 def verdict(findings: list[Mapping[str, Any]], timeline: Mapping[str, Any] | None,
@@ -98,7 +122,7 @@ def verdict(findings: list[Mapping[str, Any]], timeline: Mapping[str, Any] | Non
         if out["chain"]:
             names = [t.lower() for t in out["chain"]]
             then = "; then " + (", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0])
-        out["headline"] = f"{'Broken' if crit else 'Warning'}: it starts with {root['message']}{then}. ({counts})"
+        out["headline"] = f"{'Broken' if crit else 'Warning'}: it starts with {start_of(root)}{then}. ({counts})"
     else:
         out["headline"] = f"{'Broken' if crit else 'Warning'}: {counts}."
     pri = (recommendations or {}).get("priorities") or {}
