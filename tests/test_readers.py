@@ -536,6 +536,36 @@ def test_sample_stream_from_a_partitioned_dataset(tmp_path: Path) -> None:
     assert rep.format == "parquet-parts" and rep.rows_read == rep.rows_kept == n
 
 
+def test_lines_too_deep_in_a_chunk_polars_parses_are_found_and_reported(tmp_path: Path) -> None:
+    """polars takes the chunks after the first without the bracket counts (its parse stops at
+    its own depth limit, and a chunk it accepts holds no nested value): lines nested deeper than
+    MAX_DEPTH in such a chunk, under a known key or a key the schema lacks, below and beyond
+    polars' limit, still send the chunk line by line, where each is reported and every other
+    row kept."""
+    import polars  # noqa: F401  (imported: the reader then parses every later chunk with it)
+
+    from forensics.io.limits import MAX_DEPTH
+
+    def deep(n: int) -> str:
+        return "[" * n + "0" + "]" * n
+
+    rows = [json.dumps({"step": i, "kl": 0.05, "loss": 1.0 + i * 1e-4}) for i in range(6_000)]
+    bad = {2_500: '{"step": 2500, "kl": ' + deep(MAX_DEPTH + 1) + "}",
+           3_000: '{"step": 3000, "kl": 0.05, "extra": ' + deep(300) + "}",
+           3_500: '{"step": 3500, "kl": 0.05, "extra": ' + deep(5_000) + "}"}
+    for i, line in bad.items():
+        rows[i] = line
+    path = tmp_path / "deep.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    src = open_source(path)
+    steps = np.concatenate([raw.numeric["step"] for raw in src.batches(65536)])
+    rep = src.report
+    assert rep.rows_read == 6_000 and rep.rows_kept == 6_000 - 3 == len(steps)
+    assert sorted(i.line for i in rep.issues) == [2_501, 3_001, 3_501]
+    assert all("deep" in i.reason or "nest" in i.reason for i in rep.issues), [i.reason for i in rep.issues]
+    assert not set(steps.tolist()) & {2_500, 3_000, 3_500}
+
+
 DEPTHS, KEYS = st.sampled_from([0, 1, 5, 128, 255, 256, 257, 300]), st.sampled_from([0, 3, 16383, 16384])
 
 

@@ -81,6 +81,7 @@ class CsvTableSource:
         self.strict = strict
         self.report = ReadReport(str(path), format=self.format_name)
         self.reader: CsvBlocks | None = None  # how the blocks were read, once read
+        self.reads_ahead = True  # blocks are parsed on worker threads (:func:`_ahead`)
 
     def batches(self, batch_rows: int) -> Iterator[RawBatch]:
         dialect = sniff(read_raw_head(self.path), need_row=False)

@@ -168,7 +168,9 @@ class RawBatch:
 
 
 class Source(Protocol):
-    """A readable input: yields raw batches and fills its report as it goes."""
+    """A readable input: yields raw batches and fills its report as it goes. A source that
+    parses ahead on threads of its own while its batches are analysed says so with a true
+    ``reads_ahead`` attribute (absent: it does not)."""
 
     report: ReadReport
 

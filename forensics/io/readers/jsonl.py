@@ -12,7 +12,8 @@ Each chunk of whole lines takes the first of three parses that accepts it:
    way), so every bad line is reported with its number and reason and every good line is kept.
 
 The fast parses only see chunks they are safe on (:mod:`forensics.io.limits`): a line with more
-opening brackets than ``MAX_DEPTH`` (pyarrow overflows its stack on very deep nesting), a string
+opening brackets than ``MAX_DEPTH`` (pyarrow overflows its stack on very deep nesting; polars stops
+at its own depth limit and accepts no nested value, so only pyarrow's chunks are counted), a string
 with invalid UTF-8, or a float column holding values of 2**53 or more (integers there may have
 been rounded) sends the chunk line by line, where each bound is a reported reason to skip the
 row. A line longer than ``MAX_LINE_BYTES`` is skipped without being held. A log whose rows keep
@@ -559,6 +560,9 @@ class JsonlSource:
         self.strict = strict
         self.report = ReadReport(str(path), format="jsonl")
         self.bytes_read = 0  # uncompressed bytes consumed so far (for progress display)
+        #: whether the chunks are parsed on a reader thread of their own (a core kept busy while
+        #: the batches are analysed; see :func:`forensics.analysis.engine._tracker_pool`)
+        self.reads_ahead = False
 
     def batches(self, batch_rows: int) -> Iterator[RawBatch]:
         """Batches of about ``batch_rows`` rows.
@@ -575,6 +579,7 @@ class JsonlSource:
             size = _plain_size(fh)
             if size is None or size > _MAX_CHUNK:  # a file of one batch has nothing to overlap
                 items = _ahead(items, _AHEAD)
+                self.reads_ahead = True
             for item in items:
                 self.bytes_read += item.size
                 if item.too_long:
@@ -664,13 +669,10 @@ class JsonlSource:
                     continue
             body = memoryview(buf)[:cut]
             arr = np.frombuffer(buf, dtype=np.uint8, count=cut)
-            nl = count.positions(arr, _NEWLINE)
-            n_newlines = len(nl)
+            n_newlines = count(arr, _NEWLINE)
             rest = bytes(buf[cut:end])
             if cut:
-                longest = _longest_line(nl, cut)
-                parsed = (self._parse_fast(body, line0, n_newlines, known, longest)
-                          if _shallow(arr, nl, count, longest) else None)
+                parsed = self._parse_fast(body, arr, line0, n_newlines, known, count)
                 if parsed is None:  # line by line, in the caller's thread, after what is pending
                     yield from _join(pending, size)
                     yield _Chunk(line0, 0, body=bytes(body), final=eof)
@@ -698,16 +700,26 @@ class JsonlSource:
                 break
         yield from _join(pending, size)
 
-    def _parse_fast(self, body: memoryview, line0: int, n_newlines: int, known: _KnownColumns,
-                    longest: int) -> tuple[int, Any, np.ndarray] | None:
+    def _parse_fast(self, body: memoryview, arr: np.ndarray, line0: int, n_newlines: int,
+                    known: _KnownColumns, count: _ByteCounter) -> tuple[int, Any, np.ndarray] | None:
         """``(kind, parsed, line of each row)``: a polars frame (``kind`` is the schema version)
         or a pyarrow table (``kind`` -1); None when both reject the chunk or its rows do not match
-        its lines. ``longest``: the bytes of its longest line (:func:`_longest_line`)."""
+        its lines. ``arr``: the chunk's bytes as a numpy array.
+
+        polars is safe on any chunk: its parse stops at its own depth limit, and a chunk it
+        accepts holds no nested value (its colons all belong to the schema's flat columns, see
+        :meth:`_KnownColumns.parse`), so no line is deeper or wider than the bounds. pyarrow
+        only sees a chunk proven shallow first (:func:`_shallow`): the proof's byte counts, a
+        tenth of a million-row read, are paid only for the chunks polars did not take."""
         n_lines = n_newlines + (0 if body[-1:] == b"\n" else 1)
         frame = known.parse(body)
         if frame is not None:
             kind, parsed, n_rows = known.version, frame, frame.height
         else:
+            nl = count.positions(arr, _NEWLINE)
+            longest = _longest_line(nl, len(arr))
+            if not _shallow(arr, nl, count, longest):
+                return None
             try:
                 # pyarrow's own threads stay on (single-threaded, the parse, ~5 CPU-s per million
                 # rows, becomes the bottleneck even with the trackers running alongside), and a
