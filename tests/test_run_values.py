@@ -83,3 +83,24 @@ def test_a_copy_shares_the_file_and_reads_its_own_values() -> None:
     rv.extend(x[1500:])
     assert peek.quantiles([0.5]) == [float(np.median(x[:1500]))]
     assert rv.quantiles([0.5]) == [float(np.median(x))]
+
+
+def test_every_quantile_is_selected_in_the_passes_of_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Radix selection follows all the wanted ranks at once: seven quantiles (fourteen ranks)
+    read the spilled file as often as a median does, and give numpy's values."""
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=20_000)
+    passes = 0
+    chunks = RunValues.chunks
+
+    def counted(self: RunValues):  # type: ignore[no-untyped-def]
+        nonlocal passes
+        passes += 1
+        return chunks(self)
+
+    monkeypatch.setattr(RunValues, "chunks", counted)
+    one = _fill(x, 500, rng)
+    assert one.quantiles([0.5]) == [float(np.percentile(x, 50))]
+    median_passes, passes = passes, 0
+    assert one.quantiles(QS) == np.percentile(x, [100 * q for q in QS]).tolist()
+    assert passes == median_passes >= 2

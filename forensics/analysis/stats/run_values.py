@@ -172,35 +172,54 @@ class RunValues:
         return out
 
     def _select(self, ranks: list[int]) -> list[float]:
-        """The values of the given 0-based ranks in sorted order (radix selection)."""
-        out = []
-        for rank in ranks:
-            prefix, left, bits = 0, rank, 64  # the key's known top (64 - bits) bits; rank within
-            count = len(self)
-            while True:
-                if count <= self.memory:  # the candidates fit: collect them and finish in memory
-                    cand = np.concatenate([c[(k >> np.uint64(bits)) == np.uint64(prefix)]
-                                           if bits < 64 else c
-                                           for c in self.chunks() for k in (_keys(c),)])
-                    out.append(float(np.partition(cand, left)[left]))
-                    break
-                shift = bits - _DIGIT
-                hist = np.zeros(1 << _DIGIT, dtype=np.int64)
+        """The values of the given 0-based ranks in sorted order (radix selection).
+
+        Every rank is followed at once: each pass over the file serves all the ranks still
+        open, counting the next 16-bit digit of the keys under each rank's known prefix, or, once
+        a rank's candidates fit in memory, collecting them (a median and a 99th percentile, four
+        ranks, cost the passes of one). Each rank then takes the same steps, and its candidates
+        the same values in the same order, as when it was followed alone."""
+        # per rank: the key's known top (64 - bits) bits, its rank among the keys with that
+        # prefix, and how many there are
+        state = [(0, rank, 64, len(self)) for rank in ranks]
+        out: dict[int, float] = {}
+        while len(out) < len(ranks):
+            open_ = [i for i in range(len(ranks)) if i not in out]
+            fit = [i for i in open_ if state[i][3] <= self.memory]
+            groups: dict[tuple[int, int], list[int]] = {}  # (prefix, bits) -> ranks under it
+            for i in fit or open_:
+                groups.setdefault((state[i][0], state[i][2]), []).append(i)
+            if fit:  # the candidates fit: collect them and finish in memory
+                parts: dict[tuple[int, int], list[np.ndarray]] = {g: [] for g in groups}
                 for c in self.chunks():
                     k = _keys(c)
-                    if bits < 64:
-                        k = k[(k >> np.uint64(bits)) == np.uint64(prefix)]
-                    hist += np.bincount(((k >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.int64),
-                                        minlength=1 << _DIGIT)
-                cum = np.cumsum(hist)
-                d = int(np.searchsorted(cum, left, side="right"))
-                left -= int(cum[d - 1]) if d else 0
-                count = int(hist[d])
-                prefix, bits = (prefix << _DIGIT) | d, shift
-                if bits == 0:  # every bit known: the value itself
-                    out.append(_value(prefix))
-                    break
-        return out
+                    for prefix, bits in groups:
+                        parts[(prefix, bits)].append(c[(k >> np.uint64(bits)) == np.uint64(prefix)]
+                                                     if bits < 64 else c)
+                for g, members in groups.items():
+                    cand = np.concatenate(parts[g])
+                    for i in members:
+                        left = state[i][1]
+                        out[i] = float(np.partition(cand, left)[left])
+                continue
+            hists = {g: np.zeros(1 << _DIGIT, dtype=np.int64) for g in groups}
+            for c in self.chunks():
+                keys = _keys(c)
+                for prefix, bits in groups:
+                    k = keys[(keys >> np.uint64(bits)) == np.uint64(prefix)] if bits < 64 else keys
+                    hists[(prefix, bits)] += np.bincount(
+                        ((k >> np.uint64(bits - _DIGIT)) & np.uint64(0xFFFF)).astype(np.int64),
+                        minlength=1 << _DIGIT)
+            for (prefix, bits), members in groups.items():
+                cum = np.cumsum(hists[(prefix, bits)])
+                for i in members:
+                    left = state[i][1]
+                    d = int(np.searchsorted(cum, left, side="right"))
+                    left -= int(cum[d - 1]) if d else 0
+                    state[i] = ((prefix << _DIGIT) | d, left, bits - _DIGIT, int(hists[(prefix, bits)][d]))
+                    if bits == _DIGIT:  # every bit known: the value itself
+                        out[i] = _value(state[i][0])
+        return [out[i] for i in range(len(ranks))]
 
     def trend_spearman(self) -> tuple[float, int]:
         """:func:`trend_spearman` of the values in order, and how many values it used (every k-th
