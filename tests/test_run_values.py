@@ -104,3 +104,28 @@ def test_every_quantile_is_selected_in_the_passes_of_one(monkeypatch: pytest.Mon
     median_passes, passes = passes, 0
     assert one.quantiles(QS) == np.percentile(x, [100 * q for q in QS]).tolist()
     assert passes == median_passes >= 2
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_exact_sum_is_fsums_value_however_the_values_are_cut(seed: int) -> None:
+    """``exact_sum`` (RunValues.fsum) is the correctly rounded exact sum, as ``math.fsum``: on
+    values spanning the whole float range, subnormals, cancelling pairs and zeros of both signs."""
+    from fractions import Fraction
+
+    from forensics.analysis.stats.run_values import exact_sum
+
+    rng = np.random.default_rng(seed)
+    for trial in range(400):
+        n = int(rng.integers(0, 80))
+        exps = rng.integers(-1074, 960, size=n) if trial % 2 else rng.integers(-30, 30, size=n)  # no overflow
+        x = rng.choice([-1.0, 1.0], size=n) * rng.integers(1, 2**53, size=n).astype(float) * 2.0 ** exps
+        if trial % 3 == 0:
+            x = np.concatenate([x, -x[: n // 2], [-0.0, 0.0, 5e-324]])
+        cuts = np.sort(rng.integers(0, len(x) + 1, size=3))
+        parts = np.split(x, cuts)
+        assert exact_sum(parts) == math.fsum(x.tolist())
+    # where math.fsum gives up on an intermediate overflow, the exact sum still holds
+    assert exact_sum([np.array([1e308, 1e308, -1e308, 5e-324])]) == 1e308
+    assert exact_sum([np.array([1.7976931348623157e308] * 2)]) == math.inf
+    assert exact_sum([np.array([-1.7976931348623157e308] * 2)]) == -math.inf
+    assert float(sum(map(Fraction, [0.1] * 7))) == exact_sum([np.array([0.1] * 7)]) == math.fsum([0.1] * 7)

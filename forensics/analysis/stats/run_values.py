@@ -8,7 +8,8 @@ does not grow with the run. Everything it reports is exact at any length:
 * quantiles by radix selection over the file: the values are mapped to unsigned integers in the
   same order, and each pass over the file counts one 16-bit digit of the wanted ranks' keys (at
   most four passes; a pass collects the candidates and finishes in memory once they fit);
-* mean, standard deviation, minimum, maximum and the exact sum (``math.fsum``) a chunk at a time;
+* mean, standard deviation, minimum, maximum and the exact sum (``math.fsum``'s value,
+  :func:`exact_sum`) a chunk at a time;
 * the first and last ``ends`` values, kept beside.
 
 The one statistic that is not exact past the memory is :meth:`trend_spearman` (it ranks every
@@ -19,11 +20,10 @@ whose size it states. While the values fit in memory every result is the numpy f
 from __future__ import annotations
 
 import copy
-import itertools
 import math
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 import numpy as np
@@ -49,6 +49,51 @@ def _value(key: int) -> float:
     k = np.uint64(key)
     b = k ^ _SIGN if k & _SIGN else k ^ _ALL
     return float(np.array([b], dtype=np.uint64).view(np.float64)[0])
+
+
+#: Values summed per numpy call in :func:`exact_sum`: the sums of their 26- and 27-bit halves
+#: stay below 2**53, whole numbers that float64 holds exactly.
+_SUM_SLICE = 1 << 20
+_TWO27, _TWO53 = float(1 << 27), float(1 << 53)
+
+
+def exact_sum(chunks: Iterable[np.ndarray]) -> float:
+    """The exact sum of finite float64 values, correctly rounded: what ``math.fsum`` returns,
+    at about half its cost (no Python float per value), and ``inf`` (signed) where the sum
+    itself overflows, where ``math.fsum`` also raises on an intermediate overflow.
+
+    Each value is ``M * 2**(e - 53)`` with a 53-bit integer ``M`` (``np.frexp``), cut into a
+    high and a low half. numpy sums the halves of each exponent (``np.bincount``): whole
+    numbers below 2**53, so exactly. Python's integers add the exponents' sums, and one
+    correctly rounded division makes the float.
+
+    >>> exact_sum([np.array([0.1] * 10)]), exact_sum([np.array([1e100, 1.0, -1e100])])
+    (1.0, 1.0)
+    >>> exact_sum([np.array([1e308, 1e308])]), exact_sum([]), exact_sum([np.array([-0.0])])
+    (inf, 0.0, 0.0)
+    """
+    terms: list[tuple[int, int]] = []  # (exponent, integer sum of the mantissas there)
+    for chunk in chunks:
+        for at in range(0, len(chunk), _SUM_SLICE):
+            m, e = np.frexp(chunk[at: at + _SUM_SLICE])
+            whole = m * _TWO53
+            high = np.trunc(whole / _TWO27)
+            low = whole - high * _TWO27
+            lo = int(e.min())
+            idx = e - lo
+            hs, ls = np.bincount(idx, weights=high), np.bincount(idx, weights=low)
+            used = np.flatnonzero((hs != 0.0) | (ls != 0.0))
+            terms += [(lo + j, (int(h) << 27) + int(x))
+                      for j, h, x in zip(used.tolist(), hs[used].tolist(), ls[used].tolist(), strict=True)]
+    if not terms:
+        return 0.0
+    e0 = min(e for e, _ in terms)
+    total = sum(v << (e - e0) for e, v in terms)
+    scale = e0 - 53  # the sum is total * 2**scale
+    try:
+        return total / (1 << -scale) if scale < 0 else float(total << scale)
+    except OverflowError:
+        return math.inf if total > 0 else -math.inf
 
 
 class RunValues:
@@ -141,8 +186,8 @@ class RunValues:
         return max(float(c.max()) for c in self.chunks() if len(c))
 
     def fsum(self) -> float:
-        # one iterator over every value, as a generator gives them, without a Python frame per value
-        return math.fsum(itertools.chain.from_iterable(c.tolist() for c in self.chunks()))
+        """The exact sum, rounded once: ``math.fsum``'s value (:func:`exact_sum`)."""
+        return exact_sum(self.chunks())
 
     def mean(self) -> float:
         if not self.spilled:
