@@ -67,3 +67,24 @@ def test_trackers_use_the_pool_on_two_cores_beside_a_source_that_does_not_parse_
     monkeypatch.setattr(os, "cpu_count", lambda: 1)  # one core: no pool at all
     engine.scan_path(path)
     assert threads == {"MainThread"}
+
+
+def test_a_large_scan_draws_its_plots_beside_the_trackers_finish(
+        tmp_path: Path, threads: set[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plots read the per-step store alone: with cores to spare they are drawn on a thread of
+    their own while the trackers finish, and the analysis is the one drawn inline."""
+    drawn: list[str] = []
+    store_plots = engine.store_plots
+
+    def spy(store, *args):  # type: ignore[no-untyped-def]
+        drawn.append(threading.current_thread().name)
+        return store_plots(store, *args)
+
+    monkeypatch.setattr(engine, "store_plots", spy)
+    path = tmp_path / "steps.parquet"
+    pq.write_table(pa.Table.from_pylist(healthy_rows(3_000)), path)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    beside = _analysis(path)
+    assert drawn == ["forensics-plots_0"]
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert _analysis(path) == beside and drawn == ["forensics-plots_0"]  # inline: by diagnose itself

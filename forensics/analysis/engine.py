@@ -15,6 +15,7 @@ how many rows it replayed.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import threading
@@ -39,6 +40,7 @@ from .context import infer_context
 from .diagnosis.consequence import Consequences, apply_consequences
 from .diagnosis.diagnose import diagnose
 from .diagnosis.health import health_scores
+from .diagnosis.series import store_plots
 from .findings import Finding
 from .result import Analysis
 from .store import MetricsStore
@@ -296,11 +298,20 @@ class Scan:
             self._start(None, None)
         pool = _tracker_pool() if self.rows >= PARALLEL_ROWS else None
         work = _close_finish if close else Tracker.finish
-        if pool is None:
-            results = [work(t) for t in self.trackers]
-        else:  # independent, as their updates are; results in tracker order
-            results = list(pool.map(work, self.trackers))
-            trim()  # a large scan's freed batches go back to the system (a small one holds little)
+        with contextlib.ExitStack() as stack:
+            plots = None
+            if pool is None:
+                results = [work(t) for t in self.trackers]
+            else:  # independent, as their updates are; results in tracker order
+                # the plots read the per-step store alone: drawn on a thread of their own while
+                # the trackers finish (a million-row scan's finish 0.47-0.58 -> 0.37-0.41 s)
+                beside = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="forensics-plots"))
+                plots = beside.submit(store_plots, self.store).result
+                results = list(pool.map(work, self.trackers))
+                trim()  # a large scan's freed batches go back to the system (a small one holds little)
+            return self._assemble(results, plots)
+
+    def _assemble(self, results: list[TrackerResult], plots: Callable[[], dict[str, Any]] | None) -> Analysis:
         self._note_dropped_columns()
         findings: list[Finding] = [f for r in results for f in r.findings]
         self._judge_consequences(findings, results)
@@ -323,7 +334,7 @@ class Scan:
         analysis = Analysis(self.reports, self.mappings, self.meta, results, findings, health,
                             steps, self.store, sample_series, self.params, self.context,
                             self._coverage(results))
-        analysis.diagnosis = diagnose(analysis)
+        analysis.diagnosis = diagnose(analysis, plots)
         return analysis
 
     def _note_dropped_columns(self) -> None:

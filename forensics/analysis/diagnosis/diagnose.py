@@ -10,6 +10,7 @@ sections instead of computing its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .cost import cost_section
@@ -23,14 +24,16 @@ if TYPE_CHECKING:
 __all__ = ["diagnose"]
 
 
-def diagnose(analysis: Analysis) -> dict[str, Any]:
-    """Every derived section of ``analysis``, from its findings, results and per-step store."""
+def diagnose(analysis: Analysis, plots: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Every derived section of ``analysis``, from its findings, results and per-step store;
+    ``plots`` gives the plots section when it was drawn already (from the store alone, beside the
+    trackers' finish)."""
     out: dict[str, Any] = {}
     for r in analysis.results:
         out.update(r.sections)
     out["timeline"] = timeline_section(analysis)
     out.update(advice_sections(analysis, out["timeline"]))  # windows annotated, recommendations
-    out["plots"] = plots_section(analysis)
+    out["plots"] = plots() if plots is not None else plots_section(analysis)
     cost = cost_section(analysis)
     if cost is not None:
         out["cost"] = cost

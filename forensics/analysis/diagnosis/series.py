@@ -25,9 +25,10 @@ from ..stats.order import distinct
 
 if TYPE_CHECKING:
     from ..result import Analysis
+    from ..store import MetricsStore
 
 __all__ = ["MAX_POINTS", "PLOTTED", "envelope", "paired_sample", "plots_from_frame",
-           "plots_section"]
+           "plots_section", "store_plots"]
 
 #: Most points kept per series (the envelope keeps ``MAX_POINTS // 2`` buckets: about one per
 #: pixel of a report's plot 600 px wide, which is all a plot can show).
@@ -268,13 +269,20 @@ def plots_from_frame(frame: dict[str, np.ndarray], max_points: int = MAX_POINTS)
 
 
 def plots_section(analysis: Analysis, max_points: int = MAX_POINTS) -> dict[str, Any]:
-    """The ``plots`` section of the analysis JSON: the downsampled series the HTML report draws.
+    """The ``plots`` section of the analysis JSON: the downsampled series the HTML report draws
+    (:func:`store_plots` of its per-step store)."""
+    return store_plots(analysis.metrics, max_points)
 
-    The per-step store is read twice, a part at a time: memory does not grow with the run
-    (a 10,000,000-step run's columns would be 40 MB each).
+
+def store_plots(store: MetricsStore, max_points: int = MAX_POINTS) -> dict[str, Any]:
+    """The ``plots`` section from the per-step store alone (a large scan draws it while its
+    trackers finish).
+
+    The store is read twice, a part at a time: memory does not grow with the run (a
+    10,000,000-step run's columns would be 40 MB each).
     """
-    names = list(analysis.metrics.names)
+    names = list(store.names)
     cols = sorted(set(_plotted(names)) | {c for c in ("timestamp", "step_time",
                                                       "response_length_mean", "reward_mean")
                                           if c in names})
-    return _stream_plots(lambda: analysis.metrics.parts(cols), ["step", *cols], max_points)
+    return _stream_plots(lambda: store.parts(cols), ["step", *cols], max_points)
