@@ -259,7 +259,7 @@ class Scan:
             if out:
                 derived.update(out)
         self.store.append(batch.steps, {**batch.columns, **derived})
-        if pool is not None:  # a large batch's temporaries are freed: hand the memory back
+        if len(batch) >= PARALLEL_ROWS:  # a large batch's temporaries are freed: hand the memory back
             del batch, outs, derived
             trim()
         return []
