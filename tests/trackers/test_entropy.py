@@ -30,3 +30,22 @@ class TestEntropy(TrackerSuite):
     )
     FIRES = (("entropy.collapse", collapse), ("entropy.low", low),
              ("entropy.blowup", "trl/grpo_kl_off_hack"))
+
+
+def test_the_rewards_gain_is_computed_only_while_the_entropy_is_low(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The reward's gain (two moving medians of the reward) only tells a collapse from a low
+    entropy that pays: batches where the entropy is not low, and no episode is in the making,
+    skip it, and the findings are those of a scan that computes it everywhere."""
+    import forensics.analysis.trackers.entropy as entropy
+
+    from .common import analyse, golden
+
+    calls = []
+    sigma = entropy.diff_sigma
+    monkeypatch.setattr(entropy, "diff_sigma", lambda *a: (calls.append(1), sigma(*a))[1])
+    rng = np.random.default_rng(4)
+    steady = Stream([{"step": i, "entropy": float(1.5 + rng.normal(0, 0.02)),
+                      "reward_mean": float(0.5 + rng.normal(0, 0.03))} for i in range(500)])
+    assert golden(analyse("entropy", steady, [50] * 10)) == [] and calls == []
+    assert golden(analyse("entropy", collapse(), [50] * 10)) == [("entropy.collapse", "critical", 260, 260, 499)]
+    assert 0 < len(calls) < 10  # from the batch where the entropy first ran low

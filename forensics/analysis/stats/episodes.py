@@ -72,7 +72,7 @@ class Episodes:
     ) -> None:
         """Feed consecutive rows: global row indexes, steps, condition and the value to report."""
         cond = np.asarray(cond, dtype=bool)
-        if not cond.any() and not self._cond.values.any():
+        if not cond.any() and self.idle():
             # fast path (the common, healthy case): nothing can become active
             self._cond.extend(cond)
             self._steps.extend(np.asarray(steps, dtype=np.int64))
@@ -103,6 +103,12 @@ class Episodes:
             fresh = self._fresh(idx, breaks, n_prior, cond_full, steps_full, rows, steps, vals, extras)
             self._done.extend(fresh[:-1])
             self._open = fresh[-1]
+
+    def idle(self) -> bool:
+        """Whether no row of the persistence window held the condition: an update whose
+        condition never holds then only extends the history, reading neither value nor extras
+        (a caller may leave costly evidence uncomputed)."""
+        return not self._cond.values.any()
 
     def _onsets(self, cond_full: np.ndarray, at: np.ndarray) -> np.ndarray:
         """For each position ``at`` (in ``cond_full``) that confirmed an episode: the earliest

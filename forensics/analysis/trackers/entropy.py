@@ -147,17 +147,20 @@ class Entropy(Tracker):
         level = level_f[n0:]
         ratio = level / h0
         ago = shift(level_f, p.window)[n0:]
-        # reward improvement over one window, in reward noise sigmas
-        r_level = block_median(full["r"], p.smooth, max(p.smooth // 2, 1))
-        r_gain = ((r_level - shift(r_level, p.plateau_rows))
-                  / np.fmax(diff_sigma(full["r"], p.window, p.window // 4), 1e-12))[n0:]
-        improving = np.isfinite(r_gain) & (r_gain >= p.plateau_sigmas)
         known = rows >= p.baseline_rows
         low = known & np.isfinite(ratio) & (ratio < p.collapse_ratio)
-        self.ep["entropy.collapse"].update(rows, steps, low & ~improving, ratio,
-                                           {"entropy": level, "reward_gain_sigmas": r_gain})
-        self.ep["entropy.low"].update(rows, steps, low & improving, ratio,
-                                      {"entropy": level, "reward_gain_sigmas": r_gain})
+        collapse, kept_low = self.ep["entropy.collapse"], self.ep["entropy.low"]
+        if low.any() or not (collapse.idle() and kept_low.idle()):
+            # reward improvement over one window, in reward noise sigmas (read only when the
+            # entropy is low: a healthy run's batches skip two moving medians of the reward)
+            r_level = block_median(full["r"], p.smooth, max(p.smooth // 2, 1))
+            r_gain = ((r_level - shift(r_level, p.plateau_rows))
+                      / np.fmax(diff_sigma(full["r"], p.window, p.window // 4), 1e-12))[n0:]
+        else:
+            r_gain = np.full(len(rows), np.nan)
+        improving = np.isfinite(r_gain) & (r_gain >= p.plateau_sigmas)
+        collapse.update(rows, steps, low & ~improving, ratio, {"entropy": level, "reward_gain_sigmas": r_gain})
+        kept_low.update(rows, steps, low & improving, ratio, {"entropy": level, "reward_gain_sigmas": r_gain})
         rising = np.isfinite(ago) & (level > ago * (1.0 + p.blowup_rise))
         blow = known & np.isfinite(ratio) & (ratio > p.blowup_ratio) & rising
         if self.meta.lm_priors:
