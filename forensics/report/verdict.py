@@ -41,6 +41,16 @@ def not_checked(cov: Mapping[str, Any], keys: int = 12) -> list[str]:
     return out
 
 
+def _counts(crit: int, warn: int) -> str:
+    """The alarms in words, for the headline.
+
+    >>> _counts(1, 0), _counts(1, 2), _counts(0, 1), _counts(0, 3)
+    ('1 critical finding', '1 critical and 2 warning findings', '1 warning finding', '3 warning findings')
+    """
+    parts = ([f"{crit} critical"] if crit else []) + ([f"{warn} warning"] if warn or not crit else [])
+    return " and ".join(parts) + (" finding" if crit + warn == 1 else " findings")
+
+
 def start_of(finding: Mapping[str, Any]) -> str:
     """What a run starts with, for the headline: the finding's message, or for a finding of
     several episodes its first episode's, with how many there were and the largest (the
@@ -114,7 +124,7 @@ def verdict(findings: list[Mapping[str, Any]], timeline: Mapping[str, Any] | Non
     events = {e["id"]: e for e in tl.get("events") or []}
     after = [events[i]["rule"] for i in dom.get("chain", [])[1:] if i in events]
     out["chain"] = [titles.get(r, r) for r in after]
-    counts = f"{crit} critical and {warn} warning findings" if crit else f"{warn} warning findings"
+    counts = _counts(crit, warn)
     if root is not None:
         out["domino"] = f"{root['message']} ({root['rule']}, {root['severity']})"
         out["domino_finding"] = dict(root)
