@@ -592,3 +592,63 @@ def test_the_depth_and_width_bounds_see_every_line(lines: list[tuple[int, int, i
     expected = all(t.count("{") + t.count("[") <= MAX_DEPTH and t.count(":") <= MAX_ROW_KEYS for t in texts)
     nl = np.flatnonzero(arr == 10)
     assert _shallow(arr, nl, _ByteCounter(), _longest_line(nl, len(arr))) == expected
+
+
+def _type_changing_chunk(last: str) -> bytes:
+    """17 wide rows whose step is a number, then an integer beyond int64, a float and ``last``
+    (a list, a boolean): pyarrow 26's JSON reader crashes the process (SIGSEGV) parsing it in
+    blocks of half its size."""
+    rows = []
+    for i in range(17):
+        step = {5: "9223372036854775808", 8: "11.5", 16: last}.get(i, str(i + 3))
+        head = '{"step": ' + step + ', "kl": 0.05, "pad": "'
+        rows.append(head + "x" * (10_000 - len(head) - 2) + '"}')
+    return ("\n".join(rows) + "\n").encode()
+
+
+TYPE_CHANGE_CHILD = r"""
+import sys
+from pathlib import Path
+import numpy as np, pyarrow as pa, pyarrow.json as pj
+from forensics.io.readers import jsonl
+body = Path(sys.argv[1]).read_bytes()
+if sys.argv[2] == "halves":  # how the reader cut such a chunk before: blocks of half its size
+    try:
+        pj.read_json(pa.BufferReader(body), read_options=pj.ReadOptions(block_size=max(len(body) // 2, 65536)))
+    except pa.ArrowInvalid:
+        pass
+else:  # the reader's own fast parse of the chunk
+    count = jsonl._ByteCounter()
+    arr = np.frombuffer(body, np.uint8)
+    got = jsonl.JsonlSource(Path(sys.argv[1]))._parse_fast(memoryview(body), arr, 1, count(arr, 10),
+                                                           jsonl._KnownColumns(count, len(body)), count)
+    print("declined" if got is None else "parsed")
+"""
+
+
+@pytest.mark.parametrize("last", ["[1]", "true"])
+def test_a_chunk_whose_column_changes_type_does_not_crash_the_parse(tmp_path: Path, last: str) -> None:
+    """A column that holds numbers and then a list (an object, a boolean) can crash pyarrow's
+    JSON reader in a parse of several blocks: a chunk that may hold such a value is parsed as
+    one block, where pyarrow refuses the column, and the lines are read one by one. Run in
+    child processes: a crash is an exit code."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "steps.jsonl"
+    path.write_bytes(_type_changing_chunk(last))
+
+    def child(mode: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", TYPE_CHANGE_CHILD, str(path), mode],
+                              capture_output=True, text=True, timeout=120)
+
+    halves = child("halves")
+    if halves.returncode == 0:
+        print("this pyarrow no longer crashes on the chunk in halves")  # the guard then only costs speed
+    else:
+        assert halves.returncode < 0  # killed by a signal: the hazard the reader avoids
+    own = child("reader")
+    assert own.returncode == 0 and own.stdout.strip() == "declined", own.stderr
+    a = scan_path(path)
+    rep = a.inputs[0]
+    assert rep.rows_read == 17 and rep.rows_kept + rep.rows_skipped == 17 and a.steps["rows"] >= 13

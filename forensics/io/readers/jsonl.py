@@ -338,21 +338,35 @@ def _within(marks: np.ndarray, bounds: np.ndarray, limit: int) -> bool:
     return len(marks) <= limit or int(np.diff(np.searchsorted(marks, bounds)).max()) <= limit
 
 
-def _few_brackets(arr: np.ndarray, nl: np.ndarray, count: _ByteCounter) -> bool:
-    r"""A sufficient test, by two byte counts, that no line of the chunk ``arr`` (newlines at
-    ``nl``) holds more than ``MAX_DEPTH`` opening brackets: a line that starts with ``{`` holds one
-    at least, so no line holds more than all the brackets less one for each other such line. The
-    line starts are read at the newlines' offsets; numpy's compare-and-count costs a third of
-    ``bytes.count`` (which counting ``{``, ``[`` and ``\n{`` made a tenth of a million-row read).
+def _opened(arr: np.ndarray, nl: np.ndarray, count: _ByteCounter) -> tuple[int, int]:
+    r"""``(brackets, starts)``: the opening brackets (``{`` and ``[``) of the chunk ``arr``
+    (newlines at ``nl``) and its lines that start with ``{``, by two byte counts and the bytes
+    after the newlines (numpy's compare-and-count costs a third of ``bytes.count``, which
+    counting ``{``, ``[`` and ``\n{`` made a tenth of a million-row read).
+
+    >>> arr = np.frombuffer(b'{"a": 1}\n{"b": [1]}\n', np.uint8)
+    >>> _opened(arr, np.flatnonzero(arr == 10), _ByteCounter())
+    (3, 2)
+    """
+    brackets = count(arr, 0x7B) + count(arr, 0x5B)
+    after = nl[:-1] + 1 if len(nl) and nl[-1] == len(arr) - 1 else nl + 1
+    starts = int(np.count_nonzero(arr[after] == 0x7B)) + int(len(arr) > 0 and arr[0] == 0x7B)
+    return brackets, starts
+
+
+def _few_brackets(arr: np.ndarray, nl: np.ndarray, count: _ByteCounter,
+                  opened: tuple[int, int] | None = None) -> bool:
+    r"""A sufficient test that no line of the chunk ``arr`` (newlines at ``nl``) holds more than
+    ``MAX_DEPTH`` opening brackets: a line that starts with ``{`` holds one at least, so no line
+    holds more than all the brackets less one for each other such line (``opened``: the
+    chunk's :func:`_opened`, when counted already).
 
     >>> c = _ByteCounter()
     >>> flat, deep = np.frombuffer(b'{"a": 1}\n{"b": [1]}\n', np.uint8), np.frombuffer(b"[" * 300, np.uint8)
     >>> _few_brackets(flat, np.flatnonzero(flat == 10), c), _few_brackets(deep, np.flatnonzero(deep == 10), c)
     (True, False)
     """
-    brackets = count(arr, 0x7B) + count(arr, 0x5B)
-    after = nl[:-1] + 1 if len(nl) and nl[-1] == len(arr) - 1 else nl + 1
-    starts = int(np.count_nonzero(arr[after] == 0x7B)) + int(len(arr) > 0 and arr[0] == 0x7B)
+    brackets, starts = opened or _opened(arr, nl, count)
     return brackets - max(starts - 1, 0) <= MAX_DEPTH
 
 
@@ -369,13 +383,15 @@ def _longest_line(nl: np.ndarray, size: int) -> int:
     return max(int(np.diff(nl, prepend=-1).max()), tail)
 
 
-def _shallow(arr: np.ndarray, nl: np.ndarray, count: _ByteCounter, longest: int) -> bool:
+def _shallow(arr: np.ndarray, nl: np.ndarray, count: _ByteCounter, longest: int,
+             opened: tuple[int, int] | None = None) -> bool:
     """Whether no line of the chunk ``arr`` (newlines at ``nl``, the longest line ``longest``
     bytes) holds more opening brackets than ``MAX_DEPTH`` (so no line nests deeper: pyarrow
     overflows its stack on very deep nesting) or more colons than ``MAX_ROW_KEYS`` (so no row has
     more keys): the fast parses are safe on it. Lines too short to hold that many cost nothing,
-    and the lines are only cut apart when the quick counts cannot decide."""
-    deep = longest > 2 * MAX_DEPTH and not _few_brackets(arr, nl, count)
+    and the lines are only cut apart when the quick counts cannot decide. ``opened``: the
+    chunk's :func:`_opened`, when counted already."""
+    deep = longest > 2 * MAX_DEPTH and not _few_brackets(arr, nl, count, opened)
     wide = longest > 4 * MAX_ROW_KEYS  # a key takes four bytes at least ("":0,)
     if not (deep or wide):
         return True
@@ -386,14 +402,54 @@ def _shallow(arr: np.ndarray, nl: np.ndarray, count: _ByteCounter, longest: int)
     return not wide or _within(np.flatnonzero(arr == 0x3A), bounds, MAX_ROW_KEYS)
 
 
-def _json_blocks(size: int, longest: int) -> pj.ReadOptions:
+def _json_blocks(size: int, longest: int, whole: bool = False) -> pj.ReadOptions:
     """pyarrow's JSON read options for a chunk of ``size`` bytes whose longest line has
     ``longest``: two blocks at least, which its threads parse side by side (a 630 kB chunk in
     one block, its default 1 MB: 3.0 ms; in 256 kB blocks: 1.9 ms), but none under 64 kB nor
     over the default, and none a line does not fit in (it would straddle two: the default then,
-    as before)."""
+    as before); one block when ``whole`` (see :func:`_typed_values`).
+
+    >>> [_json_blocks(630_000, 700, whole).block_size for whole in (False, True)]
+    [315000, 630001]
+    """
+    if whole:
+        return pj.ReadOptions(block_size=size + 1)
     block = min(max(size // 2, _FIRST_CHUNK), _DEFAULT_BLOCK)
     return pj.ReadOptions(block_size=block if block > longest else _DEFAULT_BLOCK)
+
+
+def _typed_values(arr: np.ndarray, opened: tuple[int, int], count: _ByteCounter) -> bool:
+    r"""Whether the chunk ``arr`` (its :func:`_opened` counts) may hold a list, an object or a
+    boolean as a value: more opening brackets than lines that start with ``{``, or a colon
+    followed (after at most one space) by ``t``, ``f`` or more white space.
+
+    pyarrow's JSON reader (26.0) can crash the process (SIGSEGV) when a column holds numbers in
+    one block of a parse and such a value in another (a 17-line chunk of 10 kB rows, its step a
+    number, an integer beyond int64, a float and a list, did in blocks of half its size), and a
+    parse of one block refuses such a column instead (``ArrowInvalid``): such a chunk is parsed
+    as one block. Numbers of every kind, strings and nulls across blocks crashed none of 800
+    generated chunks; with lists, objects or booleans 2 of 150 crashed. The colons' test costs
+    about 1 ms a megabyte, a colon inside a string at worst a parse of one block.
+
+    >>> c = _ByteCounter()
+    >>> flat, typed = (np.frombuffer(b, np.uint8) for b in (b'{"a": 1.5, "b": null}\n', b'{"a":true}\n'))
+    >>> _typed_values(flat, (1, 1), c), _typed_values(typed, (1, 1), c), _typed_values(flat, (2, 1), c)
+    (False, True, True)
+    """
+    if opened[0] != opened[1]:
+        return True
+    at = count.positions(arr, _COLON)
+    if not len(at):
+        return False
+    end = len(arr) - 1
+    first = arr[np.minimum(at + 1, end)]
+    value = np.where(first == 0x20, arr[np.minimum(at + 2, end)], first)  # after one space
+    return bool(_TYPED_START[value].any())
+
+
+#: The bytes that start a boolean, or white space that hides what a value starts with.
+_TYPED_START = np.zeros(256, dtype=bool)
+_TYPED_START[list(b"tf \t\r\n")] = True
 
 
 class _ByteCounter:
@@ -718,14 +774,17 @@ class JsonlSource:
         else:
             nl = count.positions(arr, _NEWLINE)
             longest = _longest_line(nl, len(arr))
-            if not _shallow(arr, nl, count, longest):
+            opened = _opened(arr, nl, count)
+            if not _shallow(arr, nl, count, longest, opened):
                 return None
             try:
                 # pyarrow's own threads stay on (single-threaded, the parse, ~5 CPU-s per million
                 # rows, becomes the bottleneck even with the trackers running alongside), and a
-                # small chunk is cut into blocks small enough for both of them
+                # small chunk is cut into blocks small enough for both of them, unless it may
+                # hold values that crash a parse of several blocks
+                whole = len(body) > _FIRST_CHUNK and _typed_values(arr, opened, count)  # (else one block)
                 parsed = pj.read_json(pa.BufferReader(pa.py_buffer(body)),
-                                      read_options=_json_blocks(len(body), longest))
+                                      read_options=_json_blocks(len(body), longest, whole))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 return None
             if not (_valid_strings(parsed) and _exact_floats(zip(parsed.column_names, parsed.columns))):
