@@ -80,3 +80,36 @@ def test_step_value_is_exact_or_says_why(value: object) -> None:
         assert step == value
     if isinstance(value, float):
         assert math.isfinite(value) and step == value
+
+
+#: The slice run again in one child process with the JSONL reader's first chunk cut to 256 bytes
+#: and polars loaded: every file is then read in many chunks, each parsed in several blocks.
+SMALL_CHUNKS = r"""
+import random, sys
+import polars  # noqa: F401  (the reader then tries polars on every chunk after the first)
+import forensics.io.readers.jsonl as jsonl
+jsonl._FIRST_CHUNK = 256
+from tests.fuzz import inputs
+from tests.fuzz.harness import FAILURES, run_case
+bad = []
+for case in inputs.generate(random.Random(int(sys.argv[1])), int(sys.argv[2])):
+    r = run_case(case, timeout=60)
+    if r.outcome in FAILURES:
+        bad.append((r.outcome, case.name, r.detail[:200]))
+print(bad)
+"""
+
+
+def test_fuzz_slice_read_in_small_chunks_crashes_nothing() -> None:
+    """The chunking and the parses' blocks in every arrangement: pyarrow's JSON reader crashed
+    the process (SIGSEGV) on a column holding numbers in one block and a list in another, a
+    case the small files of the slice, each one block, could not reach."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", SMALL_CHUNKS, "3", str(SLICE)], capture_output=True, text=True,
+                         cwd=root, timeout=600, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    assert out.stdout.strip().splitlines()[-1] == "[]"
