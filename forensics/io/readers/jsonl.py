@@ -228,23 +228,25 @@ def parse_json_object(raw: bytes | str) -> tuple[dict[str, Any] | None, str]:
     return obj, ""
 
 
-def head_objects(head: bytes, lines: int = 64) -> tuple[int, int]:
+def head_objects(head: bytes, lines: int = 64, *, majority: bool = False) -> tuple[int, int]:
     """``(objects, others)``: how many of the first whole non-blank lines of ``head`` are JSON
-    objects and how many are not (comments, malformed lines); for format detection.
+    objects and how many are not (comments, malformed lines); for format detection. With
+    ``majority``, the count stops once the objects are half the lines or more (which then holds
+    whatever the rest are; ``others`` is then the lines not counted as objects).
 
     >>> head_objects(b'# comment\\n{"step": 1}\\n{"step": 2}\\n{"step"')
     (2, 1)
+    >>> head_objects(b'{"step": 1}\\n{"step": 2}\\n# comment\\n#\\n', majority=True)
+    (2, 2)
     """
-    objects = others = 0
-    for line in head.split(b"\n")[:-1][:lines]:
-        s = line.strip()
-        if not s:
-            continue
+    found = [s for s in (line.strip() for line in head.split(b"\n")[:-1][:lines]) if s]
+    objects = 0
+    for s in found:
         if s.startswith(b"{") and parse_json_object(s)[0] is not None:
             objects += 1
-        else:
-            others += 1
-    return objects, others
+            if majority and 2 * objects >= len(found):
+                break
+    return objects, len(found) - objects
 
 
 @record
