@@ -139,3 +139,24 @@ def test_concurrent_scans_into_one_folder_take_turns(tmp_path: Path, runs: list)
                 pids.remove(pid)
     assert observe(out) in (300, 2000) and states <= {None, 300, 2000}
     assert len([p for p in (out / STORE_DIR).iterdir() if p.name.startswith("r-")]) == 1
+
+
+def test_a_report_written_again_links_the_plotly_copy_it_replaces(tmp_path: Path) -> None:
+    """The shared plotly.js of a folder's new report generation is a hard link of the one it
+    replaces when that is the vendored file's copy (its size and modification time), not 1.2 MB
+    copied again; a copy that differs is not linked."""
+    from forensics.report.html import PLOTLY_FILE, PLOTLY_SOURCE
+
+    analysis = scan_path(Path(__file__).resolve().parent.parent / "fixtures" / "runs" / "ppo_lr_high")
+    out = tmp_path / "r"
+    lib = out / PLOTLY_FILE
+    write_reports(analysis, out, script="file")
+    first = lib.stat()
+    assert first.st_mtime_ns == PLOTLY_SOURCE.stat().st_mtime_ns and lib.read_bytes() == PLOTLY_SOURCE.read_bytes()
+    write_reports(analysis, out, script="file")
+    assert lib.stat().st_ino == first.st_ino  # the work not done: linked, not copied
+    os.utime(lib, ns=(0, 0))  # not the vendored file's copy any more
+    write_reports(analysis, out, script="file")
+    again = lib.stat()
+    assert again.st_ino != first.st_ino and lib.read_bytes() == PLOTLY_SOURCE.read_bytes()
+    assert again.st_mtime_ns == PLOTLY_SOURCE.stat().st_mtime_ns

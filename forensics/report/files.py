@@ -457,7 +457,8 @@ def _publish(analysis: Analysis, out_dir: Path, store: Path,
         old = _adopt(out_dir, store, previous, outputs)
     gen = _generation(store)
     try:
-        written = _write_files(analysis, gen, *how, _InGeneration(outputs))
+        earlier = store / old if old and "/" not in old else None  # the generation replaced
+        written = _write_files(analysis, gen, *how, _InGeneration(outputs), earlier)
         names = sorted(p.name for p in gen.iterdir() if p.is_file())
         (gen / MANIFEST_FILE).write_text(json.dumps({"written_by": "forensics scan", "files": names}, indent=1)
                                          + "\n", encoding="utf-8")
@@ -517,7 +518,7 @@ def _remove_owned(target: Path, outputs: Outputs) -> None:
 
 
 def _write_files(analysis: Analysis, out_dir: Path, script: tuple[str, str | None], tables: tuple[str, ...],
-                 pages: tuple[str, ...], outputs: Outputs) -> dict[str, Path]:
+                 pages: tuple[str, ...], outputs: Outputs, earlier: Path | None = None) -> dict[str, Path]:
     paths = {
         "analysis": out_dir / ANALYSIS_FILE,
         "summary": out_dir / SUMMARY_FILE,
@@ -542,7 +543,7 @@ def _write_files(analysis: Analysis, out_dir: Path, script: tuple[str, str | Non
         paths.update(write_training_files(d, out_dir, outputs))
         if pages:
             paths.update(write_rendered(orjson.loads(raw), out_dir, pages, script=script[0], outputs=outputs,
-                                        plotly_src=script[1]))
+                                        plotly_src=script[1], earlier=earlier))
         if beside:
             outputs.write_bytes(paths["metrics"], table.result())
         elif "metrics" in paths:
@@ -588,10 +589,11 @@ def write_training_files(d: dict[str, Any], out_dir: Path, outputs: Outputs | No
 
 def write_rendered(data: dict[str, Any], out_dir: Path, formats: tuple[str, ...] = ("html", "md"),
                    script: str = "inline", outputs: Outputs | None = None,
-                   plotly_src: str | None = None) -> dict[str, Path]:
+                   plotly_src: str | None = None, earlier: Path | None = None) -> dict[str, Path]:
     """Write report.html and/or report.md for an analysis dict (a scan or a saved analysis.json);
     ``script="file"`` shares plotly.js as one file per folder instead of inlining it (or, with
-    ``plotly_src``, refers to the copy the caller writes there)."""
+    ``plotly_src``, refers to the copy the caller writes there; ``earlier``: a folder whose copy
+    may be linked, see :func:`~forensics.report.html.write_plotly_asset`)."""
     from .html import PLOTLY_FILE, render_html, write_plotly_asset
     from .markdown import render_markdown
 
@@ -601,7 +603,7 @@ def write_rendered(data: dict[str, Any], out_dir: Path, formats: tuple[str, ...]
         page = render_html(data, script=script, plotly_src=plotly_src or PLOTLY_FILE)
         out["html"] = outputs.write_text(out_dir / HTML_FILE, page)
         if script == "file" and plotly_src is None:  # shared by every report in the folder
-            write_plotly_asset(out_dir, outputs)
+            write_plotly_asset(out_dir, outputs, earlier)
     if "md" in formats:
         out["markdown"] = outputs.write_text(out_dir / MARKDOWN_FILE, render_markdown(data))
     return out
