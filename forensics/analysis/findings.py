@@ -10,7 +10,7 @@ from typing import Any
 from ..records import record
 
 __all__ = ["NON_FINITE", "Finding", "RuleRenamed", "RuleSpec", "Severity", "clean_evidence", "group_recurrences",
-           "non_finite_reason", "recurrence_key", "recurrence_rank"]
+           "non_finite_reason", "recurrence_key", "recurrence_message", "recurrence_rank"]
 
 
 class Severity(str, Enum):
@@ -224,6 +224,17 @@ def recurrence_rank(f: Finding, magnitudes: dict[int, float]) -> tuple[int, floa
     return f.severity.rank, magnitudes.get(id(f), 0.0)
 
 
+def recurrence_message(episodes: int, largest: str) -> str:
+    """The message of a finding of several ``episodes`` (:func:`group_recurrences`): their count,
+    then the message of the largest, which a reader takes back with ``removeprefix`` of this
+    function's text for an empty ``largest``.
+
+    >>> recurrence_message(3, "KL 0.9 at step 40")
+    '3 episodes; the largest: KL 0.9 at step 40'
+    """
+    return f"{episodes} episodes; the largest: {largest}"
+
+
 def group_recurrences(findings: list[Finding], sizes: dict[int, int],
                       magnitudes: dict[int, float]) -> tuple[list[Finding], dict[int, int]]:
     """One finding per rule (and series): repeated episodes become one finding that lists them.
@@ -253,7 +264,7 @@ def group_recurrences(findings: list[Finding], sizes: dict[int, int],
         merged = Finding(
             rule=head.rule, severity=head.severity, first_step=min(f.first_step for f in group),
             last_step=max(f.last_step for f in group), onset_step=group[0].onset_step,
-            message=f"{len(group)} episodes; the largest: {head.message}", remedy=head.remedy,
+            message=recurrence_message(len(group), head.message), remedy=head.remedy,
             tracker=head.tracker, evidence=dict(head.evidence), explanation=head.explanation)
         # made clean (Python ints and strings), so not cleaned again: a noisy run lists tens of
         # thousands of episodes

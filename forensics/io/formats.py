@@ -44,7 +44,7 @@ def _is_jsonl(path: Path, head: bytes) -> bool:
     text = head.lstrip()
     if not text.startswith((b"{", b"#", b"//")) and b"\n{" not in text[:4096]:
         return False
-    objects, others = head_objects(head, majority=True)
+    objects, others = head_objects(head)
     if objects:
         return objects >= others
     return text.startswith(b"{")  # broken lines (each reported by the reader), or one long line

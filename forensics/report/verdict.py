@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..analysis.findings import recurrence_message
+
 __all__ = ["evidence_rows", "start_of", "verdict"]
 
 
@@ -68,8 +70,7 @@ def start_of(finding: Mapping[str, Any]) -> str:
     if len(episodes) < 2:
         return message
     first = min(episodes, key=lambda e: (e.get("onset_step", 0), e.get("first_step", 0)))
-    prefix = f"{len(episodes)} episodes; the largest: "
-    largest = message[len(prefix):] if message.startswith(prefix) else message
+    largest = message.removeprefix(recurrence_message(len(episodes), ""))
     if largest == first["message"]:
         return f"{first['message']}, the first and largest of {len(episodes)} episodes"
     return f"{first['message']}, the first of {len(episodes)} episodes (the largest: {largest})"

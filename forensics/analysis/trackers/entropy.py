@@ -159,8 +159,9 @@ class Entropy(Tracker):
         else:
             r_gain = np.full(len(rows), np.nan)
         improving = np.isfinite(r_gain) & (r_gain >= p.plateau_sigmas)
-        collapse.update(rows, steps, low & ~improving, ratio, {"entropy": level, "reward_gain_sigmas": r_gain})
-        kept_low.update(rows, steps, low & improving, ratio, {"entropy": level, "reward_gain_sigmas": r_gain})
+        evidence = {"entropy": level, "reward_gain_sigmas": r_gain}
+        collapse.update(rows, steps, low & ~improving, ratio, evidence)
+        kept_low.update(rows, steps, low & improving, ratio, evidence)
         rising = np.isfinite(ago) & (level > ago * (1.0 + p.blowup_rise))
         blow = known & np.isfinite(ratio) & (ratio > p.blowup_ratio) & rising
         if self.meta.lm_priors:

@@ -228,23 +228,26 @@ def parse_json_object(raw: bytes | str) -> tuple[dict[str, Any] | None, str]:
     return obj, ""
 
 
-def head_objects(head: bytes, lines: int = 64, *, majority: bool = False) -> tuple[int, int]:
+def head_objects(head: bytes, lines: int = 64) -> tuple[int, int]:
     """``(objects, others)``: how many of the first whole non-blank lines of ``head`` are JSON
-    objects and how many are not (comments, malformed lines); for format detection. With
-    ``majority``, the count stops once the objects are half the lines or more (which then holds
-    whatever the rest are; ``others`` is then the lines not counted as objects).
+    objects and how many are not (comments, malformed lines); for format detection, which asks
+    whether the objects are as many as the others at least: the count stops once they are half
+    the lines (the answer then holds whatever the rest are; ``others`` counts the lines not
+    counted as objects).
 
     >>> head_objects(b'# comment\\n{"step": 1}\\n{"step": 2}\\n{"step"')
     (2, 1)
-    >>> head_objects(b'{"step": 1}\\n{"step": 2}\\n# comment\\n#\\n', majority=True)
+    >>> head_objects(b'{"step": 1}\\n{"step": 2}\\n# comment\\n#\\n')
     (2, 2)
+    >>> head_objects(b'# a\\n# b\\n{"step": 1}\\n')
+    (1, 2)
     """
     found = [s for s in (line.strip() for line in head.split(b"\n")[:-1][:lines]) if s]
     objects = 0
     for s in found:
         if s.startswith(b"{") and parse_json_object(s)[0] is not None:
             objects += 1
-            if majority and 2 * objects >= len(found):
+            if 2 * objects >= len(found):
                 break
     return objects, len(found) - objects
 
