@@ -503,3 +503,21 @@ def test_the_rules_catalogue_gives_the_ranges_with_their_sources() -> None:
     assert "## Learning rates and KL coefficients: the usual ranges" in doc
     for r in [*LR_RANGES.values(), *KL_RANGES.values()]:
         assert r.sources in doc
+
+
+def test_windows_are_matched_to_many_episodes_as_to_few(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The array comparison of many window-episode pairs gives each window the rules and the
+    critical flag that the pair-by-pair comparison gives (rules in order of first appearance)."""
+    from forensics.analysis.diagnosis import recommendations as rec
+
+    rng = np.random.default_rng(5)
+    windows = [{"first_step": int(a), "last_step": int(a) + 49} for a in range(0, 2000, 50)]
+    starts = rng.integers(-20, 2020, 3000)
+    serious = [(f"rule.{rng.integers(6)}", "critical" if rng.random() < 0.01 else "warning", int(a),
+                int(a + rng.integers(0, 120))) for a in starts]
+    assert len(windows) * len(serious) > rec._MANY_PAIRS
+    many = rec._window_hits(windows, serious)
+    monkeypatch.setattr(rec, "_MANY_PAIRS", 10**9)
+    assert rec._window_hits(windows, serious) == many
+    assert any(crit for _, crit in many) and not all(crit for _, crit in many)
+    assert any(len(rules) > 2 for rules, _ in many)

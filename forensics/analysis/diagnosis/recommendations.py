@@ -1081,15 +1081,52 @@ def windows_with_findings(windows: list[dict[str, Any]], findings: Iterable[Mapp
             if sev in ("warning", "critical"):
                 serious.append((f["rule"], sev, int(e["first_step"]), int(e["last_step"])))
     order = {"ok": 0, "watch": 1, "warn": 2, "alert": 3}
+    hits_of = _window_hits(windows, serious)
     out = []
-    for w in windows:
+    for w, (rules, critical) in zip(windows, hits_of, strict=True):
         w = dict(w)
-        hits = [h for h in serious if h[2] <= w["last_step"] and h[3] >= w["first_step"]]
-        w["findings"] = list(dict.fromkeys(rule for rule, *_ in hits))
-        worst = "alert" if any(sev == "critical" for _, sev, *_ in hits) else ("warn" if hits else "ok")
+        w["findings"] = rules
+        worst = "alert" if critical else ("warn" if rules else "ok")
         if order[worst] > order.get(w.get("status", "ok"), 0):
             w["status"] = worst
         out.append(w)
+    return out
+
+
+#: Window-episode pairs above which :func:`_window_hits` compares them as arrays.
+_MANY_PAIRS = 4096
+
+
+def _window_hits(windows: list[dict[str, Any]], serious: list[tuple[str, str, int, int]]
+                 ) -> list[tuple[list[str], bool]]:
+    """For each window: the rules of the ``serious`` episodes ``(rule, severity, first, last)``
+    overlapping it, in their order of first appearance, and whether one is critical. Many
+    pairs (a noisy run's tens of thousands of episodes against every window) are compared as
+    arrays, a window at a time, with the same result.
+
+    >>> eps = [("kl.spike", "warning", 5, 8), ("grad.explode", "critical", 9, 30), ("kl.spike", "critical", 12, 12)]
+    >>> _window_hits([{"first_step": 0, "last_step": 9}, {"first_step": 10, "last_step": 19},
+    ...               {"first_step": 31, "last_step": 40}], eps)
+    [(['kl.spike', 'grad.explode'], True), (['grad.explode', 'kl.spike'], True), ([], False)]
+    """
+    if len(windows) * len(serious) <= _MANY_PAIRS:
+        out = []
+        for w in windows:
+            hits = [h for h in serious if h[2] <= w["last_step"] and h[3] >= w["first_step"]]
+            out.append((list(dict.fromkeys(rule for rule, *_ in hits)), any(sev == "critical" for _, sev, *_ in hits)))
+        return out
+    names = list(dict.fromkeys(h[0] for h in serious))
+    code = {name: i for i, name in enumerate(names)}
+    rules = np.array([code[h[0]] for h in serious], dtype=np.int64)
+    critical = np.array([h[1] == "critical" for h in serious], dtype=bool)
+    first = np.array([h[2] for h in serious], dtype=np.int64)
+    last = np.array([h[3] for h in serious], dtype=np.int64)
+    out = []
+    for w in windows:
+        at = np.flatnonzero((first <= w["last_step"]) & (last >= w["first_step"]))
+        seen = rules[at]
+        _, where = np.unique(seen, return_index=True)  # each rule's first hit, in hit order below
+        out.append(([names[c] for c in seen[np.sort(where)].tolist()], bool(critical[at].any())))
     return out
 
 
