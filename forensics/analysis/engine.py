@@ -114,9 +114,10 @@ def _tracker_pool(busy: int = 0) -> ThreadPoolExecutor | None:
     tracker runs on one thread at a time and only touches its own state and the read-only
     batch)."""
     global _POOL
-    if (os.cpu_count() or 1) - busy < 2:
+    cores = os.cpu_count() or 1
+    if cores - busy < 2:
         return None
-    workers = min(os.cpu_count() or 1, 4)
+    workers = min(cores, 4)
     with _POOL_LOCK:
         if _POOL is None:
             _POOL = ThreadPoolExecutor(workers, thread_name_prefix="forensics-tracker")

@@ -51,6 +51,12 @@ def _value(key: int) -> float:
     return float(np.array([b], dtype=np.uint64).view(np.float64)[0])
 
 
+def _under(values: np.ndarray, keys: np.ndarray, prefix: int, bits: int) -> np.ndarray:
+    """The ``values`` whose ``keys`` (:func:`_keys`) have ``prefix`` as their top ``64 - bits``
+    bits (all of them when ``bits`` is 64: no bit known yet)."""
+    return values if bits >= 64 else values[(keys >> np.uint64(bits)) == np.uint64(prefix)]
+
+
 #: Values summed per numpy call in :func:`exact_sum`: the sums of their 26- and 27-bit halves
 #: stay below 2**53, whole numbers that float64 holds exactly.
 _SUM_SLICE = 1 << 20
@@ -239,8 +245,7 @@ class RunValues:
                 for c in self.chunks():
                     k = _keys(c)
                     for prefix, bits in groups:
-                        parts[(prefix, bits)].append(c[(k >> np.uint64(bits)) == np.uint64(prefix)]
-                                                     if bits < 64 else c)
+                        parts[(prefix, bits)].append(_under(c, k, prefix, bits))
                 for g, members in groups.items():
                     cand = np.concatenate(parts[g])
                     for i in members:
@@ -251,7 +256,7 @@ class RunValues:
             for c in self.chunks():
                 keys = _keys(c)
                 for prefix, bits in groups:
-                    k = keys[(keys >> np.uint64(bits)) == np.uint64(prefix)] if bits < 64 else keys
+                    k = _under(keys, keys, prefix, bits)
                     hists[(prefix, bits)] += np.bincount(
                         ((k >> np.uint64(bits - _DIGIT)) & np.uint64(0xFFFF)).astype(np.int64),
                         minlength=1 << _DIGIT)
