@@ -24,9 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Libraries a small JSONL scan has no use for (jinja2 renders report.html: a scan loads it, other
 #: commands do not; recommendations.yaml is forensics' own writer, not PyYAML).
 HEAVY = ("pandas", "polars", "plotly", "scipy", "jinja2", "yaml")
-#: Parts of pyarrow a JSONL scan has no use for: Parquet and its file systems, and the compute
-#: functions (pyarrow.csv writes a small metrics.csv, formatting its numbers itself).
-ARROW_PARTS = ("pyarrow.parquet", "pyarrow.fs", "pyarrow.compute")
+#: Parts of pyarrow a JSONL scan has no use for: Parquet and its file systems, the compute
+#: functions (pyarrow.csv writes a small metrics.csv, formatting its numbers itself), and Feather
+#: (the run store's spill files: a run too long to hold in memory).
+ARROW_PARTS = ("pyarrow.parquet", "pyarrow.fs", "pyarrow.compute", "pyarrow.feather")
 #: Standard modules forensics' own code once loaded for one call: ``importlib.abc`` (the pandas
 #: guard's base class) brought importlib.resources, ``ctypes.util`` (finding the C library for
 #: malloc_trim) brought subprocess and ran ldconfig; tomllib is for a config file, when given.

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.feather as feather
 
 __all__ = ["MAX_COLUMNS", "MetricsStore"]
 
@@ -79,6 +78,8 @@ class MetricsStore:
             return
         if self._tmp is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="forensics-")
+        import pyarrow.feather as feather  # only a run too large to hold spills (7 ms of a start)
+
         table = pa.concat_tables([pa.table(p) for p in self._buffer], promote_options="default")
         path = Path(self._tmp.name) / f"part-{len(self._files):05d}.arrow"
         feather.write_feather(table, path, compression="uncompressed")
@@ -89,6 +90,8 @@ class MetricsStore:
         """Consecutive parts as ``{column: array}``; absent columns are NaN-filled."""
         wanted = list(self.names) if columns is None else ["step", *[c for c in columns
                                                                       if c != "step"]]
+        if self._files:
+            import pyarrow.feather as feather
         for path in self._files:
             table = feather.read_table(path, memory_map=True)
             names = set(table.schema.names)
