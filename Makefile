@@ -95,7 +95,7 @@ EVAL_OUT       = $(if $(and $(wildcard $(REAL_LOGS)/.),$(wildcard $(REAL_LABELLE
 eval: $(RUNTIME_STAMP)
 	@mkdir -p $(EVAL_OUT)
 	@[ "$(EVAL_OUT)" = reports ] || echo "note: $(REAL_LOGS) or $(REAL_LABELLED) not found: those corpora are skipped and the figures go to $(EVAL_OUT)/ (untracked); reports/detection_quality.* are left as they are"
-	$(PY) -m forensics.verdicts.evaluation reference=fixtures/runs trl=fixtures/trl real=fixtures/real --real-logs $(REAL_LOGS) \
+	$(PY) -m forensics.verdicts.evaluation reference=fixtures/runs trl=fixtures/trl real=fixtures/real --real-logs $(REAL_LOGS) --metamorphic \
 		--json $(EVAL_OUT)/detection_quality.json --txt $(EVAL_OUT)/detection_quality.txt
 
 fixtures: $(STAMP)

@@ -113,10 +113,11 @@ def test_real_corpus_labels_every_log_once() -> None:
 
     labels = json.loads((REAL_CORPUS / "labels.json").read_text())
     files = [e["file"] for e in labels["runs"]]
-    assert len(files) == len(set(files)) == 21
+    assert len(files) == len(set(files)) == 42  # LABELS.md sets 1 and 2
     for e in labels["runs"]:
         if e["fault"] not in (None, "unlabelled"):
             assert e["expected_rules"] and e["onset_row"] >= 1 and e["horizon_rows"] >= 1, e
+        assert e.get("gate") in (None, "pass", "fail"), e
 
 
 def test_real_healthy_logs_raise_no_alarm(real_quality: Quality) -> None:
@@ -135,6 +136,36 @@ def test_real_faults_are_found_near_their_onset_and_nothing_alarms_early(real_qu
     print("\n" + render_table(real_quality))
 
 
+def test_the_default_gate_fails_exactly_the_runs_labelled_failing(real_quality: Quality) -> None:
+    """LABELS.md set 2 says which runs a gate fails (damage that persists to the end of the log);
+    every healthy run of both sets passes."""
+    wrong = {r["name"]: (r["gate"], r["gate_expected"]) for r in real_quality.runs
+             if r.get("gate_expected") and r["gate"] != r["gate_expected"]}
+    assert not wrong, render_table(real_quality)
+    assert sum(1 for r in real_quality.runs if r.get("gate_expected")) >= 30
+
+
+def _corpora_findings() -> list[tuple[str, dict]]:
+    out = []
+    for root in (RUNS, TRL, REAL_CORPUS):
+        from forensics.verdicts.evaluation import corpus_available
+
+        if corpus_available(root):
+            out += [(f"{root.name}/{r.name}", f) for r in scan_runs(root) for f in r.findings]
+    return out
+
+
+def test_every_critical_finding_names_its_consequence() -> None:
+    """Only the consequence pass makes a finding critical, from damage it names: in the evidence
+    (``consequence``) and in the message, on every run of every corpus."""
+    criticals = [(name, f) for name, f in _corpora_findings() if f["severity"] == "critical"]
+    assert len(criticals) >= 20
+    for name, f in criticals:
+        consequence = f["evidence"].get("consequence")
+        assert consequence and consequence in f["message"], (name, f["rule"], f["message"])
+        assert f["evidence"].get("severity_from") in ("warning", "info"), (name, f["rule"])
+
+
 @pytest.mark.parametrize(("log", "rule", "severity"), [
     # item 7 of the verdicts issue: a broken run fails the default gate (critical)
     ("trl_grpo_qwen0.5b_patch2prod_alltruncated-saturated.txt", "length.truncation", "critical"),
@@ -142,6 +173,19 @@ def test_real_faults_are_found_near_their_onset_and_nothing_alarms_early(real_qu
     ("trl_grpo_qwen3b-lora_hotpotqa_klblowup.log", "kl.excessive", "critical"),
     ("trl_dapo_qwen2.5vl-3b_aokvqa_lengthcollapse-deadgroups.md", "length.collapse", "critical"),
     ("trl_dpo_gams9b-translation_refmismatch-lossaboveln2.log", "pref.reference_mismatch", "critical"),
+    # set 2: damage named at its depth, and the events and drifts that are not damage
+    ("verl_gpg_qwen2-7b-gsm8k-math_lengthblowup-repetition.log", "length.truncation", "critical"),
+    ("verl_gpg_qwen2-7b-gsm8k-math_lengthblowup-repetition.log", "entropy.collapse", "info"),
+    ("verl_opd_qwen2.5-3b-retool-tokenkl_lengthdrift.log", "length.truncation", "warning"),
+    ("verl_opd_qwen2.5-3b-retool-tokenkl_lengthblowup-toolcollapse.log", "length.truncation", "critical"),
+    ("verl_opd_qwen2.5-3b-retool-klcoef0.05_lengthcollapse.log", "kl.excessive", "critical"),
+    ("tinker_grpo_llama3.2-1b-leetcode_proxyhack-restarts.jsonl", "reward.proxy_gain", "critical"),
+    ("trl_grpo_qwen3.5-9b-lora-gsm8k_truncation-deadgroups.log", "length.truncation", "critical"),
+    ("trl_grpo_qwen3.5-9b-lora-gsm8k_truncation-deadgroups.log", "kl.spike", "info"),
+    ("verl_grpo_deepseek7b-gsm8k_healthy-gradspikes.log", "grad.spike", "info"),
+    ("verl_grpo_deepseek7b-gsm8k_healthy-gradspikes.log", "entropy.collapse", "info"),
+    ("verl_ppo_deepseek7b-gsm8k_healthy-gradspikes.log", "grad.spike", "info"),
+    ("rldk_grpo_synthetic-seed1_healthy-klspike.jsonl", "kl.spike", "info"),
     # a warm-up that outlasted a completed run is a warning, not critical
     ("trl_dpo_gams9b-translation_warmup-longer-than-run.log", "hyperparams.lr_warmup_unfinished", "warning"),
 ])

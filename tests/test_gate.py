@@ -15,7 +15,7 @@ from forensics.errors import ConfigError
 from forensics.verdicts.gate import _gh_prop, evaluate, parse_policy, render_github, render_junit, rule_catalogue
 
 from .conftest import RLDK, healthy_rows, write_jsonl
-from .synth import grad_explosion
+from .synth import grad_explosion, kl_spike
 
 
 def run(*args: str):
@@ -24,10 +24,13 @@ def run(*args: str):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Saved analyses: a healthy run, one with a critical gradient explosion, the RLDK log."""
+    """Saved analyses: a healthy run, one with a critical gradient explosion, one whose KL left its
+    level for eight rows (a warning: longer than an isolated excursion), the RLDK log (its
+    five-row KL spike recovered with nothing else moving: information)."""
     base = tmp_path_factory.mktemp("gate")
     out = {}
-    for name, rows in (("healthy", healthy_rows(300)), ("explode", grad_explosion())):
+    for name, rows in (("healthy", healthy_rows(300)), ("explode", grad_explosion()),
+                       ("spiky", kl_spike(width=8))):
         log = write_jsonl(base / f"{name}.jsonl", rows)
         res = run("scan", str(log), "-o", str(base / name), "-q")
         assert res.exit_code == 0, res.output
@@ -60,9 +63,12 @@ def test_fail_on_severity_exits_1(runs: dict[str, Path], tmp_path: Path) -> None
     res = run("gate", str(runs["explode"]), "--policy", policy(tmp_path, 'fail_on = "critical"\n'))
     assert res.exit_code == 1
     assert "gate FAILED" in res.output and "FAIL  [critical] grad.explode" in res.output
-    # the RLDK log has only a warning: passes at critical, fails at warning
-    assert run("gate", str(runs["rldk"]), "--policy", policy(tmp_path, 'fail_on = "critical"')).exit_code == 0
-    assert run("gate", str(runs["rldk"]), "--policy", policy(tmp_path, 'fail_on = "warning"')).exit_code == 1
+    # a lasting KL excursion is a warning: passes at critical, fails at warning
+    assert run("gate", str(runs["spiky"]), "--policy", policy(tmp_path, 'fail_on = "critical"')).exit_code == 0
+    assert run("gate", str(runs["spiky"]), "--policy", policy(tmp_path, 'fail_on = "warning"')).exit_code == 1
+    # the RLDK log's spike recovered with nothing else moving: information, failing only at info
+    assert run("gate", str(runs["rldk"]), "--policy", policy(tmp_path, 'fail_on = "warning"')).exit_code == 0
+    assert run("gate", str(runs["rldk"]), "--policy", policy(tmp_path, 'fail_on = "info"')).exit_code == 1
 
 
 def test_fail_rules_at_any_severity(runs: dict[str, Path], tmp_path: Path) -> None:
@@ -71,17 +77,17 @@ def test_fail_rules_at_any_severity(runs: dict[str, Path], tmp_path: Path) -> No
 
 
 def test_fail_on_min_health_exits_1(runs: dict[str, Path], tmp_path: Path) -> None:
-    d = json.loads(runs["rldk"].read_text())
+    d = json.loads(runs["spiky"].read_text())
     overall = d["health"]["overall"]
     text = f'fail_on = "none"\n[min_health]\noverall = {min(1.0, overall + 0.01)}\n'
-    res = run("gate", str(runs["rldk"]), "--policy", policy(tmp_path, text))
+    res = run("gate", str(runs["spiky"]), "--policy", policy(tmp_path, text))
     assert res.exit_code == 1 and "health.overall" in res.output
     text = f'fail_on = "none"\n[min_health]\noverall = {overall - 0.01}\n[min_health.areas]\nkl = 0.99\n'
-    res = run("gate", str(runs["rldk"]), "--policy", policy(tmp_path, text))
+    res = run("gate", str(runs["spiky"]), "--policy", policy(tmp_path, text))
     assert res.exit_code == 1 and "health.areas.kl" in res.output
     text = 'fail_on = "none"\n[min_health]\nconvergence = 0.99\n'  # no reward logged: not checked
     if d["health"]["convergence"] is None:
-        assert run("gate", str(runs["rldk"]), "--policy", policy(tmp_path, text)).exit_code == 0
+        assert run("gate", str(runs["spiky"]), "--policy", policy(tmp_path, text)).exit_code == 0
 
 
 def test_allow_list_passes(runs: dict[str, Path], tmp_path: Path) -> None:
@@ -173,7 +179,7 @@ def test_junit_and_github_escape_log_text() -> None:
 
 def test_github_format_and_json(runs: dict[str, Path], tmp_path: Path) -> None:
     pol = policy(tmp_path, 'fail_on = "critical"\n')
-    res = run("gate", str(runs["rldk"]), "--policy", pol, "--format", "github")
+    res = run("gate", str(runs["spiky"]), "--policy", pol, "--format", "github")
     assert res.exit_code == 0
     # passing warnings go into the one summary notice, never one annotation each
     assert res.output.startswith("::notice title=forensics gate::gate passed") and "kl.spike (steps " in res.output

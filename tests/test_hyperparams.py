@@ -17,8 +17,17 @@ from .test_training_health import scan
 
 
 def changes(a: Any) -> list[tuple[str, str, int, float, float]]:
-    return [(f.rule, f.severity.value, f.onset_step, f.evidence["before"], f.evidence["after"])
-            for f in a.findings if f.tracker == "hyperparams" and f.rule != "hyperparams.lr_out_of_range"]
+    """The changes, each with the tracker's own alarm (a change by a factor of 10 or more in the
+    risky direction is its 'critical'); the finding itself is at most a warning, as only damage
+    makes a finding critical (analysis.diagnosis.consequence)."""
+    out = [f for f in a.findings if f.tracker == "hyperparams" and f.rule != "hyperparams.lr_out_of_range"]
+    assert all(f.severity.value != "critical" for f in out)
+    return [(f.rule, alarm(f), f.onset_step, f.evidence["before"], f.evidence["after"]) for f in out]
+
+
+def alarm(f: Any) -> str:
+    """A finding's severity as its tracker judged it (before the consequence pass)."""
+    return str(f.evidence.get("tracker_severity", f.severity.value))
 
 
 def lr_rows(values: np.ndarray, **extra: np.ndarray) -> list[dict[str, Any]]:
@@ -37,7 +46,7 @@ def test_learning_rate_x30_is_critical_with_its_values() -> None:
     assert f.message == "learning rate x30 at step 100: 0.001 -> 0.03"
     # 0.03 is also far above any rate used to fine-tune a language model (a prior)
     out = next(f for f in a.findings if f.rule == "hyperparams.lr_out_of_range")
-    assert out.severity.value == "critical" and out.onset_step == 100
+    assert alarm(out) == "critical" and out.severity.value == "warning" and out.onset_step == 100
     assert (f.first_step, f.last_step) == (100, 100)
     assert f.evidence["factor"] == 30.0 and f.evidence["previous_step"] == 99
 
@@ -99,7 +108,7 @@ def test_batch_invariance() -> None:
 def test_fixture_faults_are_found_and_healthy_runs_have_none() -> None:
     found = {}
     for run in sorted((FIXTURES / "runs").iterdir()):
-        found[run.name] = [(f.rule, f.severity.value, f.onset_step)
+        found[run.name] = [(f.rule, alarm(f), f.onset_step)
                            for f in scan_path(run, trackers=["hyperparams"]).findings]
     assert found["ppo_lr_high"] == [("hyperparams.lr_change", "critical", 100)]
     assert found["ppo_lr_tiny"] == [("hyperparams.lr_change", "warning", 40)]
@@ -120,7 +129,7 @@ def test_change_is_in_findings_csv_and_first_domino(tmp_path: Path) -> None:
     with open(paths["findings"], newline="", encoding="utf-8") as fh:
         table = list(csv.DictReader(fh))
     row = next(r for r in table if r["rule"] == "hyperparams.lr_change")
-    assert row["severity"] == "critical" and row["onset_step"] == "200"
+    assert row["severity"] == "warning" and row["onset_step"] == "200"  # a cause: no damage of its own
     assert row["message"] == "learning rate x30 at step 200: 1e-06 -> 3e-05"
     import json
 

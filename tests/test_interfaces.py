@@ -46,9 +46,13 @@ def own_names(rows: list[dict]) -> list[dict]:
 
 
 def spiky(n: int = 400) -> list[dict]:
+    """A KL spike at row 300 after which the KL stays 10x out of its band to the end: damage
+    (critical), where the spike alone, recovered, would be an event."""
     rows = healthy_rows(n, seed=3)
     for r in rows[300:305]:
         r["kl"] *= 20.0
+    for r in rows[305:]:
+        r["kl"] *= 10.0
     return rows
 
 
@@ -402,27 +406,30 @@ def test_github_annotations_stay_within_what_github_shows() -> None:
 # --- 6. live --------------------------------------------------------------------------------
 
 def test_watch_escalation_jsonl_and_fail_on(tmp_path: Path) -> None:
+    """A KL far out of its band is a warning while it is young and escalates to critical once it
+    has stayed out long enough to be damage (analysis.diagnosis.consequence)."""
     rows = healthy_rows(400, seed=3)
     for r in rows[300:302]:
         r["kl"] *= 6.0
-    for r in rows[302:330]:
+    for r in rows[302:]:
         r["kl"] *= 60.0
-    p = write_jsonl(tmp_path / "steps.jsonl", rows[:302])
+    p = write_jsonl(tmp_path / "steps.jsonl", rows[:330])
     alerts = tmp_path / "alerts.jsonl"
     out: list[str] = []
     w = Watcher(p, echo=out.append, min_severity=Severity.WARNING, jsonl=alerts, batch_rows=1)
     w.poll()
-    first = [json.loads(x) for x in alerts.read_text().splitlines() if '"kl.spike"' in x]
+    first = [json.loads(x) for x in alerts.read_text().splitlines() if '"kl.excessive"' in x]
     assert [(a["event"], a["severity"]) for a in first] == [("new", "warning")]
+    n_first = len(alerts.read_text().splitlines())
     with open(p, "a") as fh:
-        fh.write("".join(json.dumps(r) + "\n" for r in rows[302:]))
+        fh.write("".join(json.dumps(r) + "\n" for r in rows[330:]))
     w.poll()
-    spike = [json.loads(x) for x in alerts.read_text().splitlines() if '"kl.spike"' in x]
-    assert spike[-1]["event"] == "escalated" and spike[-1]["severity"] == "critical"
-    assert spike[-1]["previous_severity"] == "warning"
+    excessive = [json.loads(x) for x in alerts.read_text().splitlines() if '"kl.excessive"' in x]
+    assert excessive[-1]["event"] == "escalated" and excessive[-1]["severity"] == "critical"
+    assert excessive[-1]["previous_severity"] == "warning"
     assert any("escalated" in line and "was warning" in line for line in out)
     onsets = [json.loads(x)["first_step"] for x in alerts.read_text().splitlines()]
-    second_poll = onsets[len(first):]
+    second_poll = onsets[n_first:]
     assert second_poll == sorted(second_poll)  # one poll's alerts in step order
     res = CliRunner().invoke(main, ["watch", str(p), "--once", "--fail-on", "critical", "-q"])
     assert res.exit_code == 1 and "reached --fail-on critical" in res.output

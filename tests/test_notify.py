@@ -127,7 +127,7 @@ def test_sending_never_waits_for_the_endpoint(hook: Hook) -> None:
 
 def spiky(tmp_path: Path) -> Path:
     rows = healthy_rows(400, seed=3)
-    for r in rows[300:305]:
+    for r in rows[300:308]:  # eight rows: longer than an isolated excursion, so a warning
         r["kl"] *= 6.0
     return write_jsonl(tmp_path / "steps.jsonl", rows)
 
@@ -164,7 +164,7 @@ def test_the_trainer_callback_notifies(hook: Hook, tmp_path: Path) -> None:
     cb = ForensicsCallback(check_every=25, notify=hook.url, report_to=())
     cb.on_train_begin(args, state, control)
     rows = healthy_rows(400, seed=3)
-    for r in rows[300:305]:
+    for r in rows[300:308]:  # eight rows: longer than an isolated excursion, so a warning
         r["kl"] *= 6.0
     for i, r in enumerate(rows):
         state.global_step = i + 1

@@ -176,6 +176,33 @@ CALIBRATION_ALGORITHMS = {
     "trl_dpo_gams9b-translation_refmismatch-lossaboveln2.log": "dpo",
     "trl_dpo_gams9b-translation_overoptimisation.log": "dpo",
     "trl_dpo_gams9b-translation_warmup-longer-than-run.log": "dpo",
+    # set 2
+    "verl_grpo_deepseek7b-gsm8k_healthy-gradspikes.log": "grpo",
+    "verl_ppo_deepseek7b-gsm8k_healthy-gradspikes.log": "ppo",
+    "verl_ppo_qwen2.5-0.5b-gsm8k_healthy-gradspike.log": "ppo",
+    "verl_ppo_gemma2-2b-gsm8k_healthy.log": "ppo",
+    "verl_gpg_qwen2-7b-gsm8k-math_lengthblowup-repetition.log": "gpg",
+    "llamafactory_orpo_glm4-9b-lora-recsys_healthy_trainer_state.json": "orpo",
+    # LLaMA-Factory's trainer_log.jsonl names no ORPO key (loss, accuracy, learning rate only):
+    # a preference log, read as DPO, the family's default
+    "llamafactory_orpo_glm4-9b-lora-recsys_healthy_trainer_log.jsonl": "dpo",
+    "trl_grpo_llama3.2-1b-chaoseconomy_truncation_trainer_state.json": "grpo",
+    # RLDK's synthetic fields (group_size, kl_coef) say a group method, not which one
+    "rldk_grpo_synthetic-seed1_healthy-klspike.jsonl": None,
+    "rldk_grpo_synthetic-seed3_healthy-klspike.jsonl": None,
+    # on-policy distillation prints no adv_estimator in these W&B output.log captures
+    "verl_opd_qwen3-4b-retool-klcoef0.02_collapse.log": None,
+    "verl_opd_qwen2.5-3b-retool-tokenkl_lengthblowup-toolcollapse.log": None,
+    "verl_opd_qwen2.5-3b-retool-klcoef0.05_lengthcollapse.log": None,
+    "verl_opd_qwen2.5-3b-retool-tokenkl_lengthdrift.log": None,
+    "verl_opd_qwen2.5-3b-retool-klcoef0.0005_healthy.log": None,
+    "dschat_ppo_opt1.3b-rmstatic_healthy-lossoscillation.log": "ppo",
+    "trl_grpo_gpt-oss-20b-minesweeper_truncation-deadgroups_trainer_state.json": "grpo",
+    "trl_grpo_llama3.1-8b-gsm8k_healthy-klspike_trainer_state.json": "grpo",
+    # Tinker's metrics.jsonl names no algorithm (policy gradient with group-mean baselines)
+    "tinker_grpo_llama3.2-1b-leetcode_proxyhack-restarts.jsonl": None,
+    "trl_grpo_qwen3.5-9b-lora-gsm8k_truncation-deadgroups.log": "grpo",
+    "trl_grpo_gemma3-1b-gsm8k_healthy_trainer_state.json": "grpo",
 }
 
 

@@ -198,10 +198,14 @@ def test_veRL_OpenRLHF_and_run_json_keys(tmp_path: Path) -> None:
     assert rec["config_patch"]["config"]["learning_rate"] == pytest.approx(2.4e-6)
 
 
-def test_unknown_trainer_or_value_is_given_in_words() -> None:
-    rec = scan_path(FIXTURES / "real-logs" / "rldk_grpo_synthetic_seed2.jsonl").to_dict()["recommendations"]
-    assert rec["config_patch"] == {}
+def test_unknown_trainer_or_value_is_given_in_words(tmp_path: Path) -> None:
+    from .synth import kl_spike
+
+    rec = scan_path(write_jsonl(tmp_path / "k.jsonl", kl_spike(width=8))).to_dict()["recommendations"]
     assert rec["not_in_config"] and all("learning rate" in w or "KL" in w for w in rec["not_in_config"])
+    # an event (the RLDK log's spike recovered with nothing else moving) asks for no change
+    rec = scan_path(FIXTURES / "real-logs" / "rldk_grpo_synthetic_seed2.jsonl").to_dict()["recommendations"]
+    assert rec["config_patch"] == {} and rec["not_in_config"] == []
 
 
 def test_yaml_reads_back_numbers(tmp_path: Path) -> None:
@@ -459,7 +463,7 @@ def test_learning_rate_levels_follow_the_family_and_the_model_size(tmp_path: Pat
     unknown = scan_path(tmp_path).to_dict()
     f = next(f for f in unknown["findings"] if f["rule"] == "hyperparams.lr_out_of_range")
     assert "of a language model of unknown size (the range for 7B)" in f["message"]
-    assert f["severity"] == "critical" and f["evidence"]["prior_high"] == 1e-3
+    assert f["evidence"]["tracker_severity"] == "critical" and f["evidence"]["prior_high"] == 1e-3
     assert unknown["recommendations"]["config_patch"] == {"learning_rate": 3.2e-06}
     assert _rec("dpo_lr_high")["config_patch"] == {"learning_rate": 6.7e-05}
     for run in sorted((FIXTURES / "trl").glob("*healthy*")):

@@ -83,7 +83,9 @@ def test_scan_carries_timeline_with_links(tmp_path: Path) -> None:
     assert ("hyperparams.lr_change", grad) in pairs
     assert (grad, "kl.spike") in pairs
     dom = tl["first_domino"]
-    assert dom["rule"] == "hyperparams.lr_change" and dom["severity"] == "critical"  # x10: critical
+    # x10 is the tracker's critical; a cause with no damage of its own is a warning
+    assert dom["rule"] == "hyperparams.lr_change" and dom["severity"] == "warning"
+    assert d["findings"][dom["finding_index"]]["evidence"]["tracker_severity"] == "critical"
     assert dom["message"] == "learning rate x10 at step 300: 1e-06 -> 1e-05"
     assert d["findings"][dom["finding_index"]]["rule"] == "hyperparams.lr_change"
     assert tl["first_domino"]["chain_rules"][:3] == ["hyperparams.lr_change", grad, "kl.spike"]

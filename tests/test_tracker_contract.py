@@ -145,11 +145,13 @@ def test_only_the_findings_that_may_head_their_group_keep_their_evidence() -> No
             ep = Episode(onset_step=first, first_step=first, last_step=first + rng.randint(0, 30),
                          last_row=0, n_rows=rng.randint(1, 9), peak=peak)
             evidence = {"value": rng.random(), "i": i, **({"series": rng.choice("xy")} if rng.random() < 0.7 else {})}
-            f = tracker.emit(rng.choice(["noisy.a", "noisy.b"]), ep, f"episode {i}", evidence,
-                             rng.choice([None, Severity.INFO, Severity.WARNING, Severity.CRITICAL]))
+            severity = rng.choice([None, Severity.INFO, Severity.WARNING, Severity.CRITICAL])
+            f = tracker.emit(rng.choice(["noisy.a", "noisy.b"]), ep, f"episode {i}", evidence, severity)
             kept.append(f)
             full = copy.copy(f)
-            full.evidence = dict(evidence)
+            # a tracker's critical is kept as a hint (only the consequence pass makes one)
+            full.evidence = dict(evidence, **({"tracker_severity": "critical"}
+                                              if severity is Severity.CRITICAL else {}))
             whole.append(full)
             coverage[id(full)] = tracker._coverage[id(f)]
             if id(f) in tracker._magnitude:

@@ -132,7 +132,8 @@ def test_rldk_fixture_still_only_kl_spike() -> None:
     from forensics.analysis.engine import scan_path
 
     a = scan_path(RLDK)
-    assert [f.rule for f in a.findings if f.severity.value != "info"] == ["kl.spike"]
+    assert [f.rule for f in a.findings if f.severity.value != "info"] == []
+    assert "kl.spike" in {f.rule for f in a.findings}  # an event: information
     # the reward is constant there (normalised): no reward issues in the window table either
     assert all(not (set(w["issues"]) - {"reward_plateau"}) for w in sections(a)["windows"])
 

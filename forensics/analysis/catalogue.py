@@ -27,11 +27,13 @@ def _severity_principle() -> list[str]:
 
     doc = (consequence.__doc__ or "").strip().split("\n\n")
     excursions = ", ".join(f"`{r}`" for r in sorted(consequence.EXCURSIONS))
-    damage = ", ".join(f"`{r}`" for r in sorted(consequence.DAMAGE))
+    damage = ", ".join(f"`{r}`" for r in sorted({*consequence.DAMAGE, *consequence.NON_FINITE_RULES}))
     return ["## Severity: from consequence", "",
-            "**critical**: the run is damaged or certainly will be (a prior breached far and for long, "
-            "non-finite values, or a symptom that never recovered: reward pinned at its floor, entropy "
-            "or length collapsed, KL far out and staying out, every response cut). **warning**: a "
+            "**critical**: the run is damaged, and the finding names the damage (non-finite values, or a "
+            "symptom sustained to the end whose consequence holds there: the reward pinned at its floor "
+            "or falling, entropy or length collapsed while the reward does not improve, KL out of its "
+            "band to the end, responses still cut at the cap). Only the consequence pass makes a finding "
+            "critical; a tracker's own alarm is kept as `tracker_severity`. **warning**: a "
             "condition that will damage the run if it goes on. **info**: context, or a single "
             "excursion that recovered with nothing else moving.", "",
             *[line for para in doc[1:] for line in (_flow(para), "")],

@@ -37,11 +37,11 @@ from ..io.readers import RawBatch, ReadReport
 from ..records import record
 from ..schema import ColumnMapping
 from .context import infer_context
-from .diagnosis.consequence import Consequences, apply_consequences
+from .diagnosis.consequence import COURSE_COLUMNS, Consequences, apply_consequences, courses_of
 from .diagnosis.diagnose import diagnose
 from .diagnosis.health import health_scores
 from .diagnosis.series import store_plots
-from .findings import Finding
+from .findings import Finding, Severity
 from .result import Analysis
 from .store import MetricsStore
 from .stream import stream_findings
@@ -353,7 +353,12 @@ class Scan:
         """Severity from consequence (analysis.diagnosis.consequence), then the changed trackers re-scored."""
         if not self.rows:
             return
-        extent = Consequences(int(self.first_step or 0), int(self.last_step or 0), self.rows)
+        courses = {}
+        if any(f.severity is not Severity.INFO for f in findings):  # (a clean run reads nothing back)
+            names = [c for c in COURSE_COLUMNS if c in self.store.names]
+            courses = courses_of(self.store.frame(names))
+        extent = Consequences(int(self.first_step or 0), int(self.last_step or 0), self.rows, courses,
+                              self.meta.family)
         changed = {f.tracker for f in apply_consequences(findings, extent)}
         for tracker, r in zip(self.trackers, results):
             if r.name in changed:

@@ -61,6 +61,9 @@ class LabelledRun:
     findings: list[dict[str, Any]]
     #: why the log could not be read (a labelled log that cannot be read is a failure either way)
     error: str | None = None
+    #: what the default gate should say ("pass" or "fail"; None: not labelled) and what it said
+    gate_expected: str | None = None
+    gate: str | None = None
 
     @property
     def alarms(self) -> list[dict[str, Any]]:
@@ -152,7 +155,7 @@ def evaluate(runs: list[LabelledRun]) -> Quality:
     for run in runs:
         alarms = run.alarms
         rec: dict[str, Any] = {"name": run.name, "fault": run.fault, "onset": run.onset_step,
-                               "ops": run.ops_alarms}
+                               "ops": run.ops_alarms, "gate": run.gate, "gate_expected": run.gate_expected}
         if run.error is not None:
             rec.update(error=run.error, detected=False, delay=None, first_rule=None, detected_by=[],
                        primary_first=False, false_alarms=[], other=[])
@@ -278,8 +281,19 @@ def scan_labelled_logs(root: Path) -> tuple[list[LabelledRun], list[dict[str, An
         runs.append(LabelledRun(
             name=entry["file"], fault=entry.get("fault"), onset_step=onset,
             expected_rules=_expected(entry, root / LABELS_FILE), horizon_steps=horizon or 50,
-            steps=int(analysis.steps["rows"]), findings=findings))
+            steps=int(analysis.steps["rows"]), findings=findings,
+            gate_expected=entry.get("gate", "pass" if entry.get("fault") is None else None),
+            gate=default_gate(findings, analysis.coverage)))
     return runs, unlabelled
+
+
+def default_gate(findings: list[dict[str, Any]], coverage: dict[str, Any]) -> str:
+    """What ``forensics gate`` says of these findings without a policy file: "pass" or "fail"."""
+    from .gate import default_policy
+    from .gate import evaluate as gate_evaluate
+
+    result = gate_evaluate({"findings": findings, "health": {}, "coverage": coverage}, default_policy())
+    return "pass" if result.passed else "fail"
 
 
 def _expected(label: dict[str, Any], where: Path) -> list[str]:
@@ -298,11 +312,13 @@ def scan_runs(root: Path) -> list[LabelledRun]:
     runs = []
     for folder, m in load_runs(root):
         analysis = scan_path(folder)  # read as forensics scan reads it (forensics.io.locate)
+        findings = [f.to_dict() for f in analysis.findings]
         runs.append(LabelledRun(
             name=m.get("name", folder.name), fault=m.get("fault"), onset_step=m.get("onset_step"),
             expected_rules=_expected(m, folder / "manifest.json"),
             horizon_steps=int(m.get("horizon_steps", 50)), steps=int(analysis.steps["rows"]),
-            findings=[f.to_dict() for f in analysis.findings]))
+            findings=findings, gate_expected=m.get("gate", "pass" if m.get("fault") is None else None),
+            gate=default_gate(findings, analysis.coverage)))
     return runs
 
 
@@ -321,9 +337,11 @@ def render_table(q: Quality) -> str:
                      f"{st.tp:>4} {st.fp:>4} {_fmt(_quantile(st.delays, 0.5)):>12} "
                      f"{_fmt(_quantile(st.delays, 0.9)):>9}")
     lines.append("")
+    gated = [r for r in q.runs if r.get("gate_expected") and r.get("gate")]
+    gate_right = sum(r["gate"] == r["gate_expected"] for r in gated)
     lines.append(f"faults detected: {q.detected}/{q.faults}   false alarms: {q.false_alarms} "
                  f"({q.false_alarms_per_1000:.2f} per 1,000 healthy steps)   "
-                 f"NAB (standard): {_fmt(q.nab)}")
+                 f"NAB (standard): {_fmt(q.nab)}   default gate as labelled: {gate_right}/{len(gated)}")
     for r in q.runs:
         if r.get("error"):
             status = f"UNREADABLE: {r['error'][:60]}"
@@ -336,6 +354,9 @@ def render_table(q: Quality) -> str:
         extra = f"; early alarms {r['false_alarms']}" if r.get("fault") and r["false_alarms"] else ""
         if r.get("ops"):
             extra += f"; ops alarms (not scored) {r['ops']}"
+        if r.get("gate"):
+            wrong = r.get("gate_expected") not in (None, r["gate"])
+            extra += f"; gate {r['gate']}" + (f" (LABELLED {r['gate_expected'].upper()})" if wrong else "")
         lines.append(f"  {r['name']:<34} {r.get('fault') or 'healthy'!s:<22} {status}{extra}")
     return "\n".join(lines)
 
@@ -399,11 +420,17 @@ def _parse_args(argv: list[str] | None) -> Any:
                     help="unlabelled real logs to scan (one line each); skipped with a note if missing")
     ap.add_argument("--json", type=Path, metavar="FILE", help="write the figures as JSON")
     ap.add_argument("--txt", type=Path, metavar="FILE", help="write the printed tables to a file too")
+    ap.add_argument("--metamorphic", action="store_true",
+                    help="check that each labelled log's verdict survives rows dropped, a cut, a reward "
+                         "rescaled, keys renamed, a tied row and a restart (forensics.verdicts.metamorphic)")
     return ap.parse_args(argv)
 
 
-def evaluate_corpora(corpora: dict[str, Path], real_logs: Path | None = None) -> tuple[str, dict[str, Any]]:
-    """Score each corpus, all of them together, and scan the real logs: ``(text, figures)``."""
+def evaluate_corpora(corpora: dict[str, Path], real_logs: Path | None = None,
+                     metamorphic: bool = False) -> tuple[str, dict[str, Any]]:
+    """Score each corpus, all of them together, and scan the real logs: ``(text, figures)``; with
+    ``metamorphic``, the share of verdicts kept under each transformation of every labelled log
+    (:mod:`forensics.verdicts.metamorphic`)."""
     text: list[str] = [f"== {name}: {root} not found, skipped" for name, root in corpora.items()
                        if not corpus_available(root)]
     scanned = {name: scan_runs(root) for name, root in corpora.items() if corpus_available(root)}
@@ -419,6 +446,13 @@ def evaluate_corpora(corpora: dict[str, Path], real_logs: Path | None = None) ->
         figures["all"] = q.to_dict()
         text += [f"== all corpora ({' + '.join(scanned)}): {len(everything)} labelled runs",
                  render_table(q), ""]
+    if metamorphic and scanned:
+        from .metamorphic import check_logs, corpus_logs, render_table as render_metamorphic, shares
+
+        checks = check_logs(log for name in scanned for log in corpus_logs(corpora[name]))
+        figures["metamorphic"] = {"logs": len(checks), "transformations": shares(checks)}
+        text += [f"== metamorphic checks ({' + '.join(scanned)}): {len(checks)} logs, the share of "
+                 "verdicts each transformation keeps", render_metamorphic(checks), ""]
     if real_logs is not None:
         if real_logs.is_dir():
             logs = scan_real_logs(real_logs)
@@ -437,7 +471,7 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - exercised
     for spec in specs:
         name, sep, path = spec.partition("=")
         corpora[name if sep else Path(spec).name] = Path(path if sep else spec)
-    text, figures = evaluate_corpora(corpora, a.real_logs)
+    text, figures = evaluate_corpora(corpora, a.real_logs, metamorphic=a.metamorphic)
     print(text, end="")
     if a.txt:
         a.txt.write_text(text)

@@ -32,8 +32,8 @@ class TestHyperparams(TrackerSuite):
     NAME = "hyperparams"
     stream = staticmethod(settings)
     GOLDEN = (
-        ("hyperparams.lr_change", "critical", 100, 100, 100),
-        ("hyperparams.kl_coef_change", "critical", 150, 150, 150),
+        ("hyperparams.lr_change", "warning", 100, 100, 100),
+        ("hyperparams.kl_coef_change", "warning", 150, 150, 150),
         ("hyperparams.clip_change", "warning", 200, 200, 200),
         ("hyperparams.batch_size_change", "warning", 250, 250, 250),
     )

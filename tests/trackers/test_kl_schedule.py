@@ -43,8 +43,8 @@ class TestKLSchedule(TrackerSuite):
     NAME = "kl_schedule"
     stream = staticmethod(kl_run)
     GOLDEN = (
-        ("kl.spike", "warning", 150, 150, 153),
         ("kl.negative", "warning", 250, 250, 302),
+        ("kl.spike", "info", 150, 150, 153),
     )
     FIRES = (("kl.excessive", "trl/grpo_lr_high"), ("kl.spike", kl_run),
              ("kl.runaway", "runs/ppo_entropy_collapse"), ("kl.negative", kl_run),

@@ -54,7 +54,7 @@ class TestPreference(TrackerSuite):
     NAME = "preference"
     stream = staticmethod(over_optimised)
     GOLDEN = (
-        ("pref.overfit", "critical", 6, 6, 60),
+        ("pref.overfit", "warning", 6, 6, 60),
         ("pref.likelihood_displacement", "warning", 13, 13, 60),
         ("pref.margin_blowup", "warning", 32, 32, 60),
     )

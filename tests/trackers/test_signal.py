@@ -47,7 +47,8 @@ def test_stretches_are_judged_alike_in_any_batches_and_their_rows_are_forgotten(
     assert golden(whole) == golden(small)
     findings = [f for f in whole.findings if f.rule == "signal.dead_groups"]
     assert len(findings) == 1 and len(findings[0].episodes) == 3
-    assert [e["severity"] for e in findings[0].episodes] == ["warning", "critical", "critical"]
+    # stretches that closed before the log ended (the groups came back) are no damage: warnings
+    assert [e["severity"] for e in findings[0].episodes] == ["warning", "warning", "warning"]
     # after the run: the two closed stretches summed up, the rows of the open one (from 700) kept
     tracker = fed("signal", s).trackers[0]
     assert len(tracker.stretches) == 2 and sum(len(st) for st, _ in tracker.reward_parts) == 900 - 700

@@ -609,8 +609,8 @@ def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],
         ordered.append((idx, "immediate" if pos == 0 else "short_term", pos == 0))
     rest = sorted(((i, f) for i, f in enumerate(findings) if i not in seen and f["severity"] != "info"),
                   key=lambda t: (-_SEV.get(t[1]["severity"], 0), t[1]["onset_step"], t[1]["rule"]))
-    for i, f in rest:  # a critical finding the first domino does not explain is urgent too
-        urgent = f["severity"] == "critical" and i not in effect_findings
+    for i, f in rest:  # a critical finding (or alarm) the first domino does not explain is urgent too
+        urgent = _alarm(f) == "critical" and i not in effect_findings
         ordered.append((i, "immediate" if urgent else "short_term", False))
     out: list[_Candidate] = [c for c in (_kl_off(findings, facts),) if c is not None]
     root = findings[dom["finding_index"]] if dom.get("finding_index") is not None and \
@@ -923,13 +923,19 @@ def _room_for_answers(c: _Candidate, values: _Values, current: float | None) -> 
 _CATASTROPHIC = ("hyperparams.lr_out_of_range",)
 
 
+def _alarm(f: Mapping[str, Any]) -> str:
+    """A finding's severity as its tracker judged the signal (``tracker_severity``: before the
+    consequence pass, which makes critical only what damaged the run)."""
+    return str((f.get("evidence") or {}).get("tracker_severity") or f["severity"])
+
+
 def _catastrophe(root: Mapping[str, Any] | None, cands: Sequence[_Candidate],
                  facts: _Facts) -> str | None:
     """The source of the recommendation that must be applied alone (the others wait until it
     is): a catastrophic first domino, a KL penalty that is off while the policy drifts, or a
     reward that pays for length (a cause outside the config); None when there is none."""
     if root is not None and (root["rule"] in _CATASTROPHIC or (
-            root["rule"] == "hyperparams.lr_change" and root["severity"] == "critical")):
+            root["rule"] == "hyperparams.lr_change" and _alarm(root) == "critical")):
         return str(root["rule"])
     if any(c.source == "kl_penalty_off" for c in cands):
         return "kl_penalty_off"

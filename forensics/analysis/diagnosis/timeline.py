@@ -29,7 +29,8 @@ First domino
 ------------
 Among the events that cause something and are caused by nothing, the earliest onset (ties: the
 one with the most direct effects, the more severe, then the rule id). Its ``chain`` follows links
-from it, each time to the most severe effect (ties: the earliest). When nothing links, the first
+from it, each time to the earliest effect (ties: the more severe), in causal order: severity
+follows damage (the consequence pass), which comes last in a chain. When nothing links, the first
 domino is the earliest warning or critical finding, with no chain.
 
 Rule table (cause -> effect, lag in steps, why):
@@ -247,7 +248,7 @@ def _first_domino(events: list[dict[str, Any]], links: list[dict[str, Any]]) -> 
                and lk["effect"] not in seen]
         if not nxt:
             break
-        nxt.sort(key=lambda e: (-_SEV_RANK.get(e["severity"], 0), e["onset_step"], e["rule"]))
+        nxt.sort(key=lambda e: (e["onset_step"], -_SEV_RANK.get(e["severity"], 0), e["rule"]))  # causal order
         current = nxt[0]["id"]
         chain.append(current)
         seen.add(current)

@@ -73,7 +73,8 @@ RULES = (
        ("scale_factor",), "SIGNATURES #19"),
     _R("adv.blowup", Severity.WARNING, "Advantage blow-up",
        "Some advantages are huge: std-normalisation of a group with tiny reward spread divides "
-       "by nearly zero.",
+       "by nearly zero. Information for advantages from a critic (GAE), which divide by no group "
+       "spread.",
        "Use batch-level reward scaling (scale_rewards='batch') or none (Dr. GRPO); add an epsilon "
        "floor to the std; clip advantages.",
        ("max_abs",), "SIGNATURES #13", stability=True),
@@ -232,10 +233,17 @@ class Advantages(Tracker):
                       {"std": ep.extras.get("std"), "baseline_std": self.base_std,
                        "factor": 10 ** ep.peak, "threshold": p.scale_factor,
                        "metrics": ["advantage_std"]})
+        # the blow-up is a division by a group's tiny reward spread: advantages from a critic
+        # (GAE, whitened over every token of the batch) have no such division, and the largest of
+        # a hundred thousand whitened values sits in the tail by count alone
+        critic = self.meta.family == "critic"
         for ep in self.ep["adv.blowup"].finish():
             self.emit("adv.blowup", ep,
-                      f"|advantage| reached {ep.peak:.3g}, {step_span(ep.first_step, ep.last_step)}",
-                      {"max_abs": ep.peak, "threshold": p.max_abs, "metrics": ["advantage_max"]})
+                      f"|advantage| reached {ep.peak:.3g}, {step_span(ep.first_step, ep.last_step)}"
+                      + ("; advantages from a critic (GAE) divide by no group spread: the tail of a "
+                         "large batch, not a blow-up" if critic else ""),
+                      {"max_abs": ep.peak, "threshold": p.max_abs, "metrics": ["advantage_max"]},
+                      Severity.INFO if critic else None)
         for ep in self.ep["adv.heavy_tail"].finish():
             self.emit("adv.heavy_tail", ep,
                       f"advantage kurtosis {ep.peak:.3g} / skew {ep.extras.get('skew', float('nan')):.3g}, "

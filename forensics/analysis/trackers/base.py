@@ -167,13 +167,19 @@ class Tracker:
         largest episode's."""
         spec = self.rule(rule_id)
         ev = dict(evidence)
+        severity = severity or spec.severity
+        if severity is Severity.CRITICAL and self.name != "custom":
+            # a tracker judges one signal: only the consequence pass, which sees them all, makes a
+            # finding critical (analysis.diagnosis.consequence); the tracker's own alarm is a hint
+            ev["tracker_severity"] = Severity.CRITICAL.value
+            severity = Severity.WARNING
         sources = {k: v for k, v in self.source_keys.items() if k in ev.get("metrics", ())}
         if sources:
             ev["source_keys"] = sources
         ev.pop("metrics", None)
         f = Finding(
             rule=rule_id,
-            severity=severity or spec.severity,
+            severity=severity,
             first_step=ep.first_step,
             last_step=ep.last_step,
             onset_step=ep.onset_step,

@@ -22,7 +22,7 @@ from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
 from ..stats.episodes import Episodes
 from ..stats.order import median
-from ..stats.trailing import BlockStats, Context, persist
+from ..stats.trailing import BlockStats, Context, persist, shift, window_median
 from .base import Tracker, TrackerResult
 
 __all__ = ["GradNorms"]
@@ -63,8 +63,11 @@ class GradNormsParams:
                                        "spikes; the clip bounds their update). A one-step spike "
                                        "below spike_critical_ratio is information too.")
     early_jump: float = param(40.0, "In the first rows, before the trailing baseline is trusted, a "
-                              "gradient norm this many times the previous row's (or clip_far times "
-                              "a known clip) is a spike: priors need no probation.")
+                              "gradient norm this many times the median of the early_rows before "
+                              "it (or clip_far times a known clip) is a spike: priors need no "
+                              "probation.")
+    early_rows: int = param(5, "Ordinary rows (tied steps left out) whose median is the reference "
+                            "of an early jump.")
     spike_critical_ratio: float = param(30.0, "Spike peak / trailing median that makes grad.spike "
                                         "critical.")
     relations: ClassVar[Relations] = (("explode_k", "<=", 1, "explode_m"),
@@ -75,13 +78,13 @@ class GradNormsParams:
 
 _R = RuleSpec
 RULES = (
-    _R("grad.nonfinite", Severity.CRITICAL, "Non-finite gradient norm",
+    _R("grad.nonfinite", Severity.WARNING, "Non-finite gradient norm",
        "A NaN or Inf gradient norm was logged: the step overflowed (fp16), was skipped, or the "
        "weights are already corrupted.",
        "Restore the last good checkpoint; switch fp16 to bf16; lower the learning rate 20%; "
        "check the loss for log(0) or division by a zero std.",
        (), "SIGNATURES #22", stability=True),
-    _R("grad.explode", Severity.CRITICAL, "Gradient explosion",
+    _R("grad.explode", Severity.WARNING, "Gradient explosion",
        "The gradient norm rose an order of magnitude above its trailing median and stayed "
        "there, or crossed the absolute ceiling.",
        "Lower the learning rate 20% (or 50% if it recurs); set max_grad_norm=1.0 if clipping is "
@@ -125,7 +128,7 @@ class GradNorms(Tracker):
 
     name = "grad_norms"
     area = "gradients"
-    requires = ("grad_norm", "grad_norm_value")
+    requires = ("grad_norm", "grad_norm_value", "reward_std", "frac_reward_zero_std")
     rules = RULES
     Params = GradNormsParams
 
@@ -148,7 +151,7 @@ class GradNorms(Tracker):
             "grad.clip_saturation": Episodes(1, 1, gap=p.clip_window, mode="max"),
         }
         self.nonfinite_rows = 0
-        self.g_prev = float("nan")
+        self.recent = Context(p.early_rows + 1)
         self.clipped_rows = 0
         self.norm_rows = 0
         self.log_ratio_first: float | None = None
@@ -172,7 +175,11 @@ class GradNorms(Tracker):
                                          np.where(nonfinite, 1.0, 0.0))
         pos = np.isfinite(g) & (g > 0)
         self.norm_rows += int(pos.sum())
-        logg = np.log(np.where(pos, g, np.nan))
+        # a step where every group tied (no reward spread) has no advantage to follow: its norm
+        # is below the metric's floor, so it is neither a level to judge others against nor a
+        # spike (the next ordinary row is not one)
+        tie = (batch.col("reward_std") == 0) | (batch.col("frac_reward_zero_std") >= 1)
+        logg = np.log(np.where(pos & ~tie, g, np.nan))
         med, sigma = self.bs.update(logg, batch.row0)
         sigma = np.fmax(sigma, 0.05)  # log-scale floor: a 5% wiggle is never a spike
         z = (logg - med) / sigma
@@ -181,7 +188,7 @@ class GradNorms(Tracker):
             self.baseline = self._early_median(self.base_vals, rows, g, None)
         base = self.baseline if self.baseline else np.nan
         self._explosions(rows, steps, g, np.exp(med), base)
-        self._spikes(rows, steps, g, z, np.exp(med), base)
+        self._spikes(rows, steps, np.where(tie, np.nan, g), z, np.exp(med), base)
         vanish = np.isfinite(g) & ((g < p.vanish_abs) | (self._has_base(rows) & (g < p.vanish_ratio * base)))
         self.ep["grad.vanish"].update(rows, steps, vanish, g, {"baseline": np.full(len(g), base)})
         lr = self._imbalance(rows, steps, g, batch.col("grad_norm_value"))
@@ -226,8 +233,10 @@ class GradNorms(Tracker):
         ref = np.fmax(median, base) if np.isfinite(base) else median
         ratio_s = g / ref
         spike = (rows >= p.probation) & (z > p.spike_z) & (ratio_s > p.spike_min_ratio)
-        prev = np.concatenate([[self.g_prev], g[:-1]])
-        self.g_prev = float(g[-1])
+        # before a trailing baseline exists: the median of the last few ordinary rows, never one
+        # neighbour (a tied step's near-zero norm would make the next ordinary row a spike)
+        full, n0 = self.recent.extend(g=np.where(g > 0, g, np.nan))
+        prev = shift(window_median(full["g"], p.early_rows, 1), 1)[n0:]
         clip = self.meta.max_grad_norm if "max_grad_norm" not in self.meta.assumed else None
         with np.errstate(invalid="ignore", divide="ignore"):
             jump = ~np.isfinite(z) & np.isfinite(prev) & (prev > 0) & (
@@ -342,7 +351,7 @@ class GradNorms(Tracker):
         for ep in self.ep["grad.spike"].finish():
             if any(a - p.explode_m <= ep.onset_step <= b + p.explode_m for a, b in spans):
                 continue  # the explosion finding already covers this step
-            vs = "the previous row" if ep.extras.get("early") else "the run's level"
+            vs = "the rows before it" if ep.extras.get("early") else "the run's level"
             self.emit("grad.spike", ep,
                       f"gradient norm spiked to {ep.extras.get('grad_norm', float('nan')):.3g} at step "
                       f"{ep.peak_step} ({ep.peak:.3g}x {vs} {ep.extras.get('median', float('nan')):.3g})",

@@ -8,7 +8,8 @@ after, so the timeline can name it as the first domino and the recommendations c
 A jump is a move by more than ``change_ratio`` between two consecutive logged values (a switch
 from or to zero counts as an infinite factor) that is not part of a ramp: a warmup or a decay
 moves in steps of similar size, so a move no larger than ``ramp_factor`` times a neighbouring
-move in the same direction is a ramp, not a jump.
+move in the same direction is a ramp, not a jump; and a learning rate that has risen on every
+logged move since its first value is warming up, however few rows log the warm-up.
 
 Severity follows the factor, in the direction that makes updates larger or noisier (the
 learning rate and the clip range up; the KL coefficient and the batch size down): ``warning``
@@ -168,6 +169,8 @@ class _Follow:
     first: float | None = None
     last: float | None = None
     logged: int = 0
+    #: every logged move so far rose (a warm-up from the first row, however sparsely logged)
+    warm: bool = True
 
 
 def _factor(before: float, after: float) -> float:
@@ -286,15 +289,25 @@ class Hyperparams(Tracker):
                 ratio = np.where((before > 0) & (after > 0), np.abs(np.log(after / before)), np.inf)
             jump = (ratio > math.log(self.p.change_ratio)) & (before != after)
             at = np.flatnonzero(jump) + start
-            at = at[~self._ramps(v, at)]
+            at = at[~(self._ramps(v, at) | self._warmup(st, v, at))]
             room = max(self.p.max_changes - len(st.changes) - st.dropped, 0)
             changes = [{"step": int(stp[i]), "previous_step": int(stp[i - 1]), "row": int(rw[i]),
                         "before": float(v[i - 1]), "after": float(v[i])} for i in at[:room]]
             dropped = max(len(at) - room, 0)
         if not final:
             keep = max(len(v) - 3, 0)
+            st.warm = bool(st.warm and np.all(np.diff(v[: keep + 1]) > 0))
             st.values, st.steps, st.rows = v[keep:].tolist(), stp[keep:].tolist(), rw[keep:].tolist()
         return changes, dropped
+
+    def _warmup(self, st: _Follow, v: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """Whether each move into ``v[i]`` (``i`` in ``at``) continues a rise that every logged
+        move of the setting made since its first value: a learning-rate warm-up, whose moves grow
+        by large factors where it is logged a few times (3x from its first to its third row)."""
+        if st is not self.follow["learning_rate"] or not st.warm:
+            return np.zeros(len(at), dtype=bool)
+        rising = np.logical_and.accumulate(np.concatenate([[True], np.diff(v) > 0]))
+        return rising[at]
 
     def _ramps(self, v: np.ndarray, at: np.ndarray) -> np.ndarray:
         """Whether each move into ``v[i]`` (``i`` in ``at``, all >= 1) is as large as a

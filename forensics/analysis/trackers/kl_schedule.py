@@ -109,9 +109,10 @@ RULES = (
        "rate far too high or a missing or broken KL penalty. Judged against fixed priors, not the "
        "run's own baseline, so a run broken from its first update is caught; not applied to toy "
        "policies (param_count below 1e6) and reported as information when the run has no KL "
-       "penalty by design, or when the KL was already at the prior at the first logged step and "
-       "never doubled (a KL to the policy's own start is 0 there: this one is to another model, "
-       "as the teacher of on-policy distillation, and is the objective, not a drift).",
+       "penalty by design. A KL already at the prior at the first logged step is judged from "
+       "twice that level (a KL to the policy's own start is 0 there: this one is to another "
+       "model, as the teacher of on-policy distillation, and its level is the objective, not a "
+       "drift).",
        "Lower the learning rate 10x (a KL this far out is not a 20% problem); check that the KL "
        "penalty is on (beta > 0) and applied; roll back to the last checkpoint before the onset.",
        ("excessive_token", "excessive_critical_token", "excessive_sequence",
@@ -150,7 +151,7 @@ RULES = (
        "The robust spread of KL over the window is larger than its median.",
        "Larger rollout batches or a lower learning rate make the KL estimate steadier.",
        ("window",)),
-    _R("kl_ctl.wrong_direction", Severity.CRITICAL, "KL controller moves the wrong way",
+    _R("kl_ctl.wrong_direction", Severity.WARNING, "KL controller moves the wrong way",
        "While KL is above the target the coefficient falls (or rises while KL is below it): the "
        "controller amplifies the error instead of correcting it (a sign error).",
        "Fix the controller update sign: beta <- beta * (1 + clip(KL/target - 1, -0.2, 0.2) * n/H).",
@@ -239,6 +240,10 @@ class KLSchedule(Tracker):
         self.beta0: float | None = None
         self.coef_distinct = False
         self.coef_seen = False
+        #: coefficient updates not judged against the adaptive law (rows several steps apart)
+        self.law_skipped = 0
+        #: the KL was at the level prior from the first logged step: a KL to another model
+        self.teacher_kl = False
         self.last_state = 0
         self.crossings = Context(p.window)
         self.n_rows_kl = 0
@@ -355,6 +360,13 @@ class KLSchedule(Tracker):
             level = np.where(np.isfinite(per_token), per_token, kl)
             if self.first_level is None and np.isfinite(level).any():
                 self.first_level = float(level[np.isfinite(level)][0])
+            if self.first_level is not None:
+                # a KL to the policy's own start is 0 at the first step: one already at the prior
+                # there is to another model (a teacher: the objective), and only its doubling is
+                # a drift
+                first = self.first_level
+                self.teacher_kl = self.teacher_kl or bool(np.any(first > warn_at))
+                warn_at = np.where(first > warn_at, np.fmax(warn_at, 2.0 * first), warn_at)
             self.ep["kl.excessive"].update(rows, steps, level > warn_at, level,
                                            {"kl": kl, "per_token": per_token})
         ratio = kl / median
@@ -491,12 +503,25 @@ class KLSchedule(Tracker):
             rel = b_all[1:] / self.beta0
             runaway = (rel < p.coef_collapse) | (rel > p.coef_explode)
             self.ep["kl_ctl.runaway"].update(rows, steps, runaway & after, rel)
-        if target is None or not self._adaptive():
-            return
+        if target is not None and self._adaptive():
+            self._adaptive_updates(rows, steps, np.diff(s_all), kt, k_all[1:], bt, dlog, target)
+
+    def _adaptive_updates(self, rows: np.ndarray, steps: np.ndarray, gaps: np.ndarray, kt: np.ndarray,
+                          knext: np.ndarray, bt: np.ndarray, dlog: np.ndarray, target: float) -> None:
+        """An adaptive controller's updates against the target: direction, stuck, saturated, law."""
+        p = self.p
+        after = rows >= p.probation
         err = np.clip(kt / target - 1.0, -0.2, 0.2)
         ok = np.isfinite(err) & np.isfinite(dlog)
         moved = np.abs(dlog) > 1e-12
-        wrong = ok & after & moved & (np.abs(err) >= 0.1) & (np.sign(dlog) == -np.sign(err))
+        # a controller maps one step's KL to the next coefficient: rows logged several steps apart
+        # hide the KLs in between, so the law is judged on consecutive steps only, and the
+        # direction where the KL is on one side of the target at both ends
+        consecutive = gaps == 1
+        with np.errstate(invalid="ignore", divide="ignore"):
+            err_next = np.clip(knext / target - 1.0, -0.2, 0.2)
+        one_side = consecutive | ((np.sign(err_next) == np.sign(err)) & (np.abs(err_next) >= 0.1))
+        wrong = ok & after & one_side & moved & (np.abs(err) >= 0.1) & (np.sign(dlog) == -np.sign(err))
         self.ep["kl_ctl.wrong_direction"].update(rows, steps, wrong, err,
                                                  {"kl": kt, "beta": bt, "dlog_beta": dlog})
         outside = ok & ((kt > target * p.band_high) | (kt < target * p.band_low))
@@ -514,24 +539,30 @@ class KLSchedule(Tracker):
         if self.meta.kl_controller == "adaptive" and n and horizon:
             predicted = np.log1p(err * n / horizon)
             resid = np.abs(dlog - predicted)
-            bad = ok & after & (resid > p.law_tolerance)
+            self.law_skipped += int((~consecutive).sum())
+            bad = ok & after & consecutive & (resid > p.law_tolerance)
             self.ep["kl_ctl.law_mismatch"].update(rows, steps, bad, resid,
                                                   {"observed": dlog, "predicted": predicted})
 
-    # -- finish -------------------------------------------------------------------------
-    def conclude(self) -> TrackerResult:
-        p = self.p
+    def _notes(self, target: float | None) -> list[str]:
+        """What the KL checks could not judge on this run, and why."""
         notes: list[str] = []
-        summary: dict[str, object] = {"series": self.series_name, "rows": self.rows}
-        target = self._target()
-        unit = "nats/token" if self.series_name == "kl" else "nats/sequence"
-        summary["unit"] = unit
         if self.meta.kl_penalty == "none":
             notes.append("no KL penalty in this run (kl_penalty = none): KL findings are "
                          "information, not warnings")
+        if self.law_skipped:
+            notes.append(f"{self.law_skipped} coefficient updates span several steps (the log skips "
+                         "steps): not judged against the adaptive law, which maps one step's KL to "
+                         "the next coefficient (the direction it moved is judged where the KL stayed on one "
+                         "side of the target)")
         if not self.meta.lm_priors:
             notes.append("not a language model (param_count below 1e6 or language_model = false): "
                          "the KL level priors (kl.excessive) are not applied")
+        elif self.teacher_kl and self.first_level is not None:
+            notes.append(f"the KL was already {self.first_level:.3g} at the first logged step, where a "
+                         "KL to the policy's own start is 0: a KL to another model (on-policy "
+                         "distillation's teacher, the objective); the RLHF prior is set aside and "
+                         "kl.excessive counts from twice that level")
         if self.meta.kl_target is None:
             notes.append("no KL target given (run.json, config [run] kl_target or --kl-target): "
                          "band, saturation and controller-direction checks skipped; spikes and "
@@ -539,6 +570,16 @@ class KLSchedule(Tracker):
         elif target is None and self.series_name is not None:
             notes.append(f"KL target is per {self.meta.kl_target_unit} but the log has only "
                          f"{self.series_name}: band checks skipped")
+        return notes
+
+    # -- finish -------------------------------------------------------------------------
+    def conclude(self) -> TrackerResult:
+        p = self.p
+        summary: dict[str, object] = {"series": self.series_name, "rows": self.rows}
+        target = self._target()
+        unit = "nats/token" if self.series_name == "kl" else "nats/sequence"
+        summary["unit"] = unit
+        notes = self._notes(target)
         summary["target"] = target
         summary["baseline"] = self.baseline
         if target is not None and self.n_rows_kl:
@@ -597,16 +638,12 @@ class KLSchedule(Tracker):
         ev.update(peak_level=ep.peak, level_unit=level_unit, prior=warn, critical_prior=crit,
                   peak_kl=ep.extras.get("kl"))
         sev = Severity.CRITICAL if ep.peak >= crit else None
-        if self.first_level is not None and self.first_level > warn and ep.peak <= 2.0 * self.first_level:
-            # a KL to the policy's own starting point is 0 at the first step: one already at
-            # the prior there, and flat since, is to another model (a teacher: the objective)
-            sev = Severity.INFO
-            msg += (f"; but it was already {self.first_level:.3g} at the first logged step and "
-                    "never doubled: a KL to the policy's own start is 0 there, so this is a KL to "
-                    "another model (on-policy distillation's teacher, the objective) and the "
-                    "RLHF prior is set aside")
-            ev.update(prior_set_aside="KL at the prior from the first step: not a drift measure",
-                      first_level=self.first_level)
+        if self.first_level is not None and self.first_level > warn:
+            # (the episode holds only rows past twice the first level: see _update_level)
+            msg += (f"; it was already {self.first_level:.3g} at the first logged step (a KL to "
+                    "another model, such as on-policy distillation's teacher, where the level is "
+                    "the objective), so it counts from where it doubled")
+            ev.update(first_level=self.first_level, judged_from="twice the first logged level")
         return msg, sev
 
     def _say_spike(self, ep: Episode, target: float | None, unit: str, ev: Evidence) -> _Said:

@@ -63,6 +63,13 @@ class LengthBiasParams:
     truncation_rate: float = param(0.1, "Truncation rate above this is a finding.", le=1)
     truncation_rise: float = param(2.0, "...or above this multiple of the baseline and 0.05.")
     length_cap_share: float = param(0.95, "P95 length at this share of max_length is truncation.", le=1)
+    pinned_rows: int = param(5, "With no truncation rate, longest response or max_length logged: "
+                             "rows whose mean length equals exactly the largest mean logged that "
+                             "make it the cap (a mean reaches the cap only when every response "
+                             "is cut); they must also be truncation_rate of the rows (so at least "
+                             "that share of responses was cut).")
+    pinned_share: float = param(0.9, "...and a mean length (median of 20 rows) at this share of "
+                                "that cap is truncation.", le=1)
     truncation_all: float = param(0.9, "Truncation rate at or above this (on 3 of 5 rows, from the "
                                   "first step) makes length.truncation critical: nearly every "
                                   "response is cut.", le=1)
@@ -104,10 +111,13 @@ RULES = (
        ("growth_factor", "rising_ratio")),
     _R("length.truncation", Severity.WARNING, "Responses hit the length cap",
        "Many responses are cut at the maximum length: rewards on truncated answers are noise and "
-       "the policy may never learn to stop.",
+       "the policy may never learn to stop. Where the log names no cap and no truncated share, a "
+       "mean length that hits one largest value exactly on several rows has found the cap (a "
+       "mean equals it only when every response is cut), and a mean near it is truncation.",
        "Raise max_length (max_completion_length) 50%; mask truncated completions; add a soft "
        "overlong penalty.",
-       ("truncation_rate", "truncation_rise", "length_cap_share", "truncation_all"), "SIGNATURES #15"),
+       ("truncation_rate", "truncation_rise", "length_cap_share", "truncation_all", "pinned_rows",
+        "pinned_share"), "SIGNATURES #15"),
     _R("length.collapse", Severity.WARNING, "Response length collapses",
        "Mean response length fell by an order of magnitude from the level it had reached: the "
        "policy emits (nearly) empty answers, usually after a too large update broke it, or it "
@@ -168,6 +178,10 @@ class LengthBias(Tracker):
         self.sketch_l = np.zeros(0)
         self.sketch_r = np.zeros(0)
         self.series: dict[str, list[np.ndarray]] = {"step": [], "rho": [], "r2": [], "trunc": []}
+        # the mean length per row while nothing says where the cap is (no truncation rate, no
+        # longest response, no max_length): read once at the end for a cap the mean keeps hitting
+        self.pinned: dict[str, list[np.ndarray]] | None = (
+            None if self.meta.max_length else {"row": [], "step": [], "len": []})
 
     # -- step stream ------------------------------------------------------------------------
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
@@ -188,8 +202,15 @@ class LengthBias(Tracker):
         if self.base_len is None:
             self._early_baseline(rows, length, trunc)
         self._growth(rows, steps, length, reward, batch.row0)
-        self._truncation(rows, steps, length, trunc, batch.col("response_length_max"))
+        lmax = batch.col("response_length_max")
+        self._truncation(rows, steps, length, trunc, lmax)
         self._collapse(rows, steps, length)
+        if self.pinned is not None:
+            if np.isfinite(trunc).any() or np.isfinite(lmax).any():
+                self.pinned = None  # the log says where the cap is
+            else:
+                for k, v in (("row", rows), ("step", steps), ("len", length)):
+                    self.pinned[k].append(v.copy())
         return None
 
     def _early_baseline(self, rows: np.ndarray, length: np.ndarray, trunc: np.ndarray) -> None:
@@ -381,12 +402,43 @@ class LengthBias(Tracker):
             self.rows = self.sample_steps
         self._emit_correlation()
         self._emit_length_findings()
+        self._emit_pinned_at_cap()
         series = {}
         if self.series["step"]:
             st = np.concatenate(self.series["step"]).astype(np.int64)
             series = {"length_reward_spearman": (st, np.concatenate(self.series["rho"])),
                       "length_reward_r2": (st, np.concatenate(self.series["r2"]))}
         return self.result(summary, [], series)
+
+    def _emit_pinned_at_cap(self) -> None:
+        """length.truncation from the mean length alone: a batch's mean can equal the cap only
+        when every response in it was cut, so a largest mean logged exactly again and again is the
+        cap, and a mean that stays near it is a run bound by truncation."""
+        p = self.p
+        if not self.pinned or not self.pinned["len"]:
+            return
+        length = np.concatenate(self.pinned["len"]).astype(np.float64)
+        finite = np.isfinite(length)
+        if finite.sum() < 2 * p.pinned_rows:
+            return
+        cap = float(length[finite].max())
+        at_cap = int((length == cap).sum())
+        if at_cap < max(p.pinned_rows, p.truncation_rate * finite.sum()) or cap <= 0:
+            return  # (every response cut on that share of rows: at least that share truncated)
+        rows, steps = np.concatenate(self.pinned["row"]), np.concatenate(self.pinned["step"])
+        level = window_median(length, 20, 10)  # a stretch, not a few long batches
+        eps = Episodes(3, 5, gap=p.window, mode="max")
+        eps.update(rows, steps, level >= p.pinned_share * cap, level / cap, {"length": level})
+        tail = length[finite][-max(len(length) // 10, 3):]
+        for ep in eps.finish():
+            self.emit("length.truncation", ep,
+                      f"the mean response length sits at {ep.peak:.0%} of {cap:g} tokens, the largest "
+                      f"mean logged, which {at_cap} rows hit exactly (every response cut there: the "
+                      f"cap), {step_span(ep.first_step, ep.last_step)}",
+                      {"length_over_cap": ep.peak, "inferred_cap": cap, "rows_at_cap": at_cap,
+                       "threshold": p.pinned_share,
+                       "pinned_at_cap": bool(median(tail) >= p.pinned_share * cap),
+                       "metrics": ["response_length_mean"]})
 
     def _correlation_summary(self) -> dict[str, object]:
         """Length against reward over every response: Pearson, Spearman on the sketch, and the

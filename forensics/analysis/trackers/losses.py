@@ -79,9 +79,11 @@ class LossesParams:
                                    "times the trailing median.")
     oscillation_ratio: float = param(3.0, "Swing (median |diff| over window/2) above this multiple "
                                      "of the early swing is oscillation.")
-    oscillation_rho: float = param(0.3, "...and the lag-1 autocorrelation over window/2 is below minus "
+    oscillation_rho: float = param(0.5, "...and the lag-1 autocorrelation over window/2 is below minus "
                                    "this: the loss alternates up and down (noise growing with the "
-                                   "level is not oscillation).", le=1)
+                                   "level is not oscillation; the lag-1 autocorrelation of 50 rows "
+                                   "of independent noise has a standard error of 0.14, so -0.3 "
+                                   "turns up by chance in a long run).", le=1)
     oscillation_rows: int = param(20, "Consecutive rows the oscillation condition must hold.")
     divergence_sigmas: float = param(6.0, "Rise of the level, in noise sigmas, above both its value "
                                      "one window ago and the run's lowest level.")
@@ -102,7 +104,7 @@ class LossesParams:
 
 _R = RuleSpec
 RULES = (
-    _R("loss.nonfinite", Severity.CRITICAL, "Non-finite loss",
+    _R("loss.nonfinite", Severity.WARNING, "Non-finite loss",
        "A NaN or Inf loss was logged: the step overflowed or the weights are corrupted.",
        "Restore the last good checkpoint; switch fp16 to bf16; lower the learning rate 20%; look "
        "for log(0) or a division by a zero std in the loss.",

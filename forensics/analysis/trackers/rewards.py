@@ -35,6 +35,7 @@ References: SIGNATURES.md #8 (per-function rewards, TRL ``rewards/{func}/mean``)
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, ClassVar
 
 import numpy as np
@@ -45,6 +46,7 @@ from ...records import record
 from ...schema import REWARD_COMPONENT_PREFIX
 from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
+from ..stats.course import Course
 from ..stats.episodes import Episode, Episodes
 from ..stats.grouping import StepGrouper
 from ..stats.noise import block_median, diff_sigma
@@ -52,6 +54,9 @@ from ..stats.order import median
 from ..stats.run_values import RunValues
 from ..stats.trailing import Context, History, PrefixSums, TrailingRunMedian, shift
 from .base import Tracker, TrackerResult
+
+#: Reward components that measure the task's correctness (reward.proxy_gain).
+CORRECTNESS = re.compile(r"correct|accura|exact|pass|solve|success", re.IGNORECASE)
 
 #: Rows in a stagnation half up to which the halves' prefix sums are kept for every row.
 HALF_ROWS = 2048
@@ -89,6 +94,11 @@ class RewardsParams:
     decline_k: int = param(15, "Decline persistence: rows out of decline_m.")
     decline_m: int = param(20, "Decline persistence window (rows).")
     target: float = param(float("nan"), "Reward target ([rewards] target); NaN: none configured.")
+    proxy_floor_share: float = param(0.05, "A correctness component whose level stays below this "
+                                     "share of the total reward's is at its floor (reward.proxy_gain).",
+                                     le=1)
+    proxy_gain_share: float = param(0.1, "...and that gained less than this share of the total's "
+                                    "gain while the total climbed.", le=1)
     relations: ClassVar[Relations] = (("decline_k", "<=", 1, "decline_m"),)
 
 
@@ -113,12 +123,22 @@ RULES = (
        ("stagnation_window", "stagnation_share", "stagnation_sigmas", "stagnation_gap", "smooth",
         "probation")),
     _R("reward.sign_flip", Severity.WARNING, "Total reward is the negative of its reward function",
-       "The run has one reward function and the total reward is its negative on every step: a "
+       "The run has one reward function and the total reward moves as its negative on every step "
+       "(whatever constant the total adds): a "
        "negative weight or a sign error makes the policy minimise what the function scores (the "
        "logged total rises while the function's own score falls).",
        "Check the sign of reward_weights (TRL) or of the reward function's return; a penalty "
        "function needs a positive companion to optimise.",
        ("sign_rows",), "TRL reward_weights; SIGNATURES #8"),
+    _R("reward.proxy_gain", Severity.WARNING, "Reward rises while correctness stays at its floor",
+       "The total reward climbed while a logged component that measures the task's correctness "
+       "(a name with correct, accuracy, exact, pass, solve or success) stayed near zero, below a "
+       "twentieth of the total, and gained less than a tenth of what the total gained: the "
+       "policy learnt the proxy terms (format, compilability, length), not the task. A reward "
+       "design with correctness rising beside a format term is not one.",
+       "Gate the proxy terms on correctness (pay format only for a correct answer) or raise the "
+       "correctness weight; check the correctness reward on a few completions by hand.",
+       ("proxy_floor_share", "proxy_gain_share"), "SIGNATURES #8 (proxy reward hacking)"),
     _R("reward.decline", Severity.WARNING, "Reward declines from its best",
        "The reward level fell well below the best level the run reached (in noise sigmas and as a "
        "share of the run's range) and stayed there: the policy is getting worse.",
@@ -258,6 +278,10 @@ class Rewards(Tracker):
         self.prefix = PrefixSums()
         # the decline's selection margin: the run's median of the level's second differences
         self.bends = TrailingRunMedian(block=p.window, lag=p.window)
+        #: the total and each correctness component per row, for reward.proxy_gain (float32)
+        self.proxy: dict[str, list[np.ndarray]] = {}
+        #: the total and the only component on the row before this batch (reward.sign_flip)
+        self.sign_prev = (float("nan"), float("nan"))
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
         if batch.stream == "sample":
@@ -322,6 +346,11 @@ class Rewards(Tracker):
                     if key in batch.columns or key in self.comp_std:
                         self.comp_std.setdefault(key, RunValues()).extend(batch.col(key))
         self.reward.extend(r)
+        truth = [c for c in components if CORRECTNESS.search(c[len(REWARD_COMPONENT_PREFIX):])]
+        if truth or self.proxy:
+            for name in ("step", "reward_mean", *truth):
+                self.proxy.setdefault(name, []).append(
+                    steps.astype(np.float64) if name == "step" else batch.col(name).astype(np.float32))
         if len(self.reward) <= self.reward.memory:
             for name, parts in self.movers.items():
                 if batch.has(name):
@@ -349,10 +378,15 @@ class Rewards(Tracker):
         return out or None
 
     def _sign(self, rows: np.ndarray, steps: np.ndarray, total: np.ndarray, comp: np.ndarray) -> None:
-        """The total the negative of the only component (a negative weight), row by row."""
-        scale = np.fmax(np.abs(comp), 1e-9)
+        """The total moves as the negative of the only component (a negative weight), row by row:
+        judged on the moves, so a total shifted by a constant (a baseline, a bonus) is read alike."""
+        t_all = np.concatenate([[self.sign_prev[0]], total])
+        c_all = np.concatenate([[self.sign_prev[1]], comp])
+        self.sign_prev = (float(total[-1]), float(comp[-1]))
+        dt, dc = np.diff(t_all), np.diff(c_all)
+        scale = np.fmax(np.fmax(np.abs(comp), np.abs(c_all[:-1])), 1e-9)
         with np.errstate(invalid="ignore"):
-            flipped = (np.abs(comp) > 1e-9) & (np.abs(total + comp) <= 1e-6 * scale + 1e-9)
+            flipped = (np.abs(dc) > 1e-9 * scale) & (np.abs(dt + dc) <= 1e-6 * scale + 1e-9)
         self.ep["reward.sign_flip"].update(rows, steps, flipped, comp, {"total": total})
 
     def _levels(self, rows: np.ndarray, steps: np.ndarray, r: np.ndarray) -> None:
@@ -504,6 +538,7 @@ class Rewards(Tracker):
         self._emit_component_trends()
         self._never_improved()
         self._emit_level_findings()
+        self._emit_proxy_gain()
         return self.result(summary, notes)
 
     def _active_summary(self, notes: list[str]) -> dict[str, Any]:
@@ -591,6 +626,43 @@ class Rewards(Tracker):
                        "level": ep.extras.get("level"), "noise_sigma": sig,
                        "threshold_sigmas": p.decline_sigmas, "threshold_share": p.decline_share,
                        "metrics": ["reward_mean"]})
+
+    def _emit_proxy_gain(self) -> None:
+        """reward.proxy_gain: the total climbs while every correctness component stays at its floor."""
+        p = self.p
+        if not self.proxy or len({len(v) for v in self.proxy.values()}) > 1:
+            return  # (a component that appeared mid-run: its rows do not line up with the total's)
+        cols = {k: np.concatenate(v) for k, v in self.proxy.items()}
+        steps, total = cols.pop("step"), cols.pop("reward_mean")
+        course = Course.of(steps, total)
+        if course is None or not course.improved():
+            return
+        gain = course.end - course.start
+        floor = p.proxy_floor_share * max(abs(course.end), abs(gain))
+        truth = {}
+        for name, v in cols.items():
+            c = Course.of(steps, v.astype(np.float64))
+            if c is None or c.end > floor or c.end - c.start > p.proxy_gain_share * gain:
+                return  # a correctness measure that moves: the gain is (partly) real
+            truth[name] = c
+        if not truth:
+            return
+        # from where the total's level first rose clear of its start
+        level = block_median(total.astype(np.float64), course.block, max(course.block // 2, 1))
+        rose = level - course.start > max(2.0 * np.sqrt(2.0) * course.se, 0.1 * course.span)
+        rows = np.arange(len(total))
+        eps = Episodes(3, 5, gap=len(total), mode="max")
+        eps.update(rows, steps.astype(np.int64), rose, level)
+        names = ", ".join(truth)
+        for ep in eps.finish():
+            self.emit("reward.proxy_gain", ep,
+                      f"the reward rose from {course.start:.4g} to {course.end:.4g} while {names} "
+                      f"stayed at {', '.join(f'{c.end:.3g}' for c in truth.values())} (from "
+                      f"{', '.join(f'{c.start:.3g}' for c in truth.values())}): the gain is in the "
+                      f"proxy terms, not the task, from step {ep.onset_step}",
+                      {"reward_start": course.start, "reward_end": course.end,
+                       "correctness": {n: {"start": c.start, "end": c.end} for n, c in truth.items()},
+                       "floor": floor, "metrics": ["reward_mean", *truth]})
 
     def _variance(self, v: RunValues) -> dict[str, Any]:
         """Within-batch reward variance (reward_std squared): level and early-vs-late trend."""
