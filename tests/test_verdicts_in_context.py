@@ -202,3 +202,121 @@ def test_unchecked_areas_are_named_not_scored() -> None:
     a = _scan({"reward": np.linspace(0, 1, n)}, {"algorithm": "grpo"})
     assert "reward" in a.health["areas"] and "kl" not in a.health["areas"]
     assert "kl" in a.health["unchecked"] and a.health["checked_share"] < 0.5
+
+
+# --- principles of the verdicts issue, each on a synthetic run shaped like the real failure ----
+
+
+def _climb(n: int, r: np.random.Generator, start: float = 0.3, top: float = 0.95) -> np.ndarray:
+    """A reward that climbs over the first third and holds its ceiling (veRL GSM8K: 0.55 -> 0.97)."""
+    t = np.minimum(np.arange(n) / (n / 3), 1.0)
+    return start + (top - start) * t + r.normal(0, 0.01, n)
+
+
+def test_convergence_is_not_collapse() -> None:
+    # entropy falls 10x while the reward climbs to its ceiling (veRL's reference runs): converging
+    r = _rng()
+    n = 600
+    entropy = 0.4 * np.exp(-np.arange(n) / 80) + 0.02 + r.normal(0, 0.001, n)
+    a = _scan({"entropy": entropy, "reward": _climb(n, r)}, {"algorithm": "grpo"})
+    (f,) = [f for f in a.findings if f.rule == "entropy.collapse"]
+    assert f.severity.value == "info" and "converging" in f.message, f.message
+    stagnation = [f for f in a.findings if f.rule == "reward.stagnation"]
+    assert all("saturation" in f.message for f in stagnation)
+    # the same fall with a reward that never improves is damage
+    b = _scan({"entropy": entropy, "reward": 0.3 + r.normal(0, 0.01, n)}, {"algorithm": "grpo"})
+    (g,) = [f for f in b.findings if f.rule == "entropy.collapse"]
+    assert g.severity.value == "critical" and "the reward did not improve" in g.evidence["consequence"]
+
+
+def test_a_tie_is_not_a_spike() -> None:
+    # one prompt of six completions a step (TRL GRPO on Llama-8B): a quarter of the steps tie,
+    # log a near-zero gradient norm and zero loss; the ordinary row after each is no spike
+    r = _rng()
+    n = 250
+    tie = r.random(n) < 0.25
+    tie[0] = True  # the first row too: the second row is judged against no neighbour
+    grad = np.where(tie, 1e-3, 0.4 * np.exp(r.normal(0, 0.3, n)))
+    a = _scan({"grad_norm": grad, "loss": np.where(tie, 0.0, r.normal(0, 0.01, n)),
+               "reward_std": np.where(tie, 0.0, 0.4), "reward": 0.3 + 0.002 * np.arange(n) + r.normal(0, 0.05, n)},
+              {"algorithm": "grpo"})
+    assert not _alarms(a, "grad.spike") and not _alarms(a, "grad.explode"), \
+        [(f.rule, f.severity.value, f.message) for f in a.findings if f.rule.startswith("grad.")]
+
+
+def test_a_spike_no_healthy_run_logs_stays_an_alarm() -> None:
+    # one row at 10,000x the run's level: not an event, however quickly it recovers
+    r = _rng()
+    n = 300
+    grad = 0.3 * np.exp(r.normal(0, 0.1, n))
+    grad[150] = 3000.0
+    a = _scan({"grad_norm": grad, "kl": np.full(n, 0.01)}, {"algorithm": "grpo"})
+    assert _alarms(a, "grad.spike") or _alarms(a, "grad.explode")
+
+
+def test_ties_at_the_ceiling_are_saturation_and_at_the_floor_damage() -> None:
+    r = _rng()
+    n = 300
+    reward = _climb(n, r, 0.2, 1.0)
+    solved = np.arange(n) > 150
+    # every group solved from step 150: the mean at the batch's maximum, ties everywhere
+    a = _scan({"reward": np.where(solved, 1.0, reward), "reward_max": np.ones(n),
+               "reward_min": np.where(solved, 1.0, 0.0), "frac_reward_zero_std": np.where(solved, 1.0, 0.2)},
+              {"algorithm": "grpo"})
+    (f,) = [f for f in a.findings if f.rule == "signal.dead_groups"]
+    assert f.severity.value == "info" and "saturation" in f.message and "harder prompts" in f.message
+    # the same ties at the floor (every response scores 0 from step 150 after a better start)
+    b = _scan({"reward": np.where(solved, 0.0, reward), "reward_max": np.where(solved, 0.0, 1.0),
+               "reward_min": np.zeros(n), "frac_reward_zero_std": np.where(solved, 1.0, 0.2)},
+              {"algorithm": "grpo"})
+    dead = [f for f in b.findings if f.rule in ("signal.dead_groups", "signal.reward_floor")]
+    assert any(f.severity.value == "critical" for f in dead), [(f.rule, f.severity.value) for f in dead]
+
+
+def test_training_only_preference_signals_are_memorisation() -> None:
+    # many epochs of DPO on the training pairs: loss -> 0, accuracy 1, margins growing, the chosen
+    # responses keeping their likelihood, no evaluation logged (LLaMA-Factory ORPO, TRL DPO)
+    r = _rng()
+    n = 300
+    t = np.arange(n) / n
+    cols = {"loss": 0.69 * np.exp(-5 * t) + 0.005 + np.abs(r.normal(0, 0.002, n)),
+            "rewards/accuracies": np.minimum(0.5 + 2 * t, 1.0), "rewards/margins": 12 * t,
+            "rewards/chosen": 0.5 + r.normal(0, 0.05, n), "rewards/rejected": 0.5 - 12 * t,
+            "learning_rate": np.full(n, 5e-7)}
+    a = _scan(cols, {"algorithm": "dpo"})
+    memorised = [f for f in a.findings if f.rule in ("pref.overfit", "pref.margin_blowup")]
+    assert memorised and all(f.severity.value == "info" for f in memorised)
+    assert any("evaluate on held-out pairs" in f.message for f in memorised)
+    # the chosen responses losing likelihood while the margins grow: over-optimisation
+    b = _scan({**cols, "rewards/chosen": 0.5 - 6 * t}, {"algorithm": "dpo"})
+    assert _alarms(b, "pref.likelihood_displacement")
+    assert [f for f in b.findings if f.rule in ("pref.overfit", "pref.margin_blowup") and f.severity.value != "info"]
+
+
+def test_a_start_up_truncation_phase_is_not_a_fault() -> None:
+    # most responses cut for the first rows while the model learns the cap, then almost none
+    r = _rng()
+    n = 300
+    trunc = np.where(np.arange(n) < 15, 0.6, 0.005) + np.abs(r.normal(0, 0.002, n))
+    a = _scan({"truncation_rate": trunc, "completions/mean_length": np.where(np.arange(n) < 15, 480.0, 300.0),
+               "reward": _climb(n, r)}, {"algorithm": "grpo"})
+    (f,) = [f for f in a.findings if f.rule == "length.truncation"]
+    assert f.severity.value == "info" and "start-up" in f.message
+    # the same share staying high is damage
+    b = _scan({"truncation_rate": np.full(n, 0.6) + r.normal(0, 0.01, n), "reward": _climb(n, r)},
+              {"algorithm": "grpo"})
+    assert [f.severity.value for f in b.findings if f.rule == "length.truncation"] == ["critical"]
+
+
+def test_the_fault_is_named_at_its_depth() -> None:
+    # the KL runs away from step 60 and the reward falls after it: the KL is the cause and damage,
+    # the reward's fall is a decline (not a plateau)
+    r = _rng()
+    n = 300
+    i = np.arange(n)
+    kl = np.where(i < 60, 0.02, 0.02 + 0.02 * (i - 60)) * np.exp(r.normal(0, 0.05, n))
+    reward = np.where(i < 100, 0.6, 0.6 - 0.003 * (i - 100)) + r.normal(0, 0.01, n)
+    a = _scan({"kl": kl, "reward": reward}, {"algorithm": "grpo"})
+    kl_findings = [f for f in a.findings if f.rule.startswith("kl.") and f.severity.value != "info"]
+    assert kl_findings and any(f.severity.value == "critical" for f in kl_findings)
+    assert _alarms(a, "reward.decline") and not _alarms(a, "reward.stagnation")

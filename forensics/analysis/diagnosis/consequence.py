@@ -22,9 +22,13 @@ once, in ``Scan.finish``, over all of them:
   the run reached (convergence is not collapse), responses still cut at the cap in a third or
   more or while the reward stalls, the KL out of its band to the end, no gradient reaching the
   policy, a preference loss above ln 2 to the end. A tracker's own alarm is never enough.
-* **Convergence is not collapse.** Entropy falling far below its early level (``CONVERGENCE``)
-  while the reward climbed over the run and holds the best level it reached is a run settling:
-  information.
+* **Convergence is not collapse.** Entropy falling far below its early level, or groups whose
+  rewards tie (``CONVERGENCE``), while the reward climbed over the run and holds the best level it
+  reached is a run settling (ties at the ceiling: the prompts are solved): information. Ties at
+  the reward's floor never are.
+* **Training-only preference signals.** A preference loss near 0 with the pairs won, or margins
+  growing (``TRAINING_PAIRS``), read on the training pairs alone while the chosen responses keep
+  their likelihood, is memorisation of those pairs: information that asks for an evaluation.
 * **A start-up phase is not a fault.** Truncation that is high in the first rows and has fallen
   below its threshold for the rest of the run (the model learnt the cap) is information.
 
@@ -51,7 +55,10 @@ __all__ = ["DAMAGE", "EXCURSIONS", "Consequences", "apply_consequences"]
 EXCURSIONS = frozenset({"grad.spike", "grad.explode", "loss.spike", "kl.spike"})
 
 #: Rules about a policy settling, which a run converging shows too (information then).
-CONVERGENCE = frozenset({"entropy.collapse"})
+CONVERGENCE = frozenset({"entropy.collapse", "signal.dead_groups"})
+#: Preference rules read from the training pairs alone (information unless the chosen responses
+#: lose likelihood too).
+TRAINING_PAIRS = frozenset({"pref.overfit", "pref.margin_blowup"})
 #: ln 2: a preference loss when the policy equals its reference; above it the policy prefers the
 #: rejected responses.
 LN2 = math.log(2.0)
@@ -120,6 +127,8 @@ def _reward_stalls(f: Finding, c: Consequences) -> str | None:
     r = c.reward
     if r is None:
         return None
+    if r.pinned:
+        return f"the reward is pinned at {r.end:.4g} (every batch scores the same)"
     if r.falls_from(f.onset_step):
         return f"the reward fell from {r.level_at(f.onset_step):.4g} to {r.end:.4g}"
     if r.converged() or r.improved(f.onset_step):
@@ -295,14 +304,42 @@ def _startup(f: Finding, c: Consequences) -> None:
 
 
 def _converging(f: Finding, c: Consequences) -> None:
-    """Entropy settling while the reward climbed and holds the best level it reached is a run
-    converging, not a collapse."""
+    """Entropy settling, or groups tying, while the reward climbed and holds the best level it
+    reached is a run converging (the prompts are being solved), not a collapse."""
     r = c.reward
-    if f.rule not in CONVERGENCE or f.severity is Severity.INFO or r is None or not r.converged():
+    if f.rule == "reward.stagnation" and r is not None and r.converged() and "saturation" not in f.message:
+        f.message += (f"; a plateau at the best level the run reached after climbing from {r.start:.4g} "
+                      "(saturation), not a run that never learnt")
+        return
+    if f.rule not in CONVERGENCE or f.severity is Severity.INFO or r is None or f.evidence.get("at_floor"):
+        return
+    if "floor" in f.evidence:  # entropy below the floor of any exploring policy: no settling there
+        return
+    if not r.converged() and not (f.evidence.get("at_ceiling") and r.near_best()):
+        return
+    if f.rule == "signal.dead_groups":
+        _set(f, Severity.INFO, "saturation: the groups tie at the top as the prompts are solved",
+             f"; the reward climbed from {r.start:.4g} to {r.end:.4g} and holds its best level: the "
+             "groups tie because the prompts are solved (saturation); harder prompts, or dropping "
+             "solved ones (dynamic sampling), restore the signal")
         return
     _set(f, Severity.INFO, "converging: the reward climbed and holds its best level",
          f"; the reward climbed from {r.start:.4g} to {r.end:.4g} and holds its best level: the run "
          "is converging, not collapsing")
+
+
+def _training_pairs_only(f: Finding, findings: list[Finding]) -> None:
+    """A preference loss near 0 with the pairs won (or margins growing) on the training pairs
+    alone is memorisation of those pairs: over-optimisation needs the chosen responses to lose
+    likelihood (pref.likelihood_displacement) or an evaluation to diverge."""
+    if f.rule not in TRAINING_PAIRS or f.severity is Severity.INFO:
+        return
+    if any(g.rule == "pref.likelihood_displacement" and g.severity is not Severity.INFO for g in findings):
+        return
+    _set(f, Severity.INFO, "training pairs only: memorisation, not shown to be over-optimisation",
+         "; on the training pairs only, with the chosen responses keeping their likelihood: "
+         "memorisation of the training pairs, not over-optimisation; evaluate on held-out pairs "
+         "(eval_steps) to tell")
 
 
 def _sustained(f: Finding, c: Consequences) -> bool:
@@ -339,6 +376,7 @@ def apply_consequences(findings: list[Finding], c: Consequences) -> list[Finding
     for f in findings:
         _converging(f, c)
         _startup(f, c)
+        _training_pairs_only(f, findings)
     for f in findings:
         _downgrade(f, c, findings)
     for f in findings:

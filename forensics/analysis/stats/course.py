@@ -97,6 +97,14 @@ class Course:
         range): a reward that climbed and holds its ceiling."""
         return bool(self.best - self.end <= max(2.0 * np.sqrt(2.0) * self.se, 0.2 * self.span))
 
+    @property
+    def pinned(self) -> bool:
+        """Whether the series ends on one repeated value (its last block, at least 5 rows): it no
+        longer moves at all, which no learning run's reward does."""
+        tail = self.values[-max(self.block, 5):]
+        return len(tail) >= 5 and bool(np.all(tail == tail[0]))
+
     def converged(self) -> bool:
-        """The reward improved over the run and holds the best level it reached: a run settling."""
-        return self.improved() and self.near_best()
+        """The reward improved over the run and holds the best level it reached, still moving
+        (not pinned to one value): a run settling."""
+        return self.improved() and self.near_best() and not self.pinned

@@ -506,8 +506,8 @@ class Rewards(Tracker):
             return
         r = self.reward.values()
         shift = quarter_shift(r)
-        if shift is None or shift[0] >= p.stagnation_sigmas:
-            return
+        if shift is None or shift[0] >= p.stagnation_sigmas or shift[0] <= -p.stagnation_sigmas:
+            return  # it improved, or it fell: a fall is a decline (reward.decline), not a plateau
         moved = {name: z for name, z in ((n, quarter_shift(np.concatenate(v)) if v else None)
                                          for n, v in self.movers.items())
                  if z is not None and abs(z[0]) >= 2 * p.stagnation_sigmas}
