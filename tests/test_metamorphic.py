@@ -52,7 +52,8 @@ def test_healthy_verdicts_survive_except_the_named(checks: list[dict]) -> None:
 
 def test_each_transformation_keeps_its_share(checks: list[dict]) -> None:
     got = shares(checks)
-    low = {t: row["invariant"] for t, row in got.items() if row["invariant"] is not None and row["invariant"] < FLOORS[t]}
+    low = {t: row["invariant"] for t, row in got.items()
+           if row["invariant"] is not None and row["invariant"] < FLOORS[t]}
     assert not low, {t: got[t]["changed"] for t in low}
     assert {t for t, row in got.items() if row["logs"]} == set(TRANSFORMS)
 

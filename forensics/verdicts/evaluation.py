@@ -447,7 +447,8 @@ def evaluate_corpora(corpora: dict[str, Path], real_logs: Path | None = None,
         text += [f"== all corpora ({' + '.join(scanned)}): {len(everything)} labelled runs",
                  render_table(q), ""]
     if metamorphic and scanned:
-        from .metamorphic import check_logs, corpus_logs, render_table as render_metamorphic, shares
+        from .metamorphic import check_logs, corpus_logs, shares
+        from .metamorphic import render_table as render_metamorphic
 
         checks = check_logs(log for name in scanned for log in corpus_logs(corpora[name]))
         figures["metamorphic"] = {"logs": len(checks), "transformations": shares(checks)}
