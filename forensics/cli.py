@@ -183,7 +183,7 @@ class Checked(click.ParamType):
 #: forensics.io.formats.FORMATS).
 INPUT_FORMATS = ("hf-trainer-state", "verl-jsonl", "rldk-events", "llamafactory", "wandb-history", "wandb-csv",
                  "wandb-offline", "tensorboard", "openrlhf-console", "deepspeed-chat", "verl-console",
-                 "hf-console", "csv", "parquet-parts", "parquet", "jsonl")
+                 "hf-console", "csv", "parquet-parts", "parquet", "jsonl", "kv-console")
 
 
 class _OutputChoice(click.Choice):

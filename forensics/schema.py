@@ -285,6 +285,23 @@ ALIASES: tuple[Alias, ...] = tuple(
         Alias("sft_loss", "nll_loss", "llamafactory",
               note="LLaMA-Factory ORPO/SimPO and NeMo-Aligner DPO: the SFT term on chosen"),
     ]
+    # custom training loops (their consoles are read by forensics.io.adapters.kv_console, which
+    # writes keys lower case with spaces as underscores): the spellings that mean one thing only
+    + _aliases("custom-loop", [
+        ("iteration", "step"),
+        ("iter", "step"),
+        ("gnorm", "grad_norm"),
+        ("grad_norm_total", "grad_norm"),
+        ("kl_divergence", "kl"),
+        ("kl_ref", "kl"),
+        ("mean_reward", "reward_mean"),
+        ("avg_reward", "reward_mean"),
+        ("average_reward", "reward_mean"),
+        ("avg_response_len", "response_length_mean"),
+        ("avg_response_length", "response_length_mean"),
+        ("mean_response_length", "response_length_mean"),
+        ("token_entropy", "entropy"),
+    ])
     # RLDK-style wide rows
     + _aliases("rldk", [
         ("reward", "reward_mean"),

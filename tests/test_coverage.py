@@ -15,8 +15,8 @@ from .conftest import RLDK
 
 def own_keys_log(tmp_path: Path) -> Path:
     path = tmp_path / "mine.jsonl"
-    path.write_text("".join(json.dumps({"iteration": i, "policy/kl_divergence": 0.01 * i,
-                                        "my_reward": 0.5, "gnorm": 1.0}) + "\n" for i in range(50)))
+    path.write_text("".join(json.dumps({"tick": i, "policy/kl_est": 0.01 * i,
+                                        "my_reward": 0.5, "g_norm2": 1.0}) + "\n" for i in range(50)))
     return path
 
 

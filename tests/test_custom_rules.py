@@ -208,3 +208,25 @@ def test_a_bad_rules_file_is_a_usage_error_naming_it(tmp_path: Path, rules_file:
     for args in (["scan", str(log), "-o", str(tmp_path / "o"), "-q"], ["gate", str(log)]):
         res = CliRunner().invoke(main, [*args, "--config", str(cfg)])
         assert res.exit_code == 2 and error in res.output, (args[0], res.output)
+
+
+def test_a_rule_over_a_metric_the_log_does_not_have_says_so(tmp_path: Path) -> None:
+    """Like a --map whose key is absent: the rule id, the metric and the closest columns, in the
+    coverage and the terminal; an error under --strict; never a silent rule that cannot fire."""
+    rows = healthy_rows(100, seed=7)
+    for r in rows:
+        r["tokens_per_sec"] = 2500.0
+    log = write_jsonl(tmp_path / "s.jsonl", rows)
+    cfg = tmp_path / "rules.toml"
+    cfg.write_text('[[rules]]\nid = "tps_floor"\nmetric = "tokens_per_s"\nkind = "below"\nthreshold = 2000.0\n')
+    a = scan_path(log, config_path=cfg)
+    assert a.coverage["columns"]["rule_metrics_not_found"] == [
+        {"rule": "custom.tps_floor", "metric": "tokens_per_s", "closest": ["tokens_per_sec"]}]
+    res = CliRunner().invoke(main, ["scan", str(log), "--config", str(cfg), "-o", str(tmp_path / "o")])
+    assert res.exit_code == 0 and ("warning: rule custom.tps_floor reads 'tokens_per_s': the log has no such "
+                                   "column (closest: 'tokens_per_sec'); the rule judges nothing") in res.output
+    strict = CliRunner().invoke(main, ["scan", str(log), "--config", str(cfg), "--strict", "-o", str(tmp_path / "p")])
+    assert strict.exit_code == 2 and "an error under --strict" in strict.output
+    # a rule over a column the log has says nothing of the kind
+    cfg.write_text('[[rules]]\nid = "tps_floor"\nmetric = "tokens_per_sec"\nkind = "below"\nthreshold = 2000.0\n')
+    assert "rule_metrics_not_found" not in scan_path(log, config_path=cfg).coverage["columns"]

@@ -40,8 +40,8 @@ def run(*args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyp
 
 def own_names(rows: list[dict]) -> list[dict]:
     """The healthy rows under a user's own key names (nothing forensics knows)."""
-    names = {"step": "iteration", "kl": "policy/kl_divergence", "reward_mean": "my_reward",
-             "grad_norm": "gnorm", "entropy": "ent_tok"}
+    names = {"step": "tick", "kl": "policy/kl_est", "reward_mean": "my_reward",
+             "grad_norm": "g_norm2", "entropy": "ent_tok"}
     return [{names[k]: v for k, v in r.items() if k in names} for r in rows]
 
 
@@ -65,19 +65,19 @@ def test_own_key_names_from_config_and_map(tmp_path: Path) -> None:
     assert plain.coverage["checked"] is False
     assert run("gate", str(log)).exit_code == 1
     cfg = tmp_path / "f.toml"
-    cfg.write_text('[columns]\niteration = "step"\n"policy/kl_divergence" = "kl"\n'
+    cfg.write_text('[columns]\ntick = "step"\n"policy/kl_est" = "kl"\n'
                    'my_reward = { name = "reward_mean" }\n')
-    res = run("scan", str(log), "--config", str(cfg), "--map", "gnorm=grad_norm", "--map", "ent_tok=entropy",
+    res = run("scan", str(log), "--config", str(cfg), "--map", "g_norm2=grad_norm", "--map", "ent_tok=entropy",
               "-o", str(tmp_path / "rep"), "-v")
     assert res.exit_code == 0, res.output
-    assert "policy/kl_divergence -> kl  (mapped by " in res.output
-    assert "gnorm -> grad_norm  (mapped by --map)" in res.output
+    assert "policy/kl_est -> kl  (mapped by " in res.output
+    assert "g_norm2 -> grad_norm  (mapped by --map)" in res.output
     d = json.loads((tmp_path / "rep" / "analysis.json").read_text())
     mapping = d["column_mapping"][str(log)]
-    assert mapping["mapping"]["iteration"] == "step" and mapping["mapping"]["gnorm"] == "grad_norm"
-    assert mapping["user_mapped"] == {"ent_tok": "--map", "gnorm": "--map", "iteration": f"{cfg}: [columns]",
+    assert mapping["mapping"]["tick"] == "step" and mapping["mapping"]["g_norm2"] == "grad_norm"
+    assert mapping["user_mapped"] == {"ent_tok": "--map", "g_norm2": "--map", "tick": f"{cfg}: [columns]",
                                       "my_reward": f"{cfg}: [columns]",
-                                      "policy/kl_divergence": f"{cfg}: [columns]"}
+                                      "policy/kl_est": f"{cfg}: [columns]"}
     assert d["steps"]["rows"] == 400 and d["steps"]["first"] == 0
     assert any(f["rule"] == "kl.spike" and 300 <= f["onset_step"] <= 305 for f in d["findings"])
     assert d["coverage"]["checked"] is True
@@ -625,8 +625,8 @@ def test_export_to_tensorboard_and_wandb(tmp_path: Path) -> None:
 def test_python_api(tmp_path: Path) -> None:
     log = write_jsonl(tmp_path / "s.jsonl", own_names(spiky()))
     a = scan_path(log, kl_target=0.05, kl_unit="token", strict=True, batch_rows=64,
-                  columns={"iteration": "step", "policy/kl_divergence": "kl", "my_reward": "reward_mean"},
-                  maps=["gnorm=grad_norm"])
+                  columns={"tick": "step", "policy/kl_est": "kl", "my_reward": "reward_mean"},
+                  maps=["g_norm2=grad_norm"])
     assert a.meta.kl_target == 0.05 and a.context["kl_target"]["from"] == "config or command line"
     df = a.to_pandas(["kl", "reward_mean"])
     assert list(df.columns) == ["kl", "reward_mean"] and df.index.name == "step" and len(df) == 400
@@ -639,8 +639,8 @@ def test_python_api(tmp_path: Path) -> None:
     assert "<table>" in html and "kl.spike" in html and "<script" not in html
     import pandas as pd
 
-    frame = pd.DataFrame(own_names(spiky())).set_index("iteration")
-    b = scan_frame(frame, columns={"iteration": "step", "policy/kl_divergence": "kl"})
+    frame = pd.DataFrame(own_names(spiky())).set_index("tick")
+    b = scan_frame(frame, columns={"tick": "step", "policy/kl_est": "kl"})
     assert b.steps["rows"] == 400 and any(x.rule == "kl.spike" for x in b.findings)
     paths = write_reports(b, str(tmp_path / "rep"))
     assert paths["analysis"].is_file()

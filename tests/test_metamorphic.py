@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from forensics.verdicts.evaluation import corpus_available
-from forensics.verdicts.metamorphic import TRANSFORMS, check_log, check_logs, corpus_logs, shares
+from forensics.verdicts.evaluation import corpus_available, corpus_logs
+from forensics.verdicts.metamorphic import TRANSFORMS, check_log, check_logs, shares
 
 from .conftest import FIXTURES, healthy_rows
 

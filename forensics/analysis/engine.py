@@ -387,7 +387,27 @@ class Scan:
         missing = self._maps_not_found()
         if missing:
             columns["maps_not_found"] = missing
+        absent = self._rules_not_found({*mapped, *(k for m in self.mappings.values() for k in m.unmapped)})
+        if absent:
+            columns["rule_metrics_not_found"] = absent
         return {"checked": bool(judged), "trackers_judging": judged, "columns": columns, "trackers": trackers}
+
+    def _rules_not_found(self, present: set[str]) -> list[dict[str, Any]]:
+        """The user's rules (``[[rules]]``) whose metric the log does not have, each with the
+        closest columns it does have: such a rule judges nothing, and says so instead of never
+        firing in silence; under ``strict`` a :class:`UsageError`."""
+        if not self.config.rules:
+            return []
+        from ..errors import closest
+        from .trackers.custom import config_rules
+
+        out = [{"rule": r.id, "metric": c.metric, "closest": closest(c.metric, present)}
+               for r in config_rules(self.config) for c in r.conditions if c.metric not in present]
+        if out and self.config.strict:
+            from ..errors import UsageError
+
+            raise UsageError("; ".join(map(rule_metric_not_found_text, out)) + " (an error under --strict)")
+        return out
 
     def _maps_not_found(self) -> list[dict[str, Any]]:
         """The user's column maps (``[columns]``, ``--map``) whose source key no input has, each
@@ -439,6 +459,19 @@ def map_not_found_text(m: dict[str, Any]) -> str:
     return (f"{m['origin']} {m['source']}={m['canonical']}: the log has no key {m['source']!r} "
             f"({'closest: ' + near if near else 'no key close to it; -v lists the keys'}); "
             f"{m['canonical']} is read as the log names it")
+
+
+def rule_metric_not_found_text(m: dict[str, Any]) -> str:
+    """One line for a user rule whose metric the log does not have
+    (``coverage.columns.rule_metrics_not_found``).
+
+    >>> rule_metric_not_found_text({"rule": "custom.tps", "metric": "tps", "closest": ["tps_all"]})
+    "rule custom.tps reads 'tps': the log has no such column (closest: 'tps_all'); the rule judges nothing"
+    """
+    near = ", ".join(repr(k) for k in m.get("closest") or [])
+    return (f"rule {m['rule']} reads {m['metric']!r}: the log has no such column "
+            f"({'closest: ' + near if near else 'no column close to it; -v lists the keys'}); "
+            "the rule judges nothing")
 
 
 def _feed_sources(scan: Scan, source: Any, sample_source: Any, config: Config,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import FormatError, InputError, UsageError, did_you_mean
-from .adapters import ADAPTERS
+from .adapters import ADAPTERS, kv_console
 from .inputs import HEAD_BYTES, STDIN, local_path, open_binary, read_head
 from .readers import Format, JsonlSource, ParquetPartsSource, ParquetSource, Source
 from .readers.jsonl import head_objects
@@ -27,7 +27,7 @@ __all__ = ["BATCH_CELLS", "FORMATS", "HEAD_BYTES", "LATE_SCAN_BYTES", "batch_row
 #: How far detection reads a text file for a console whose first metric line comes late.
 LATE_SCAN_BYTES = 64 << 20
 #: The consoles detected from any block of lines (their sniffers do not need the file's start).
-_LATE_CONSOLES = ("openrlhf-console", "deepspeed-chat", "verl-console", "hf-console")
+_LATE_CONSOLES = ("openrlhf-console", "deepspeed-chat", "verl-console", "hf-console", "kv-console")
 
 
 def _is_parquet(path: Path, head: bytes) -> bool:
@@ -60,8 +60,14 @@ _GENERIC = [
 ]
 
 
+#: The reader of last resort: name: value pairs on a custom loop's console (after every other).
+_LAST = [Format("kv-console", kv_console.detect, lambda p, s: kv_console.KVConsoleSource(p, s),
+                "a custom loop's console: lines of 'name: value' or 'name=value' pairs (the reader of "
+                "last resort; a step/iteration pair or an (i/N) counter gives the step)")]
+
+
 def _formats() -> list[Format]:
-    return [*ADAPTERS, *_GENERIC]
+    return [*ADAPTERS, *_GENERIC, *_LAST]
 
 
 class _Formats:

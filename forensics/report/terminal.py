@@ -137,9 +137,10 @@ def coverage_lines(cov: dict[str, Any], algorithm: str | None = None) -> list[st
     if not cov:
         return []
     cols = cov["columns"]
-    from ..analysis.engine import map_not_found_text
+    from ..analysis.engine import map_not_found_text, rule_metric_not_found_text
 
     warnings = [f"warning: {map_not_found_text(m)}" for m in cols.get("maps_not_found") or []]
+    warnings += [f"warning: {rule_metric_not_found_text(m)}" for m in cols.get("rule_metrics_not_found") or []]
     if not cov["checked"]:
         keys = ", ".join(cols["unmapped_keys"][:8]) + (" ..." if cols["unmapped"] > 8 else "")
         return [*warnings, "", "NOTHING CHECKED: none of the logged columns is a training metric forensics "

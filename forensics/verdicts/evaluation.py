@@ -39,7 +39,7 @@ from typing import Any
 
 from ..records import record
 
-__all__ = ["LabelledRun", "Quality", "corpus_available", "evaluate", "evaluate_corpora", "load_runs",
+__all__ = ["LabelledRun", "Quality", "corpus_available", "corpus_logs", "evaluate", "evaluate_corpora", "load_runs",
            "real_log_lines", "render_table", "scan_labelled_logs", "scan_real_logs", "scan_runs"]
 
 A_TP, A_FN, A_FP = 1.0, 1.0, 0.11
@@ -254,6 +254,7 @@ def scan_labelled_logs(root: Path) -> tuple[list[LabelledRun], list[dict[str, An
     """
     from ..analysis.engine import scan_path
     from ..errors import ForensicsError
+    from .gate import default_gate
 
     labels = json.loads((root / LABELS_FILE).read_text(encoding="utf-8"))
     logs = labelled_logs_root(root)
@@ -287,13 +288,15 @@ def scan_labelled_logs(root: Path) -> tuple[list[LabelledRun], list[dict[str, An
     return runs, unlabelled
 
 
-def default_gate(findings: list[dict[str, Any]], coverage: dict[str, Any]) -> str:
-    """What ``forensics gate`` says of these findings without a policy file: "pass" or "fail"."""
-    from .gate import default_policy
-    from .gate import evaluate as gate_evaluate
-
-    result = gate_evaluate({"findings": findings, "health": {}, "coverage": coverage}, default_policy())
-    return "pass" if result.passed else "fail"
+def corpus_logs(root: Path) -> list[tuple[Path, bool]]:
+    """``(log, labelled healthy)`` of every labelled run of a corpus (``fixtures/runs``,
+    ``fixtures/trl``, or a labels file naming logs kept elsewhere); unlabelled logs are left out."""
+    if (root / LABELS_FILE).is_file():
+        labels = json.loads((root / LABELS_FILE).read_text(encoding="utf-8"))
+        logs = labelled_logs_root(root)
+        return [(logs / e["file"], e.get("fault") is None) for e in labels["runs"]
+                if e.get("fault") != "unlabelled"]
+    return [(folder, m.get("fault") is None) for folder, m in load_runs(root)]
 
 
 def _expected(label: dict[str, Any], where: Path) -> list[str]:
@@ -306,6 +309,7 @@ def _expected(label: dict[str, Any], where: Path) -> list[str]:
 def scan_runs(root: Path) -> list[LabelledRun]:
     """Scan every labelled run under ``root`` and attach its findings."""
     from ..analysis.engine import scan_path
+    from .gate import default_gate
 
     if (root / LABELS_FILE).is_file():
         return scan_labelled_logs(root)[0]
@@ -447,7 +451,7 @@ def evaluate_corpora(corpora: dict[str, Path], real_logs: Path | None = None,
         text += [f"== all corpora ({' + '.join(scanned)}): {len(everything)} labelled runs",
                  render_table(q), ""]
     if metamorphic and scanned:
-        from .metamorphic import check_logs, corpus_logs, shares
+        from .metamorphic import check_logs, shares
         from .metamorphic import render_table as render_metamorphic
 
         checks = check_logs(log for name in scanned for log in corpus_logs(corpora[name]))

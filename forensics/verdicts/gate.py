@@ -63,7 +63,7 @@ from ..config import Allowed, read_toml, show_value
 from ..errors import ConfigError, InputError, did_you_mean
 from ..records import record
 
-__all__ = ["DEFAULT_POLICY", "GateResult", "Policy", "default_policy", "evaluate", "load_policy",
+__all__ = ["DEFAULT_POLICY", "GateResult", "Policy", "default_gate", "default_policy", "evaluate", "load_policy",
            "render_github", "render_json", "render_junit", "render_text", "rule_catalogue"]
 
 _TOP_KEYS = {"fail_on", "fail_rules", "min_health", "overrides", "allow", "allow_unchecked"}
@@ -118,6 +118,12 @@ def default_policy() -> Policy:
     ('critical', False, {})
     """
     return Policy(fail_on=Severity.CRITICAL, allow_unchecked=False, source=DEFAULT_POLICY)
+
+
+def default_gate(findings: list[dict[str, Any]], coverage: dict[str, Any]) -> str:
+    """What ``forensics gate`` says of these findings without a policy file: "pass" or "fail"."""
+    result = evaluate({"findings": findings, "health": {}, "coverage": coverage}, default_policy())
+    return "pass" if result.passed else "fail"
 
 
 #: Rules that need a KL target in the unit of the logged KL (the band, saturation and

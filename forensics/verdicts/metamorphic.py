@@ -29,8 +29,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TRANSFORMS", "Verdict", "check_log", "check_logs", "corpus_logs", "render_table", "shares",
-           "verdict_of"]
+__all__ = ["TRANSFORMS", "Verdict", "check_log", "check_logs", "render_table", "shares", "verdict_of"]
 
 #: Rule prefixes that judge the log or the machine, not the training.
 _NOT_TRAINING = ("stream.", "throughput.")
@@ -42,7 +41,7 @@ Verdict = tuple[bool, tuple[str, ...], str]
 
 def verdict_of(analysis: Any) -> Verdict:
     """``(healthy, warning-or-critical rule families, default gate)`` of an analysis."""
-    from .evaluation import default_gate
+    from .gate import default_gate
 
     findings = [f.to_dict() for f in analysis.findings]
     families = sorted({f["rule"].split(".")[0] for f in findings
@@ -173,19 +172,6 @@ def check_log(path: Path, healthy: bool | None = None,
         if v != base:
             changed[name] = v
     return {"name": path.name, "verdict": base, "results": results, "changed": changed}
-
-
-def corpus_logs(root: Path) -> list[tuple[Path, bool]]:
-    """``(log, labelled healthy)`` of every labelled run of a corpus (``fixtures/runs``,
-    ``fixtures/trl``, or a labels file naming logs kept elsewhere); unlabelled logs are left out."""
-    from .evaluation import LABELS_FILE, labelled_logs_root, load_runs
-
-    if (root / LABELS_FILE).is_file():
-        labels = json.loads((root / LABELS_FILE).read_text(encoding="utf-8"))
-        logs = labelled_logs_root(root)
-        return [(logs / e["file"], e.get("fault") is None) for e in labels["runs"]
-                if e.get("fault") != "unlabelled"]
-    return [(folder, m.get("fault") is None) for folder, m in load_runs(root)]
 
 
 def check_logs(paths: Iterable[tuple[Path, bool | None]]) -> list[dict[str, Any]]:

@@ -105,7 +105,7 @@ class Consequences:
 
 
 #: The series the damage checks read from the per-step store.
-COURSE_COLUMNS = ("reward_mean", "truncation_rate", "response_length_mean", "loss", "kl", "kl_seq")
+COURSE_COLUMNS = ("reward_mean", "reward_max", "truncation_rate", "response_length_mean", "loss", "kl", "kl_seq")
 
 
 def courses_of(columns: dict[str, np.ndarray]) -> dict[str, Course]:
@@ -121,13 +121,22 @@ def courses_of(columns: dict[str, np.ndarray]) -> dict[str, Course]:
 
 # --- damage: what a sustained finding did to the run -------------------------------------------
 
+def _pinned_below_ceiling(r: Course, c: Consequences) -> bool:
+    """The reward ends on one repeated value that is not the top the batches reached (the best
+    response's reward, where it is logged): every batch scores the same, below what it could."""
+    if not r.pinned:
+        return False
+    top = c.courses.get("reward_max")
+    return top is None or r.end < top.best
+
+
 def _reward_stalls(f: Finding, c: Consequences) -> str | None:
     """The reward's state that makes a sustained symptom damage, or None (it improves, or holds
     the best level it climbed to: converging)."""
     r = c.reward
     if r is None:
         return None
-    if r.pinned:
+    if _pinned_below_ceiling(r, c):
         return f"the reward is pinned at {r.end:.4g} (every batch scores the same)"
     if r.falls_from(f.onset_step):
         return f"the reward fell from {r.level_at(f.onset_step):.4g} to {r.end:.4g}"
@@ -315,13 +324,18 @@ def _converging(f: Finding, c: Consequences) -> None:
         return
     if "floor" in f.evidence:  # entropy below the floor of any exploring policy: no settling there
         return
-    if not r.converged() and not (f.evidence.get("at_ceiling") and r.near_best()):
-        return
     if f.rule == "signal.dead_groups":
+        # ties are saturation only at the ceiling: the groups tie at the batch's top, or the ties
+        # began once the reward had climbed to its best level and held it
+        ceiling = f.evidence.get("at_ceiling") or r.near_best(f.onset_step)
+        if not (ceiling and r.improved() and r.near_best() and not _pinned_below_ceiling(r, c)):
+            return
         _set(f, Severity.INFO, "saturation: the groups tie at the top as the prompts are solved",
              f"; the reward climbed from {r.start:.4g} to {r.end:.4g} and holds its best level: the "
              "groups tie because the prompts are solved (saturation); harder prompts, or dropping "
              "solved ones (dynamic sampling), restore the signal")
+        return
+    if not r.converged():
         return
     _set(f, Severity.INFO, "converging: the reward climbed and holds its best level",
          f"; the reward climbed from {r.start:.4g} to {r.end:.4g} and holds its best level: the run "

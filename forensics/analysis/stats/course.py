@@ -92,10 +92,11 @@ class Course:
         """Whether the level at the end is below the level at ``since``."""
         return self._moved(self.level_at(since) - self.end)
 
-    def near_best(self) -> bool:
-        """Whether the run ends near the best level it reached (within noise and a fifth of its
-        range): a reward that climbed and holds its ceiling."""
-        return bool(self.best - self.end <= max(2.0 * np.sqrt(2.0) * self.se, 0.2 * self.span))
+    def near_best(self, at: float | None = None) -> bool:
+        """Whether the level at the end (or at step ``at``) is near the best level the run
+        reached (within noise and a fifth of its range): a reward at its ceiling."""
+        level = self.end if at is None else self.level_at(at)
+        return bool(self.best - level <= max(2.0 * np.sqrt(2.0) * self.se, 0.2 * self.span))
 
     @property
     def pinned(self) -> bool:

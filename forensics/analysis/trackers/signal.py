@@ -266,6 +266,9 @@ class Signal(Tracker):
         self.emit("signal.dead_groups", ep,
                   f"{what} at step {ep.peak_step} ({cause}), from step {ep.onset_step}",
                   {"share": ep.peak, "reward_mean": mean, "reward_min": rmin, "reward_max": rmax,
-                   "at_floor": bool(at_min and not at_max), "at_ceiling": bool(at_max and not at_min),
+                   # every response equal (the batch's top and bottom alike) is the ceiling when the
+                   # reward stands at its best level so far, else the floor
+                   "at_ceiling": bool(at_max and (not at_min or not best > mean)),
+                   "at_floor": bool(at_min and (not at_max or best > mean)),
                    "rows": ep.n_rows, "threshold": self.p.dead_share,
                    "metrics": ["frac_reward_zero_std", "reward_std", "grad_norm"]}, severity)

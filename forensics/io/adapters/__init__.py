@@ -13,6 +13,7 @@ from . import (
     deepspeed_chat,
     hf_console,
     hf_trainer_state,
+    kv_console,
     llamafactory,
     openrlhf,
     rldk_events,
@@ -66,4 +67,5 @@ LINE_PARSERS: dict[str, type[LineParser]] = {
     "deepspeed-chat": deepspeed_chat.DeepSpeedChatParser,
     "hf-console": hf_console.HFConsoleParser,
     "rldk-events": rldk_events.RldkEventsParser,
+    "kv-console": kv_console.KVConsoleParser,
 }
