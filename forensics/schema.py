@@ -531,6 +531,38 @@ _NOT_COMPONENTS = ("chosen", "rejected", "margins", "accuracies")
 _REWARD_COMPONENT = re.compile(r"^(?:rewards?|reward_components?)/(?P<name>[^/]+?)(?:/mean)?$")
 
 
+#: The core training signals: a log that gives none of them is not judged (a learning rate alone
+#: says nothing of how training went), whatever else was read.
+CORE_SIGNALS = ("reward_mean", "kl", "kl_seq", "grad_norm", "loss", "policy_loss", "value_loss", "entropy",
+                "entropy_seq", "response_length_mean", "pref_margin", "pref_accuracy")
+#: Words of a key that say what it most likely means, for keys no alias knows (a guess: --map it).
+_GUESS_WORDS = (("kl", "kl"), ("grad", "grad_norm"), ("gnorm", "grad_norm"), ("reward", "reward_mean"),
+                ("score", "reward_mean"), ("entropy", "entropy"), ("loss", "loss"), ("len", "response_length_mean"),
+                ("lr", "learning_rate"))
+
+
+def suggest_canonical(key: str) -> tuple[str, bool] | None:
+    """The canonical name a key no alias knows most likely means: ``(name, sure)``, sure when a
+    path segment or a spelling of the key is a known alias (``policy/kl_divergence`` -> ``kl``),
+    a guess from its words otherwise (``my_reward`` -> ``reward_mean``); None when nothing fits.
+
+    >>> suggest_canonical("policy/kl_divergence"), suggest_canonical("my_reward")
+    (('kl', True), ('reward_mean', False))
+    >>> suggest_canonical("Avg Response Len"), suggest_canonical("wall_clock") is None
+    (('response_length_mean', True), True)
+    """
+    flat = re.sub(r"[\s\-]+", "_", key.strip()).lower()
+    for candidate in (flat, *reversed(flat.split("/")), flat.replace("/", "_")):
+        hit = canonical_name(candidate) if candidate else None
+        if hit is not None and hit[0] in METRICS:
+            return hit[0], True
+    words = [w for w in re.split(r"[^a-z0-9]+", flat) if w]
+    for word, name in _GUESS_WORDS:
+        if word in words or (len(word) > 3 and any(word in w for w in words)):
+            return name, False
+    return None
+
+
 def canonical_name(key: str, stream: str = STEP) -> tuple[str, Alias | None] | None:
     """Return ``(canonical, alias)`` for a source key, or ``None`` when the key is unknown.
 

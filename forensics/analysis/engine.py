@@ -35,7 +35,7 @@ from ..io.locate import RunFiles, locate
 from ..io.memory import trim
 from ..io.readers import RawBatch, ReadReport
 from ..records import record
-from ..schema import ColumnMapping
+from ..schema import CORE_SIGNALS, ColumnMapping, suggest_canonical
 from .context import infer_context
 from .diagnosis.consequence import COURSE_COLUMNS, Consequences, apply_consequences, courses_of
 from .diagnosis.diagnose import diagnose
@@ -324,6 +324,9 @@ class Scan:
         for r in results:
             sample_series.update(r.series)
         health = health_scores(results, streams, self.rows)
+        coverage = self._coverage(results)
+        if not coverage["checked"]:
+            health["overall"] = None  # no core signal judged: no score either, not a perfect one
         steps = {
             "rows": self.rows,
             "first": self.first_step,
@@ -333,8 +336,7 @@ class Scan:
             "policy": "keep-first",
         }
         analysis = Analysis(self.reports, self.mappings, self.meta, results, findings, health,
-                            steps, self.store, sample_series, self.params, self.context,
-                            self._coverage(results))
+                            steps, self.store, sample_series, self.params, self.context, coverage)
         analysis.diagnosis = diagnose(analysis, plots)
         return analysis
 
@@ -382,15 +384,32 @@ class Scan:
             trackers[tracker.name] = entry
         # throughput judges the machine and the windows only summarise: neither checks training
         judged = [n for n, e in trackers.items() if e["active"] and n not in ("throughput", "windows")]
+        core = [c for c in CORE_SIGNALS if c in mapped]
         columns: dict[str, Any] = {"mapped": len(mapped), "unmapped": len(unmapped),
-                                   "mapped_names": mapped, "unmapped_keys": unmapped}
+                                   "mapped_names": mapped, "unmapped_keys": unmapped, "core_signals": core}
+        suggested = self._suggested_maps(set(mapped))
+        if suggested:
+            columns["suggested_maps"] = suggested
         missing = self._maps_not_found()
         if missing:
             columns["maps_not_found"] = missing
         absent = self._rules_not_found({*mapped, *(k for m in self.mappings.values() for k in m.unmapped)})
         if absent:
             columns["rule_metrics_not_found"] = absent
-        return {"checked": bool(judged), "trackers_judging": judged, "columns": columns, "trackers": trackers}
+        # a verdict needs a core training signal: a learning rate alone judges nothing of training
+        return {"checked": bool(judged) and bool(core), "trackers_judging": judged, "columns": columns,
+                "trackers": trackers}
+
+    def _suggested_maps(self, mapped: set[str]) -> list[dict[str, Any]]:
+        """The log's unrecognised numeric keys with the canonical name each most likely means (a
+        name already read is not suggested again), and whether that is sure or a guess."""
+        out = []
+        for m in self.mappings.values():
+            for key in m.unmapped:
+                hit = suggest_canonical(key)
+                if hit is not None and hit[0] not in mapped:
+                    out.append({"key": key, "canonical": hit[0], "sure": hit[1]})
+        return sorted(out, key=lambda s: (not s["sure"], s["key"]))[:12]  # the sure ones first
 
     def _rules_not_found(self, present: set[str]) -> list[dict[str, Any]]:
         """The user's rules (``[[rules]]``) whose metric the log does not have, each with the

@@ -141,18 +141,45 @@ def coverage_lines(cov: dict[str, Any], algorithm: str | None = None) -> list[st
 
     warnings = [f"warning: {map_not_found_text(m)}" for m in cols.get("maps_not_found") or []]
     warnings += [f"warning: {rule_metric_not_found_text(m)}" for m in cols.get("rule_metrics_not_found") or []]
+    suggest = suggestion_lines(cols)
     if not cov["checked"]:
         keys = ", ".join(cols["unmapped_keys"][:8]) + (" ..." if cols["unmapped"] > 8 else "")
-        return [*warnings, "", "NOTHING CHECKED: none of the logged columns is a training metric forensics "
-                    f"knows ({cols['unmapped']} unrecognised: {keys}).",
+        read = [c for c in cols.get("mapped_names") or [] if c != "step"]
+        head = (f"NOT JUDGED: none of the core training signals ({CORE_WORDS}) was read; read: "
+                f"{', '.join(read)}" + (f"; {cols['unmapped']} unrecognised: {keys}" if cols["unmapped"] else "")
+                + "." if read else
+                "NOTHING CHECKED: none of the logged columns is a training metric forensics "
+                f"knows ({cols['unmapped']} unrecognised: {keys}).")
+        return [*warnings, "", head, *suggest,
                 "  This is not a healthy verdict. Name your keys with forensics' canonical names "
-                "(forensics rules --metrics) or convert the log; `forensics gate` fails this run."]
+                "(forensics rules --metrics, --map KEY=NAME) or convert the log; `forensics gate` fails this run."]
     active = cov.get("trackers_judging", [])
     idle = [n for n, e in cov["trackers"].items() if not e["active"]]
     return [f"checked: {len(active)} trackers ({', '.join(active)}) on {cols['mapped']} mapped "
             f"column(s); {cols['unmapped']} column(s) not recognised"
             + (f"; algorithm {algorithm}" if algorithm else "")
-            + (f"; not run: {', '.join(idle)}" if idle else ""), *warnings]
+            + (f"; not run: {', '.join(idle)}" if idle else ""), *suggest, *warnings]
+
+
+#: The core training signals in words (forensics.schema.CORE_SIGNALS).
+CORE_WORDS = "reward, KL, gradient norm, loss, entropy, response length"
+
+
+def suggestion_lines(cols: dict[str, Any]) -> list[str]:
+    """The unrecognised keys with the canonical name each most likely means, and the ``--map``
+    options that read them (a guess is marked with a question mark: check it before mapping)."""
+    found = cols.get("suggested_maps") or []
+    if not found:
+        return []
+    named = ", ".join(f"{s['key']} -> {s['canonical']}{'' if s['sure'] else '?'}" for s in found)
+    maps = " ".join(f"--map {_shell(s['key'] + '=' + s['canonical'])}" for s in found)
+    return [f"not recognised, most likely: {named}", f"  to read them: {maps}"]
+
+
+def _shell(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
 
 
 def _num(v: Any, fmt: str = ".4g") -> str:

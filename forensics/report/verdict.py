@@ -101,11 +101,16 @@ def verdict(findings: list[Mapping[str, Any]], timeline: Mapping[str, Any] | Non
                           "recognised column(s)" + (f" ({', '.join(judging)})" if judging else ""))
         out["not_checked"] = not_checked(cov)
     if not crit and not warn and cov.get("checked") is False:
-        unread = (cov.get("columns") or {}).get("unmapped", 0)
+        cols = cov.get("columns") or {}
+        unread = cols.get("unmapped", 0)
+        read = [c for c in cols.get("mapped_names") or [] if c != "step"]
         out["state"] = "unchecked"
-        out["headline"] = (f"Nothing checked: none of the {unread} logged column(s) is a training metric "
-                           "forensics knows. This is not a healthy verdict; name the keys with the "
-                           "canonical names (forensics rules --metrics).")
+        out["headline"] = (
+            ("Not judged: none of the core training signals (reward, KL, gradient norm, loss, entropy, "
+             f"response length) was read, only {', '.join(read)}." if read else
+             f"Nothing checked: none of the {unread} logged column(s) is a training metric forensics knows.")
+            + " This is not a healthy verdict; name the keys with the canonical names (forensics rules "
+            "--metrics, --map KEY=NAME).")
         return out
     if not crit and not warn:
         info = len(findings)
