@@ -79,8 +79,13 @@ def test_a_spike_and_a_drop(tmp_path: Path) -> None:
     a = scan_path(write_jsonl(tmp_path / "s.jsonl", rows), config_path=cfg)
     (spike,) = custom(a, "custom.loss_spike")
     assert spike.onset_step == 200 and spike.last_step == 200
+    # the message quotes the metric's value there, the robust z beside it (not the z as a "peak")
+    value = rows[200]["my_loss"]
+    assert f"my_loss {value:.4g} at step 200; robust z " in spike.message, spike.message
+    assert spike.evidence["value"] == pytest.approx(value, rel=1e-5) and spike.evidence["peak_is"] == "robust z"
     (drop,) = custom(a, "custom.score_drop")
     assert 150 <= drop.onset_step <= 153
+    assert "my_score 0.5 at step" in drop.message and "%)" in drop.message
 
 
 @pytest.mark.parametrize(("toml", "error"), [

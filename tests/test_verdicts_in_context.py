@@ -320,3 +320,20 @@ def test_the_fault_is_named_at_its_depth() -> None:
     kl_findings = [f for f in a.findings if f.rule.startswith("kl.") and f.severity.value != "info"]
     assert kl_findings and any(f.severity.value == "critical" for f in kl_findings)
     assert _alarms(a, "reward.decline") and not _alarms(a, "reward.stagnation")
+
+
+def test_scores_rank_broken_runs_by_how_much_is_damaged() -> None:
+    # the gradient norm 50x its level from step 60, from the middle, and over the last quarter:
+    # all below the cap of a broken run, the one broken longest lowest
+    r = _rng()
+    n = 300
+    base = 0.3 * np.exp(r.normal(0, 0.1, n))
+    scores = []
+    for start in (60, 150, 230):
+        grad = base.copy()
+        grad[start:] *= 50.0
+        a = _scan({"grad_norm": grad, "kl": np.full(n, 0.01), "learning_rate": np.full(n, 1e-6)},
+                  {"algorithm": "grpo"})
+        assert any(f.severity.value == "critical" for f in a.findings), start
+        scores.append(a.health["overall"])
+    assert scores[0] < scores[1] < scores[2] < 0.5, scores

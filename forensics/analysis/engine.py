@@ -323,7 +323,7 @@ class Scan:
         sample_series: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for r in results:
             sample_series.update(r.series)
-        health = health_scores(results, streams, self.rows)
+        health = health_scores(results, streams, self.rows, self.first_step, self.last_step)
         coverage = self._coverage(results)
         if not coverage["checked"]:
             health["overall"] = None  # no core signal judged: no score either, not a perfect one

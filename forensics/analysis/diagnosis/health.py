@@ -7,7 +7,10 @@
   by the stream findings' factors (replayed steps, skipped rows). The worst area weighs as much as
   all the others together, so one broken area cannot hide behind healthy ones. The severity bands
   order runs: a run with a critical finding scores below 0.5, one without at 0.5 or above, so a
-  fleet never ranks a broken run among the healthy ones.
+  fleet never ranks a broken run among the healthy ones. Below the cap, broken runs rank by how
+  much of the run is damaged and how widely: ``x (1 - 0.8 * damaged share) x 0.9 ** (critical
+  findings - 1)``, the damaged share being the part of the run from the first critical finding's
+  onset to the end (a run broken from its first step ranks below one broken in its last tenth).
 * **Checked**: the areas whose trackers ran (``areas``) and those that could not judge this log
   (``unchecked``, listed, never scored 1.0), and ``checked_share``, the share of areas judged: a
   clean score over one area of eight is not a healthy run.
@@ -41,9 +44,19 @@ def _factor(findings: list[Finding], coverage: dict[int, int], rows: int) -> flo
     return score
 
 
+def _broken(overall: float, critical: list[Finding], first_step: int | None, last_step: int | None) -> float:
+    """A broken run's score under the cap, lower the more of the run is damaged and the more
+    damage findings it has (see the module doc)."""
+    span = (last_step or 0) - (first_step or 0)
+    onset = min(f.onset_step for f in critical)
+    damaged = min(max(((last_step or 0) - onset) / span, 0.0), 1.0) if span > 0 else 1.0
+    return min(overall, CRITICAL_CAP) * (1.0 - 0.8 * damaged) * 0.9 ** (len(critical) - 1)
+
+
 def health_scores(results: list[TrackerResult], stream_findings: list[Finding],
-                  rows: int) -> dict[str, Any]:
-    """Compute the documented scores from the tracker results."""
+                  rows: int, first_step: int | None = None, last_step: int | None = None) -> dict[str, Any]:
+    """Compute the documented scores from the tracker results (``first_step``/``last_step``: the
+    run's extent, for the damaged share of a broken run)."""
     areas: dict[str, float] = {}
     for r in results:
         if r.active and r.score is not None:
@@ -57,8 +70,8 @@ def health_scores(results: list[TrackerResult], stream_findings: list[Finding],
     if areas:
         values = list(areas.values())
         overall = (0.5 * min(values) + 0.5 * sum(values) / len(values)) * stream_factor
-        critical = any(f.severity is Severity.CRITICAL for f in [*all_findings, *stream_findings])
-        overall = round(min(overall, CRITICAL_CAP) if critical else max(overall, 0.5), 4)
+        critical = [f for f in [*all_findings, *stream_findings] if f.severity is Severity.CRITICAL]
+        overall = round(_broken(overall, critical, first_step, last_step) if critical else max(overall, 0.5), 4)
     every = sorted({r.area for r in results if _scored(r.name)})
     unchecked = [a for a in every if a not in areas]
     stable = [f for f in all_findings if _is_stability(f, results)]

@@ -301,7 +301,8 @@ class CustomRules(Tracker):
                 held, judged = c.evaluate(full, len(batch))
                 cond &= held
                 value = judged if value is None else value
-            self._eps[r.id].update(batch.rows, batch.steps, cond, value)
+            self._eps[r.id].update(batch.rows, batch.steps, cond, value,
+                                   {"metric_value": cols[r.conditions[0].metric]})
         return None
 
     def conclude(self) -> TrackerResult:
@@ -310,9 +311,16 @@ class CustomRules(Tracker):
             for ep in self._eps[r.id].finish():
                 what = " and ".join(c.describe() for c in r.conditions)
                 text = r.message or f"Your rule {r.id}: {what}"
-                self.emit(r.id, ep, f"{text} (steps {ep.first_step}-{ep.last_step}; peak "
-                          f"{ep.peak:.4g} at step {ep.peak_step})",
-                          {"rule": what, "peak": ep.peak, "peak_step": ep.peak_step})
+                first = r.conditions[0]
+                value = ep.extras.get("metric_value", float("nan"))
+                judged = {"spike": f"; robust z {ep.peak:.3g}", "drop": f"; {ep.peak:+.3g}%",
+                          "rise": f"; {ep.peak:+.3g}%", "flat": f"; {ep.peak:+.3g}%"}.get(first.kind, "")
+                self.emit(r.id, ep, f"{text} (steps {ep.first_step}-{ep.last_step}; {first.metric} "
+                          f"{value:.4g} at step {ep.peak_step}{judged})",
+                          {"rule": what, "metric": first.metric, "value": value, "peak": ep.peak,
+                           "peak_step": ep.peak_step, "peak_is": {"spike": "robust z", "drop": "percent",
+                                                                  "rise": "percent", "flat": "percent"}
+                           .get(first.kind, "value")})
                 fired[r.id] = fired.get(r.id, 0) + 1
         missing = [m for m in self.requires if m not in self._seen]
         notes = [f"custom rules: {', '.join(missing)} not in the log; rules reading it judge nothing"
