@@ -64,15 +64,25 @@ def test_gpu_hours_given_are_shared_out_by_steps_without_a_clock(tmp_path: Path)
     assert after["gpu_hours"] == pytest.approx(100.0 * (300 - after["step"]) / 300, rel=1e-3)
 
 
-def test_learning_stopped_counts_from_the_reward_plateau(tmp_path: Path) -> None:
+def test_learning_stopped_counts_from_damage_not_from_a_plateau(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     flat = np.minimum(np.arange(900) / 100, 1.0) * 0.5  # rises for 100 steps, then a long plateau
     rows = [{"step": i, "reward_mean": float(v + rng.normal(0, 0.03)), "timestamp": 1.7e9 + 60.0 * i}
             for i, v in enumerate(flat)]
     a = scan_path(write_jsonl(tmp_path / "steps.jsonl", rows), gpus=4, gpu_price=2.0).to_dict()
+    # a plateau after a climb is information (the run converged): no waste is priced from it
+    assert [f["severity"] for f in a["findings"] if f["rule"] == "reward.stagnation"] in ([], ["info"])
+    assert a["cost"]["after"] == []
+    # every response scoring 0 from step 300 on: the reward pinned at its floor, damage
+    for r in rows[300:]:
+        r.update(reward_mean=0.0, reward_std=0.0, frac_reward_zero_std=1.0)
+    for r in rows[:300]:
+        r.update(reward_std=0.3, frac_reward_zero_std=0.1)
+    a = scan_path(write_jsonl(tmp_path / "floor.jsonl", rows), gpus=4, gpu_price=2.0).to_dict()
     (stopped,) = [x for x in a["cost"]["after"] if x["after"] == "learning stopped"]
-    onset = min(f["onset_step"] for f in a["findings"] if f["rule"] == "reward.stagnation")
-    assert stopped["rule"] == "reward.stagnation" and stopped["step"] == onset
+    onset = min(f["onset_step"] for f in a["findings"] if f["rule"] == stopped["rule"])
+    assert stopped["rule"] in ("signal.reward_floor", "signal.dead_groups") and stopped["step"] == onset
+    assert 300 <= onset <= 320
     assert stopped["gpu_hours"] == pytest.approx(4 * (899 - onset) / 60, abs=4 * 130 / 3600)
     assert stopped["share"] == pytest.approx((899 - onset) / 899, abs=0.01)
 

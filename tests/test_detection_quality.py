@@ -208,3 +208,25 @@ def test_the_default_gate_fails_a_broken_real_run_and_passes_a_healthy_one(real_
     broken = CliRunner().invoke(main, ["gate", str(logs / "trl_grpo_qwen0.5b_patch2prod_alltruncated-saturated.txt")])
     healthy = CliRunner().invoke(main, ["gate", str(logs / "trl_grpo_qwen3b-lora_hotpotqa-v3_healthy.log")])
     assert (broken.exit_code, healthy.exit_code) == (1, 0), (broken.output, healthy.output)
+
+
+def test_a_healthy_real_run_speaks_with_one_voice(real_runs: list[LabelledRun]) -> None:
+    """A run the trackers call healthy gets no window alert, no config change and no cost of
+    waste: the window check follows the trackers' priors, advice comes from warning or critical
+    findings only, waste from damage only (veRL's LoRA GRPO run once got 8 window alerts and a
+    learning-rate patch from a policy loss of 1e-9 the losses tracker sets aside)."""
+    from forensics.analysis.engine import scan_path
+    from forensics.verdicts.evaluation import labelled_logs_root
+
+    logs = labelled_logs_root(REAL_CORPUS)
+    loud = {}
+    for run in real_runs:
+        if run.fault is not None or run.error:
+            continue
+        d = scan_path(logs / run.name).to_dict()
+        alerts = [w["window"] for w in d.get("windows") or [] if w["status"] == "alert"]
+        rec = d["recommendations"]
+        wasted = (d.get("cost") or {}).get("after") or []
+        if alerts or rec["config_patch"] or rec["priorities"]["immediate"] or rec["priorities"]["short_term"] or wasted:
+            loud[run.name] = (alerts, rec["config_patch"], wasted)
+    assert not loud

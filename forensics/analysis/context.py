@@ -23,7 +23,28 @@ from ..config import RunMeta, algorithm_family, normalise_algorithm
 from ..records import record
 from .trainer_keys import printed_keys
 
-__all__ = ["RunContext", "infer_context", "key_set_algorithm"]
+__all__ = ["RunContext", "infer_context", "key_set_algorithm", "loss_is_progress"]
+
+
+def loss_is_progress(name: str, family: str | None) -> bool:
+    """Whether a loss series measures progress, so that its spikes and rises mean something: the
+    one rule of the losses tracker and the window check (a window cannot alert on a loss the
+    trackers set aside).
+
+    A policy-gradient surrogate does not: PPO's policy loss swings around zero with the
+    advantages of each batch, a group-relative (GRPO, RLOO) loss is zero-mean noise plus
+    beta x KL. Only a preference loss (DPO's -log sigmoid of the margin), the value loss (the
+    critic's fit) and the entropy bonus are judged; when the algorithm is unknown, the total
+    loss is not judged either (it may be any of them).
+
+    >>> loss_is_progress("loss", "preference"), loss_is_progress("loss", "group")
+    (True, False)
+    >>> loss_is_progress("policy_loss", "critic"), loss_is_progress("value_loss", None)
+    (False, True)
+    """
+    if name in ("value_loss", "entropy_loss"):
+        return True
+    return name == "loss" and family == "preference"
 
 
 @record(frozen=True)

@@ -2,7 +2,8 @@
 stopped learning.
 
 Two things are needed: where the waste began (the onset of the first critical finding; the
-earliest onset of a finding that says learning stopped: :data:`LEARNING_STOPPED`) and what the
+earliest onset of a damage finding that says learning stopped: :data:`LEARNING_STOPPED`, critical
+only: the cost of waste comes from damage, never from information) and what the
 run's steps cost. The cost comes from the log's wall clock (``timestamp``, else the sum of
 ``step_time``: :mod:`forensics.schema`) times the GPUs (``[run] gpus``, ``--gpus``), or from the
 run's total GPU-hours (``gpu_hours``, ``--gpu-hours``) shared out by wall clock, or by steps when
@@ -88,7 +89,9 @@ def _events(findings: list[Finding]) -> list[dict[str, Any]]:
     """Where the waste began: the first critical finding, the first sign learning stopped."""
     out = []
     crit = [f for f in findings if f.severity is Severity.CRITICAL]
-    stop = [f for f in findings if f.rule in LEARNING_STOPPED]
+    # waste is priced from damage only: an information-level plateau (a converged run) or a
+    # warning the run recovered from wasted nothing that the report can name
+    stop = [f for f in findings if f.rule in LEARNING_STOPPED and f.severity is Severity.CRITICAL]
     for what, group in (("first critical finding", crit), ("learning stopped", stop)):
         if group:
             f = min(group, key=lambda f: (f.onset_step, f.rule))

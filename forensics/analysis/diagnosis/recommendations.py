@@ -626,7 +626,7 @@ def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],
     out += [c for c in _kl_from_value(findings, facts, analysis) if c.priority != "immediate"]
     first_window: dict[str, dict[str, Any]] = {}
     where: dict[str, list[Any]] = {}
-    for w in windows:
+    for w in windows if _advised(findings) else []:
         for issue in w.get("issues") or []:
             first_window.setdefault(issue, w)
             where.setdefault(issue, []).append(w["window"])
@@ -995,6 +995,13 @@ def _line(a: Mapping[str, Any], root: bool) -> str:
     return f"{a['text']} [{a['source']}{', the first domino' if root else ''}{also}]"
 
 
+def _advised(findings: list[dict[str, Any]]) -> bool:
+    """Whether the run asks for advice at all: a warning or critical finding. The window table's
+    issues alone (a plateau, a noisy window) are context, as info findings are, in a run the
+    trackers call healthy: one voice per run."""
+    return any(f["severity"] != "info" for f in findings)
+
+
 def _issue_windows(windows: list[dict[str, Any]]) -> dict[str, list[Any]]:
     """Each window-check issue with the windows that raised it."""
     out: dict[str, list[Any]] = {}
@@ -1048,7 +1055,7 @@ def _recommendations(cands: list[_Candidate], findings: list[dict[str, Any]], ti
         priorities[when].insert(0, f"{root['message']}: {_remedy(root, facts)} "
                                    f"[{root['rule']}, the first domino]")
     issue_windows = _issue_windows(windows)
-    for issue, ws in issue_windows.items():
+    for issue, ws in issue_windows.items() if _advised(findings) else []:
         rule = _WINDOW_RULES[issue]
         if not rule.adjustments:
             line = f"{rule.description} ({_window_text(ws)}): {fit_remedy(rule.advice, facts.family)}"
@@ -1077,7 +1084,8 @@ def windows_with_findings(windows: list[dict[str, Any]], findings: Iterable[Mapp
     """Each window with the warning and critical findings whose episodes overlap it, and a status
     at least ``warn`` (``alert`` for a critical episode). A grouped finding counts by its
     episodes, each with its own severity: the gaps between them, and its information-level
-    episodes, mark no window."""
+    episodes, mark no window. A window no such finding overlaps is at most ``watch``: its own
+    issues are context, and only the trackers (with their priors) raise alarms."""
     serious = []  # (rule, severity, first, last) of each serious episode
     for f in findings:
         if f.get("severity") not in ("warning", "critical"):
@@ -1093,8 +1101,10 @@ def windows_with_findings(windows: list[dict[str, Any]], findings: Iterable[Mapp
         w = dict(w)
         w["findings"] = rules
         worst = "alert" if critical else ("warn" if rules else "ok")
-        if order[worst] > order.get(w.get("status", "ok"), 0):
-            w["status"] = worst
+        own = w.get("status", "ok")
+        if not rules and order.get(own, 0) > order["watch"]:
+            own = "watch"  # one voice: the window check alone never alarms
+        w["status"] = worst if order[worst] > order.get(own, 0) else own
         out.append(w)
     return out
 

@@ -340,8 +340,12 @@ class HealthCheck:
 
     def __init__(self, config: Mapping[str, Any] | None = None,
                  params: HealthCheckParams | None = None,
-                 algorithm: str | None = None) -> None:
+                 algorithm: str | None = None, judge_loss: bool | None = None) -> None:
         self.algorithm = (algorithm or "").lower()
+        #: whether the window's loss is judged (spikes, rises): a scan passes the losses tracker's
+        #: own rule (forensics.analysis.context.loss_is_progress), so a window never alerts on a
+        #: loss the trackers set aside; online, every loss but a group method's surrogate
+        self.judge_loss = algorithm_family(self.algorithm) != "group" if judge_loss is None else judge_loss
         self.config = dict(config or {})
         self.params = params or HealthCheckParams()
         self.windows: list[WindowReport] = []
@@ -460,14 +464,13 @@ class HealthCheck:
         issues: list[str] = []
         if dirs["log_kl"] == "up" and (moves["log_kl"] or 0.0) >= math.log(p.kl_rise_factor):
             issues.append("kl_rising")
-        z = lo.max_z() if lo.n >= p.spike_min_rows else None
+        z = lo.max_z() if lo.n >= p.spike_min_rows and self.judge_loss else None
         if z is not None and z >= p.spike_z:
             issues.append("loss_spiking")
         if dirs["reward"] == "down":
             issues.append("reward_declining")
         sd = math.sqrt(lo.var) if lo.var else 0.0
-        informative = algorithm_family(self.algorithm) != "group" and lo.mean is not None \
-            and abs(lo.mean) > p.loss_level_sigmas * sd
+        informative = self.judge_loss and lo.mean is not None and abs(lo.mean) > p.loss_level_sigmas * sd
         if informative and dirs["loss"] == "up" and mem.means["loss"] and \
                 lo.mean > max(mem.means["loss"]):  # type: ignore[operator]
             self.work += len(mem.means["loss"])

@@ -42,6 +42,7 @@ import numpy as np
 from ...config import Relations, param
 from ...io.canonical import Batch
 from ...records import record
+from ..context import loss_is_progress
 from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
 from ..stats.episodes import Episodes
@@ -394,17 +395,8 @@ class Losses(Tracker):
         self.scaled = False
 
     def _progress_signal(self, name: str) -> bool:
-        """Whether a loss series measures progress, so that its spikes and rises mean something.
-
-        A policy-gradient surrogate does not: PPO's policy loss swings around zero with the
-        advantages of each batch, a group-relative (GRPO, RLOO) loss is zero-mean noise plus
-        beta x KL. Only a preference loss (DPO's -log sigmoid of the margin), the value loss (the
-        critic's fit) and the entropy bonus are judged; when the algorithm is unknown, the total
-        loss is not judged either (it may be any of them).
-        """
-        if name in ("value_loss", "entropy_loss"):
-            return True
-        return name == "loss" and self.meta.family == "preference"
+        """Whether a loss series measures progress (:func:`forensics.analysis.context.loss_is_progress`)."""
+        return loss_is_progress(name, self.meta.family)
 
     def update(self, batch: Batch) -> dict[str, np.ndarray] | None:
         for name in LOSS_SERIES:

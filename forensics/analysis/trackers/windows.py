@@ -30,6 +30,7 @@ import numpy as np
 from ...config import param
 from ...io.canonical import Batch
 from ...records import record
+from ..context import loss_is_progress
 from ..stats.moments import Moments, accumulate, segment_moments
 from .base import Tracker, TrackerResult
 from .health_check import HealthCheck, HealthCheckParams
@@ -235,7 +236,8 @@ class Windows(Tracker):
     def conclude(self) -> TrackerResult:
         mode = "epoch" if self.epochs and len(self.epoch_windows.all()) >= self.p.min_epochs else "rows"
         windows = self.epoch_windows.all() if mode == "epoch" else self.blocks.all()
-        check = HealthCheck(self.meta.config, self.hp, self.meta.algorithm)
+        check = HealthCheck(self.meta.config, self.hp, self.meta.algorithm,
+                            judge_loss=loss_is_progress(self.loss_metric or "loss", self.meta.family))
         table: list[dict[str, Any]] = []
         for i, w in enumerate(windows):
             label = w.key if mode == "epoch" else i
