@@ -34,6 +34,10 @@ $(STAMP): $(RUNTIME_STAMP) pyproject.toml
 
 demo: $(RUNTIME_STAMP)
 	$(VENV)/bin/forensics scan fixtures/runs/ppo_lr_high -o reports/ppo_lr_high
+	@echo ""
+	@echo "next: open reports/ppo_lr_high/report.html, or scan your own log:"
+	@echo "  $(VENV)/bin/forensics scan YOUR_LOG -o reports/mine"
+	@echo "  (or 'source $(VENV)/bin/activate' once, then 'forensics scan YOUR_LOG')"
 
 # The browser tests (tests/test_browser.py) drive Debian's Chromium, installed here where the machine
 # allows it (root, apt-get); elsewhere one line says that they skip and why.

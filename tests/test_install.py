@@ -123,6 +123,27 @@ def registry_reachable(venv_dir: Path, tmp: Path) -> bool:
     return probe.returncode == 0
 
 
+def test_the_readme_ci_example_is_a_valid_github_workflow(tmp_path: Path) -> None:
+    """A complete workflow (a trigger, a job, steps), valid against GitHub's workflow schema as
+    check-jsonschema ships it, installing forensics from a ref that exists (the main branch)."""
+    pytest.importorskip("check_jsonschema")
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    (block,) = [b for b in blocks if b.startswith(WORKFLOW)]
+    wf = tmp_path / "rl-gate.yml"
+    wf.write_text(block)
+    res = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
+                          str(wf)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    parsed = ci_workflow()
+    assert parsed[True] or parsed.get("on")  # PyYAML reads the key `on` as True
+    assert parsed["jobs"]["rl-gate"]["env"]["FORENSICS_SRC"].endswith("@main")
+    # a workflow without a trigger is refused by the same check (the README's old example)
+    wf.write_text(block.replace("on:\n  push:\n  pull_request:\n  workflow_dispatch:\n", ""))
+    bad = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
+                          str(wf)], capture_output=True, text=True)
+    assert bad.returncode != 0
+
+
 def workspace(root: Path, run: str) -> Path:
     """The user's repository as actions/checkout leaves it: the training logs at runs/latest."""
     shutil.copytree(RUNS / run, root / "runs" / "latest")
@@ -158,10 +179,10 @@ def test_the_readme_ci_example_runs_as_written_from_a_wheel_in_a_clean_venv(tmp_
     report = (tmp_path / "healthy" / "reports" / "latest" / "report.md").read_text()
     assert (tmp_path / "summary.md").read_text() == report
 
-    # the default policy fails a critical run: annotations and JUnit say so, the summary still runs
+    # the default policy fails a damaged run: annotations and JUnit say so, the summary still runs
     broken = run_steps(gate_steps, workspace(tmp_path / "broken", "ppo_lr_high"), env)
     assert [rc for _, rc, _ in broken] == [0, 1, 1, 0], broken
-    assert "::error title=forensics hyperparams.lr_change" in broken[1][2]
+    assert "::error title=forensics reward.decline" in broken[1][2]
     suite = ET.parse(tmp_path / "broken" / "reports" / "latest" / "gate.xml").getroot()
     assert suite.findall(".//failure")
 
@@ -188,6 +209,8 @@ def test_make_demo_installs_the_runtime_only_and_says_how_long(tmp_path: Path) -
     assert not re.search(r"dev|ray|torch", " ".join(pip_installs(out))) and "apt-get" not in out
     said = out.index("minutes on a first run")
     assert said < out.index("-m venv") < out.index("forensics scan fixtures/runs/ppo_lr_high")
+    # after the demo, the command to run next works in a fresh shell (no activated venv needed)
+    assert f"{tmp_path / 'venv'}/bin/forensics scan YOUR_LOG" in out and "bin/activate" in out
 
 
 def test_make_test_adds_dev_tools_ray_torch_from_the_cpu_index_and_chromium(tmp_path: Path) -> None:
