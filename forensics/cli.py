@@ -855,6 +855,10 @@ def watch(path: Path, fmt: str | None, old_fmt: str | None, meta: Path | None, c
     if watcher.failed is not None:
         echo(f"failing: {watcher.failed.severity.value} {watcher.failed.rule} reached --fail-on {fail_on}", err=True)
         click.get_current_context().exit(EXIT_GATE_FAILED)
+    if notify is not None and notify.none_delivered:
+        # every alert lost: the watch did not do its job, and says so in its exit status
+        raise InputError(f"none of the {notify.failed + notify.dropped} alert(s) could be delivered to "
+                         f"{notify.url}", path=str(path))
 
 
 # --- export --------------------------------------------------------------------------------

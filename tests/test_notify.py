@@ -77,7 +77,7 @@ def test_the_bodies_suit_json_slack_and_discord() -> None:
 
 def test_each_alert_is_posted_and_a_bad_url_is_a_usage_error(hook: Hook) -> None:
     n = Notifier(hook.url, "slack", backoff=0.01, timeout=5)
-    n.send(ALERT)
+    n.send({**ALERT, "severity": "warning"})
     n.send({**ALERT, "event": "escalated", "severity": "critical"})
     assert n.close(10) is None and n.delivered == 2
     assert [b["text"].split()[1] for b in hook.bodies] == ["*new", "*escalated"]
@@ -98,7 +98,7 @@ def test_a_failed_post_is_retried_with_back_off(hook: Hook) -> None:
 def test_a_failing_endpoint_is_reported_once_not_per_alert(hook: Hook) -> None:
     hook.status = [500]
     errors: list[str] = []
-    n = Notifier(hook.url, backoff=0.01, retries=1, on_error=errors.append)
+    n = Notifier(hook.url, backoff=0.01, retries=1, on_error=errors.append, rule_interval=0)
     for i in range(4):
         n.send({**ALERT, "onset_step": i})
     lost = n.close(10)
@@ -115,7 +115,7 @@ def test_a_client_error_is_not_retried(hook: Hook) -> None:
 
 def test_sending_never_waits_for_the_endpoint(hook: Hook) -> None:
     hook.gate = threading.Event()  # the endpoint holds every request until released
-    n = Notifier(hook.url, backoff=0.01)
+    n = Notifier(hook.url, backoff=0.01, rule_interval=0)
     n.send(ALERT)
     assert hook.arrived.wait(10)  # the first post is in flight, held by the endpoint
     for i in range(5):  # and sending goes on regardless
@@ -153,8 +153,53 @@ def test_watch_reports_a_dead_endpoint_once(tmp_path: Path, monkeypatch: pytest.
     log = spiky(tmp_path)
     res = CliRunner().invoke(main, ["watch", str(log), "--once", "-q", "--notify", url],
                              catch_exceptions=False)
-    assert res.exit_code == 0, res.output
+    # not one alert arrived: the watch fails loudly (exit 3), after saying so once
+    assert res.exit_code == 3, res.output
     assert res.output.count("cannot deliver alerts") == 1 and "alert(s) not delivered" in res.output
+    assert "alert(s) could be delivered to" in res.output
+
+
+def test_a_channel_gets_one_alert_per_finding_and_rise_and_each_remedy_once(hook: Hook) -> None:
+    """A rule posts at most once per interval unless its severity rises; its remedy goes out once."""
+    now = [0.0]
+    warn = {**ALERT, "severity": "warning"}
+    n = Notifier(hook.url, backoff=0.01, rule_interval=60.0, clock=lambda: now[0])
+    n.send(warn)                                                      # new: posted, with its remedy
+    for i in range(5):                                                # the same rule again and again
+        n.send({**warn, "event": "escalated", "onset_step": 200 + i})
+    n.send({**warn, "event": "escalated", "severity": "critical"})    # a rise: posted, remedy not repeated
+    now[0] = 120.0
+    n.send({**warn, "event": "escalated", "onset_step": 300})          # a later one, past the interval
+    assert n.close(10) is None and n.delivered == 3 and n.suppressed == 5
+    assert [b.get("severity") for b in hook.bodies] == ["warning", "critical", "warning"]
+    assert hook.bodies[0]["remedy"] and not hook.bodies[1]["remedy"] and hook.bodies[1]["remedy_posted"]
+    slack = notify_body({**ALERT, "remedy": "", "remedy_posted": True}, "slack")
+    assert "the remedy posted with its first alert stands" in slack["text"]
+
+
+def test_watch_posts_a_finding_once_and_its_rises(hook: Hook, tmp_path: Path) -> None:
+    """A KL that keeps spiking in new episodes is one alert on the channel (the terminal and
+    --jsonl still list each episode)."""
+    rows = healthy_rows(400, seed=3)
+    for start in (150, 220, 300):
+        for r in rows[start:start + 8]:
+            r["kl"] *= 6.0
+    from forensics.analysis.findings import Severity
+    from forensics.live.watch import Watcher
+
+    log = write_jsonl(tmp_path / "steps.jsonl", rows[:200])
+    jsonl = tmp_path / "alerts.jsonl"
+    w = Watcher(log, echo=lambda s: None, min_severity=Severity.WARNING, jsonl=jsonl,
+                notify=Notifier(hook.url, backoff=0.01), batch_rows=1)
+    w.poll()
+    for a, b in ((200, 280), (280, 400)):  # the log grows: each poll sees a new spike episode
+        with open(log, "a") as fh:
+            fh.write("".join(json.dumps(r) + "\n" for r in rows[a:b]))
+        w.poll()
+    assert w.notify is not None and w.notify.close(10) is None
+    posted = [b["rule"] for b in hook.bodies if b["rule"] == "kl.spike"]
+    written = [x for x in jsonl.read_text().splitlines() if '"kl.spike"' in x]
+    assert len(posted) == 1 and len(written) >= 2, (posted, len(written))
 
 
 def test_the_trainer_callback_notifies(hook: Hook, tmp_path: Path) -> None:

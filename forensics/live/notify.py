@@ -15,6 +15,11 @@ exponential back-off (a 4xx answer other than 408 and 429 is not retried: the re
 wrong); an alert that still cannot be delivered is counted, and the first such failure is
 reported once through ``on_error``, never once per alert. :meth:`Notifier.close` waits a bounded
 time for what is queued and reports how many alerts were not delivered.
+
+A channel can bear what it gets: a rule's remedy is posted once (its later alerts say it stands),
+and a rule posts at most once per ``rule_interval`` seconds, a rise in severity excepted (the
+alerts held back are counted: ``suppressed``). :attr:`Notifier.none_delivered` says that alerts
+were sent and not one arrived: ``forensics watch`` then fails (exit 3, documented).
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ BACKOFF = 1.0
 
 #: Alerts held at most while the endpoint is slow; beyond it the oldest are dropped (and counted).
 QUEUE_SIZE = 1000
+#: Seconds between two alerts of one rule (a rise in severity always goes out).
+RULE_INTERVAL = 60.0
 
 _ICON = {"critical": ":red_circle:", "warning": ":warning:", "info": ":information_source:"}
 _DISCORD_LIMIT = 2000
@@ -69,7 +76,8 @@ def notify_body(alert: dict[str, Any], fmt: str = "json", run: str = "") -> dict
         raise UsageError(f"unknown notify format {fmt!r}; known: {', '.join(NOTIFY_FORMATS)}")
     if fmt == "json":
         return {"source": "forensics", "run": run, **alert}
-    remedy = f"\n-> {alert['remedy']}" if alert.get("severity") != "info" and alert.get("remedy") else ""
+    remedy = (f"\n-> {alert['remedy']}" if alert.get("severity") != "info" and alert.get("remedy") else
+              "\n-> the remedy posted with its first alert stands" if alert.get("remedy_posted") else "")
     if fmt == "slack":
         icon = _ICON.get(str(alert.get("severity")), "")
         return {"text": f"{icon} *{_headline(alert, run)}*\n{alert.get('message', '')}{remedy}"}
@@ -98,7 +106,8 @@ class Notifier:
 
     def __init__(self, url: str, fmt: str = "json", *, run: str = "", retries: int = 3,
                  backoff: float | None = None, timeout: float = 10.0,
-                 on_error: Callable[[str], None] | None = None) -> None:
+                 on_error: Callable[[str], None] | None = None, rule_interval: float = RULE_INTERVAL,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.url = check_url(url)
         notify_body({}, fmt)  # an unknown format is an error now, not in the thread
         self.fmt = fmt
@@ -110,14 +119,45 @@ class Notifier:
         self.delivered = 0
         self.failed = 0
         self.dropped = 0
+        self.suppressed = 0
+        self.rule_interval = rule_interval
+        self.clock = clock
+        #: rule -> (when it last posted, the severity rank it posted, whether its remedy went out)
+        self._posted: dict[str, tuple[float, int, bool]] = {}
         self.reported = False
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(QUEUE_SIZE)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
+    @property
+    def none_delivered(self) -> bool:
+        """Alerts were sent and not one was delivered (read after :meth:`close`)."""
+        return self.delivered == 0 and (self.failed + self.dropped) > 0
+
+    def _admit(self, alert: dict[str, Any]) -> dict[str, Any] | None:
+        """The alert as it goes out, or None when its rule posted within ``rule_interval`` and its
+        severity did not rise; a remedy already posted for the rule is not posted again."""
+        rule = str(alert.get("rule", ""))
+        rank = {"info": 0, "warning": 1, "critical": 2}.get(str(alert.get("severity")), 0)
+        now = self.clock()
+        last = self._posted.get(rule)
+        rose = last is not None and (rank > last[1] or alert.get("why") == "severity")
+        if last is not None and not rose and now - last[0] < self.rule_interval:
+            self.suppressed += 1
+            return None
+        remedy_sent = last is not None and last[2]
+        self._posted[rule] = (now, max(rank, last[1] if last else 0), remedy_sent or bool(alert.get("remedy")))
+        if remedy_sent and alert.get("remedy"):
+            alert = {**alert, "remedy": "", "remedy_posted": True}
+        return alert
+
     def send(self, alert: dict[str, Any]) -> None:
         """Queue ``alert`` for posting; returns at once (the oldest alert is dropped when the
-        queue is full)."""
+        queue is full; an alert of a rule that posted within ``rule_interval`` is held back)."""
+        admitted = self._admit(alert)
+        if admitted is None:
+            return
+        alert = admitted
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name="forensics-notify", daemon=True)
@@ -148,10 +188,12 @@ class Notifier:
         else:
             self._thread = None  # a later send starts a new thread
         lost = self.failed + self.dropped + pending
+        held = (f"; {self.suppressed} held back by the per-rule limit ({self.rule_interval:g} s)"
+                if self.suppressed else "")
         if not lost:
             return None
         return (f"{lost} alert(s) not delivered to {self.url} ({self.failed} failed, {self.dropped} dropped, "
-                f"{pending} still queued); {self.delivered} delivered")
+                f"{pending} still queued); {self.delivered} delivered{held}")
 
     # -- the background thread ------------------------------------------------------------
     def _work(self) -> None:

@@ -266,7 +266,9 @@ class Watcher:
         """Where each alert goes besides the terminal: the ``--jsonl`` file, the webhook."""
         if self.jsonl is not None:
             self._append_alert(alert)
-        if self.notify is not None:
+        # one alert per finding and per rise in severity: a new episode of a known finding, or
+        # one that grew, is printed and written to --jsonl, not posted to the channel
+        if self.notify is not None and (alert.get("event") != "escalated" or alert.get("why") == "severity"):
             self.notify.send({"path": str(self.path), **alert})
 
     def _append_alert(self, alert: dict[str, Any]) -> None:
