@@ -852,6 +852,8 @@ def watch(path: Path, fmt: str | None, old_fmt: str | None, meta: Path | None, c
     except KeyboardInterrupt:
         watcher.close_notify(timeout=2.0)
         say(f"stopped: {watcher.scan.rows} step rows analysed, {len(watcher.findings)} alert(s)")
+        echo("Interrupted.", err=True)
+        click.get_current_context().exit(EXIT_INTERRUPTED)
     if watcher.failed is not None:
         echo(f"failing: {watcher.failed.severity.value} {watcher.failed.rule} reached --fail-on {fail_on}", err=True)
         click.get_current_context().exit(EXIT_GATE_FAILED)
@@ -923,8 +925,15 @@ def export(analysis_path: Path, target: str, out_dir: Path | None, output: Path 
 def entry() -> None:
     """The ``forensics`` program: :func:`main` in a process that loads only what a command needs
     (:mod:`forensics.lean`) and leaves as soon as its work is done (:func:`leave`)."""
+    import signal
+
     from .lean import leave, pyarrow_without_pandas
 
+    # a job started in the background of a non-interactive shell (a CI runner's step) inherits
+    # SIGINT ignored: restore Python's handler, so `kill -INT` (a cancelled job) stops every
+    # command as Ctrl-C does (exit 130), watch and fleet included
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     pyarrow_without_pandas()
     try:
         main()

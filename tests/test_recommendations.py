@@ -525,3 +525,16 @@ def test_windows_are_matched_to_many_episodes_as_to_few(monkeypatch: pytest.Monk
     assert rec._window_hits(windows, serious) == many
     assert any(crit for _, crit in many) and not all(crit for _, crit in many)
     assert any(len(rules) > 2 for rules, _ in many)
+
+
+def test_the_advice_and_the_patch_round_a_value_alike() -> None:
+    """The text says the value the patch sets (never '-> 5e-06' beside 4.99681e-06), and a do-now
+    line says the change, not the finding's message again."""
+    for run in ("grpo_lr_high", "ppo_lr_high", "dpo_overfit", "grpo_max_len_small"):
+        rec = _rec(run)
+        for a in rec["adjustments"]:
+            if isinstance(a.get("new"), float) and a["change"] != "restore":
+                assert float(f"{a['new']:.3g}") == a["new"] and f"{a['new']:.3g}" in a["text"], a
+        root = rec.get("first_domino") or {}
+        for line in rec["priorities"]["immediate"]:
+            assert not root.get("message") or root["message"] not in line, line

@@ -119,3 +119,19 @@ def test_timeline_work_is_bounded_by_the_reach_of_its_rules() -> None:
                                                                    for i in range(200)]
     tl = build_timeline(findings, step_span=200_000)
     assert len(tl["links"]) == 200 and all(lk["lag"] == 10 for lk in tl["links"])
+
+
+def test_in_a_damaged_run_the_first_domino_explains_the_damage() -> None:
+    """An early warning that leads to none of the damage (noise in a long run: 'advantages no
+    longer whitened' at step 35,541 before a gradient explosion at 600,000) is not the first
+    domino; the cause of the critical finding is, or the critical finding itself."""
+    noise = _f("adv.not_normalized", 35_541)
+    explode = _f("grad.explode", 600_000, severity="critical")
+    tl = build_timeline([noise, explode], step_span=1_000_000)
+    assert tl["first_domino"]["rule"] == "grad.explode"
+    # a cause linked to the damage still comes first
+    tl = build_timeline([noise, _f("hyperparams.lr_change", 599_990), explode], step_span=1_000_000)
+    assert tl["first_domino"]["rule"] == "hyperparams.lr_change"
+    # no damage: the earliest warning, as before
+    assert build_timeline([noise, _f("grad.spike", 600_000)], step_span=1_000_000)["first_domino"]["rule"] \
+        == "adv.not_normalized"

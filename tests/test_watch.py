@@ -304,3 +304,28 @@ def test_watch_catching_up_feeds_scan_sized_batches(tmp_path: Path, monkeypatch:
         w = Watcher(p, echo=lambda s: None)
         w.run(once=True)
         assert sum(calls) == n and len(calls) == -(-n // w.batch_rows)
+
+
+def test_watch_and_fleet_stop_on_sigint_from_a_non_interactive_shell(tmp_path: Path) -> None:
+    """A CI runner cancelling a job sends SIGINT to a process a non-interactive shell started in
+    the background, which inherits SIGINT ignored: both stop, exit 130."""
+    import shutil
+    import subprocess
+    import sys
+
+    exe = Path(sys.executable).with_name("forensics")
+    if shutil.which("bash") is None or not exe.exists():
+        pytest.skip("bash or the forensics command is not here")
+    log = tmp_path / "steps.jsonl"
+    log.write_text(lines(spiky_rows()[:100]))
+    runs = tmp_path / "runs"
+    text = lines(spiky_rows())
+    for i in range(150):  # a fleet that takes longer than the 2 s before the signal
+        (runs / f"r{i}").mkdir(parents=True)
+        (runs / f"r{i}" / "steps.jsonl").write_text(text)
+    for cmd in (f"{exe} watch {log} --interval 0.2 -q", f"{exe} fleet {runs} -o {tmp_path / 'fleet'} --workers 1"):
+        script = f"{cmd} > {tmp_path / 'out.txt'} 2>&1 & pid=$!; sleep 2; kill -INT $pid; wait $pid; echo rc=$?"
+        res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
+        out = (tmp_path / "out.txt").read_text()
+        assert res.stdout.strip() == "rc=130", (cmd, res.stdout, out)
+        assert "Interrupted." in out

@@ -40,6 +40,7 @@ from .context import infer_context
 from .diagnosis.consequence import COURSE_COLUMNS, Consequences, apply_consequences, courses_of
 from .diagnosis.diagnose import diagnose
 from .diagnosis.health import health_scores
+from .diagnosis.recommendations import fit_remedy
 from .diagnosis.series import store_plots
 from .findings import Finding, Severity
 from .result import Analysis
@@ -316,6 +317,8 @@ class Scan:
         self._note_dropped_columns()
         findings: list[Finding] = [f for r in results for f in r.findings]
         self._judge_consequences(findings, results)
+        for f in findings:  # a remedy speaks of the run's kind of algorithm only (no advantages in DPO)
+            f.remedy = fit_remedy(f.remedy, self.meta.family)
         self._name_source_keys(findings)
         streams = self._stream_findings()
         findings.extend(streams)

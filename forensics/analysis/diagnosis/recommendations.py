@@ -404,6 +404,8 @@ _CLAUSE_FAMILIES = (
     (re.compile(r"scale_rewards|Dr\. GRPO|dr_grpo|\bgroups?\b|dynamic sampling|num_generations"), ("group",)),
     (re.compile(r"\bfor DPO\b|R-DPO|LD-DPO"), ("preference",)),
     (re.compile(r"\bcritic\b|value head|vf_coef|\bGAE\b"), ("critic",)),
+    # preference optimisation has no advantages: a clause about them is for RL
+    (re.compile(r"\badvantages?\b"), ("critic", "group")),
 )
 
 
@@ -831,7 +833,9 @@ def _scale(c: _Candidate, values: _Values, d: _Draft, adaptive_kl: bool) -> _Dra
     if current == 0.0:
         return None  # zero scales to zero: only a restore can move it
     if current is not None:
-        d.new = _round(current * factor)
+        # the value the text prints is the value the patch sets (3 significant digits: advice is
+        # no more precise than that), never 5e-06 beside 4.99681e-06
+        d.new = float(_fmt(current * factor))
         if a.parameter in _COUNTS:  # a number of tokens or samples: a whole number
             d.new = math.ceil(d.new) if factor > 1 else max(math.floor(d.new), 1)
     if a.parameter == "kl_coef" and adaptive_kl:
@@ -1052,8 +1056,8 @@ def _recommendations(cands: list[_Candidate], findings: list[dict[str, Any]], ti
             and alone is None:
         # the machine's findings (throughput, resources) are not changes to the training
         when = "short_term" if root["rule"].startswith(_MACHINE) else "immediate"
-        priorities[when].insert(0, f"{root['message']}: {_remedy(root, facts)} "
-                                   f"[{root['rule']}, the first domino]")
+        # the change to make, not the finding again (its message is the verdict's first line)
+        priorities[when].insert(0, f"{_remedy(root, facts)} [{root['rule']}, the first domino]")
     issue_windows = _issue_windows(windows)
     for issue, ws in issue_windows.items() if _advised(findings) else []:
         rule = _WINDOW_RULES[issue]

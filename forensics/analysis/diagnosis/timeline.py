@@ -28,10 +28,13 @@ isolated one-step spike of information level earlier in the run is not the start
 First domino
 ------------
 Among the events that cause something and are caused by nothing, the earliest onset (ties: the
-one with the most direct effects, the more severe, then the rule id). Its ``chain`` follows links
-from it, each time to the earliest effect (ties: the more severe), in causal order: severity
-follows damage (the consequence pass), which comes last in a chain. When nothing links, the first
-domino is the earliest warning or critical finding, with no chain.
+one with the most direct effects, the more severe, then the rule id); in a damaged run (a critical
+finding) only those from which a chain of links leads to the damage, else the earliest critical
+finding: a warning that explains none of the damage (noise early in a long run) is never it. Its
+``chain`` follows links from it, each time to the earliest effect (ties: the more severe), in
+causal order: severity follows damage (the consequence pass), which comes last in a chain. When
+nothing links, the first domino is the earliest critical finding, else the earliest warning, with
+no chain.
 
 Rule table (cause -> effect, lag in steps, why):
 
@@ -223,13 +226,30 @@ def _serious_onset(f: dict[str, Any]) -> int:
     return onset
 
 
+def _reaches(start: str, links: list[dict[str, Any]], targets: set[str]) -> bool:
+    """Whether a chain of links leads from ``start`` to one of ``targets`` (itself included)."""
+    seen, todo = {start}, [start]
+    while todo:
+        cur = todo.pop()
+        if cur in targets:
+            return True
+        for lk in links:
+            if lk["cause"] == cur and lk["effect"] not in seen:
+                seen.add(lk["effect"])
+                todo.append(lk["effect"])
+    return False
+
+
 def _first_domino(events: list[dict[str, Any]], links: list[dict[str, Any]]) -> dict[str, Any] | None:
     by_id = {e["id"]: e for e in events}
     causes = {lk["cause"] for lk in links}
     effects = {lk["effect"] for lk in links}
-    roots = [by_id[i] for i in causes - effects]
+    damage = {e["id"] for e in events if e["severity"] == "critical"}
+    # where the run is damaged, the first domino is a cause of the damage: an earlier warning that
+    # leads to none (noise in a long run, say) is not where it started
+    roots = [by_id[i] for i in causes - effects if not damage or _reaches(i, links, damage)]
     if not roots:
-        serious = [e for e in events if _SEV_RANK.get(e["severity"], 0) >= 1]
+        serious = [e for e in events if _SEV_RANK.get(e["severity"], 0) >= (2 if damage else 1)]
         if not serious:
             return None
         first = serious[0]

@@ -104,7 +104,8 @@ RULES = (
        "policy has stopped learning (learning rate far too low, saturated outputs, dead "
        "advantages).",
        "Check the learning rate schedule (raise it if it decayed to ~0); check that advantages "
-       "are non-zero and the loss is connected to the parameters.",
+       "are non-zero; check that the loss is connected to the parameters (gradient checkpointing "
+       "with frozen inputs leaves every gradient None).",
        ("vanish_ratio", "vanish_abs", "vanish_rows")),
     _R("grad.imbalance", Severity.WARNING, "Policy/value gradient imbalance",
        "Policy and value gradient norms differ by orders of magnitude, or their ratio shifted by "
