@@ -337,3 +337,24 @@ def test_scores_rank_broken_runs_by_how_much_is_damaged() -> None:
         assert any(f.severity.value == "critical" for f in a.findings), start
         scores.append(a.health["overall"])
     assert scores[0] < scores[1] < scores[2] < 0.5, scores
+
+
+def test_a_warning_recurring_at_its_chance_rate_is_not_an_event() -> None:
+    """Brief episodes spread evenly through a long run are information; the same number packed
+    into its last fifth (a fault starting there) stay warnings."""
+    from forensics.analysis.diagnosis.consequence import Consequences, apply_consequences
+    from forensics.analysis.findings import Finding, Severity
+
+    def finding(starts: list[int]) -> Finding:
+        eps = [{"first_step": s, "last_step": s + 5, "onset_step": s, "severity": "warning", "message": "m"}
+               for s in starts]
+        return Finding("adv.not_normalized", Severity.WARNING, starts[0], starts[-1] + 5, starts[0], "m", "r",
+                       "advantages", {}, "", eps)
+
+    c = Consequences(0, 999_999, 1_000_000)
+    even = finding(list(range(35_541, 1_000_000, 40_000)))
+    apply_consequences([even], c)
+    assert even.severity is Severity.INFO and "chance rate" in even.message
+    packed = finding(list(range(800_000, 1_000_000, 8_000)))
+    apply_consequences([packed], c)
+    assert packed.severity is Severity.WARNING

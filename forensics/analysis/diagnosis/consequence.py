@@ -29,6 +29,9 @@ once, in ``Scan.finish``, over all of them:
 * **Training-only preference signals.** A preference loss near 0 with the pairs won, or margins
   growing (``TRAINING_PAIRS``), read on the training pairs alone while the chosen responses keep
   their likelihood, is memorisation of those pairs: information that asks for an evaluation.
+* **A chance rate is not an event.** A warning whose brief episodes recur evenly through a long
+  run (every fifth of it, none with more than twice the mean, covering under 2% of it) is the
+  series' chance rate: information, so a long noisy run does not open with it.
 * **A start-up phase is not a fault.** Truncation that is high in the first rows and has fallen
   below its threshold for the rest of the run (the model learnt the cap) is information.
 
@@ -88,6 +91,10 @@ class Consequences:
     near_rows: int = 10
     damage_share: float = 0.2
     damage_min_rows: int = 10
+    #: a warning recurring evenly through a run this long is judged against its chance rate
+    base_rate_rows: int = 10_000
+    base_rate_parts: int = 5
+    base_rate_share: float = 0.02
 
     @property
     def spacing(self) -> float:
@@ -356,6 +363,27 @@ def _training_pairs_only(f: Finding, findings: list[Finding]) -> None:
          "(eval_steps) to tell")
 
 
+def _base_rate(f: Finding, c: Consequences) -> None:
+    """A warning that recurs at a steady rate through a long run, each time briefly, is the
+    series' chance rate, not an event: information. Judged on runs of ``base_rate_rows`` rows or
+    more, split in ``base_rate_parts``: the episodes fall in every part at a like rate (none holds
+    more than twice the mean) and cover under ``base_rate_share`` of the run."""
+    if f.severity is not Severity.WARNING or c.rows < c.base_rate_rows or len(f.episodes) < 2 * c.base_rate_parts:
+        return
+    span = max(c.last_step - c.first_step, 1)
+    counts = [0] * c.base_rate_parts
+    covered = 0.0
+    for first, last, _ in f.episode_ranges():
+        counts[min(int((first - c.first_step) / span * c.base_rate_parts), c.base_rate_parts - 1)] += 1
+        covered += c.rows_between(first, last) + 1
+    mean = sum(counts) / len(counts)
+    if min(counts) == 0 or max(counts) > 2 * mean or covered > c.base_rate_share * c.rows:
+        return
+    _set(f, Severity.INFO, "chance rate: recurs evenly through a long run",
+         f"; its {len(f.episodes)} episodes recur evenly through the run ({min(counts)}-{max(counts)} in each "
+         f"fifth) and cover {covered / c.rows:.1%} of it: the chance rate of a noisy series, not an event")
+
+
 def _sustained(f: Finding, c: Consequences) -> bool:
     """Whether ``f``'s latest episode lasts to the end of the log over ``damage_share`` of it."""
     first, last, _ = max(f.episode_ranges(), key=lambda r: r[1])
@@ -393,6 +421,7 @@ def apply_consequences(findings: list[Finding], c: Consequences) -> list[Finding
         _training_pairs_only(f, findings)
     for f in findings:
         _downgrade(f, c, findings)
+        _base_rate(f, c)
     for f in findings:
         _judge(f, c)
     return [f for f in findings if f.severity is not before[id(f)]]
