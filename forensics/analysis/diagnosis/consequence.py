@@ -44,7 +44,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import field
-from typing import Any
 
 import numpy as np
 
@@ -426,7 +425,3 @@ def apply_consequences(findings: list[Finding], c: Consequences) -> list[Finding
         _judge(f, c)
     return [f for f in findings if f.severity is not before[id(f)]]
 
-
-def consequence_of(f: dict[str, Any]) -> str | None:
-    """The damage a critical finding (as a dict) names, or None."""
-    return (f.get("evidence") or {}).get("consequence") if f.get("severity") == "critical" else None
