@@ -11,6 +11,12 @@ step seen so far. The rows before a crash are usually the evidence of what went 
 stay in the analysis; the replayed rows are counted in the read report (reason ``step replayed``)
 and every replay is reported as a ``stream.step_replay`` finding with the step it went back to and
 how many rows it replayed.
+
+A counter that goes back to the run's *first* step after the run had moved past it is not a
+resume but a new run appended to the same log (a script started again, writing on): the run read
+so far is set aside (counted in the read report as ``an earlier run in the same log``) and the
+scan starts afresh with the new one, so the last run is the one analysed and runs are never
+merged. Each such restart is a ``stream.step_replay`` finding with ``restart`` in its evidence.
 """
 
 from __future__ import annotations
@@ -59,6 +65,9 @@ class Replay:
     to_step: int
     rows: int = 0
     last_step: int = 0
+    #: the counter went back to the run's first step after the run had moved on: a new run
+    #: appended to the log (the rows before it are set aside: ``rows``), not a resume
+    restart: bool = False
 
 
 class StepOrder:
@@ -68,6 +77,24 @@ class StepOrder:
         self.max_step: int | None = None
         self.replays: list[Replay] = []
         self._in_replay = False
+        #: the first step of the run being read
+        self.first: int | None = None
+
+    def restart_at(self, steps: np.ndarray) -> int | None:
+        """The position of the first of ``steps`` at or before the run's first step, once the run
+        has moved past it: the counter restarted (a new run appended to the log), or None.
+
+        >>> o = StepOrder(); _ = o.apply(np.array([0, 1, 2]), np.array([1, 2, 3]))
+        >>> o.restart_at(np.array([3, 4, 0, 1])), o.restart_at(np.array([3, 4]))
+        (2, None)
+        """
+        if not len(steps):
+            return None
+        first = self.first if self.first is not None else int(steps[0])
+        moved = np.maximum.accumulate(np.concatenate([[self.max_step if self.max_step is not None
+                                                       else first], steps.astype(np.int64)]))[:-1] > first
+        hit = np.flatnonzero(moved & (steps <= first))
+        return int(hit[0]) if len(hit) else None
 
     def apply(self, steps: np.ndarray, lines: np.ndarray) -> np.ndarray:
         """Mask of the rows to keep (steps greater than every step seen before)."""
@@ -75,6 +102,8 @@ class StepOrder:
             return np.zeros(0, dtype=bool)
         # steps are exact int64 (the whole range: a first step of -2**63 is a step like any other)
         steps = steps.astype(np.int64, copy=False)
+        if self.first is None:
+            self.first = int(steps[0])
         prev = np.iinfo(np.int64).min if self.max_step is None else self.max_step
         running = np.maximum.accumulate(np.concatenate([np.array([prev], dtype=np.int64), steps]))
         keep = steps > running[:-1]
@@ -181,6 +210,8 @@ class Scan:
         self.mappings: dict[str, ColumnMapping] = {}
         self._canon: dict[str, Canonicalizer] = {}
         self.order = StepOrder()
+        #: counters that restarted at the run's first step: the runs set aside before the last
+        self.restarts: list[Replay] = []
         self.store = MetricsStore()
         self._cost: dict[int, float] = {}  # seconds each step tracker took on the last batch
         self.rows = 0
@@ -221,10 +252,39 @@ class Scan:
         return batch, keep
 
     def feed(self, raw: RawBatch, report: ReadReport) -> list[Finding]:
-        """Feed a batch of the step stream; return nothing new (findings come at finish)."""
+        """Feed a batch of the step stream; return nothing new (findings come at finish). A
+        counter that restarts at the run's first step is a new run appended to the log: the run
+        before it is set aside and the scan goes on with the new one (the last run is analysed)."""
         if not self.started:
             self._start(raw, report)
         batch, keep = self._canonical(raw, report)
+        while True:
+            cut = self.order.restart_at(batch.steps[keep])
+            if cut is None:
+                return self._feed(batch, keep, report)
+            at = int(np.flatnonzero(keep)[cut])
+            before = np.arange(len(keep)) < at
+            self._feed(batch.take(before), keep[before], report)
+            self._new_run(batch, at, report)
+            batch, keep = batch.take(~before), keep[~before]
+
+    def _new_run(self, batch: Batch, at: int, report: ReadReport) -> None:
+        """Set the run read so far aside (a new one starts at row ``at`` of ``batch``) and start
+        afresh: the trackers, the per-step store and the step order."""
+        line = int(batch.lines[at]) if batch.lines is not None else 0
+        set_aside = self.rows
+        report.skipped["an earlier run in the same log"] += set_aside
+        report.rows_kept -= set_aside
+        self.restarts.append(Replay(line, int(self.last_step if self.last_step is not None else 0),
+                                    int(batch.steps[at]), set_aside, restart=True))
+        self.trackers = [TRACKERS[name](self.all_params[name], self.meta) for name in self.tracker_names]
+        if self.custom_rules:
+            self.trackers.append(CustomRules(self.custom_rules, self.meta))
+        self.store, self.order, self._cost = MetricsStore(), StepOrder(), {}
+        self.rows, self.first_step, self.last_step = 0, None, None
+
+    def _feed(self, batch: Batch, keep: np.ndarray, report: ReadReport) -> list[Finding]:
+        """Feed one run's rows (``keep``: the rows the canonical layer kept)."""
         order_keep = self.order.apply(batch.steps[keep], batch.lines[keep]
                                       if batch.lines is not None else np.zeros(0))
         full_keep = keep.copy()
@@ -335,7 +395,7 @@ class Scan:
             "first": self.first_step,
             "last": self.last_step,
             "sample_rows": self.sample_rows,
-            "replays": [vars(r) for r in self.order.replays],
+            "replays": [vars(r) for r in [*self.restarts, *self.order.replays]],
             "policy": "keep-first",
         }
         analysis = Analysis(self.reports, self.mappings, self.meta, results, findings, health,
@@ -467,7 +527,8 @@ class Scan:
                 f.evidence["source_keys"] = {k: to_source.get(v, v) for k, v in keys.items()}
 
     def _stream_findings(self) -> list[Finding]:
-        return stream_findings(self.order.replays, self.reports, self.first_step or 0, self.last_step or 0)
+        return stream_findings([*self.restarts, *self.order.replays], self.reports, self.first_step or 0,
+                               self.last_step or 0)
 
 
 def map_not_found_text(m: dict[str, Any]) -> str:
