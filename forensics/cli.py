@@ -182,7 +182,7 @@ class Checked(click.ParamType):
 #: Input formats, listed in --help without importing the readers (a test checks this list against
 #: forensics.io.formats.FORMATS).
 INPUT_FORMATS = ("hf-trainer-state", "verl-jsonl", "rldk-events", "llamafactory", "wandb-history", "wandb-csv",
-                 "wandb-offline", "tensorboard", "openrlhf-console", "deepspeed-chat", "verl-console",
+                 "wandb-offline", "tensorboard", "column-json", "openrlhf-console", "deepspeed-chat", "verl-console",
                  "hf-console", "csv", "parquet-parts", "parquet", "jsonl", "kv-console")
 
 

@@ -285,6 +285,16 @@ ALIASES: tuple[Alias, ...] = tuple(
         Alias("sft_loss", "nll_loss", "llamafactory",
               note="LLaMA-Factory ORPO/SimPO and NeMo-Aligner DPO: the SFT term on chosen"),
     ]
+    # NeMo-RL GRPO (nemo_rl/algorithms/grpo.py and loss_functions.py; logged with a train/ prefix,
+    # which canonical_name strips): kl_penalty is the penalty term divided by its coefficient, the
+    # per-token KL to the reference; token_mult_prob_error, gen_kl_error and
+    # sampling_importance_ratio (generation vs training log-probabilities) are carried through
+    + _aliases("nemo-rl", [
+        ("kl_penalty", "kl"),
+        ("advantages/mean", "advantage_mean"),
+        ("advantages/max", "advantage_max"),
+        ("advantages/min", "advantage_min"),
+    ])
     # custom training loops (their consoles are read by forensics.io.adapters.kv_console, which
     # writes keys lower case with spaces as underscores): the spellings that mean one thing only
     + _aliases("custom-loop", [

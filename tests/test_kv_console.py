@@ -56,6 +56,9 @@ def test_a_custom_console_is_read_as_a_step_log(tmp_path: Path) -> None:
     ("".join(f"2025-09-23 09:01:{i % 60:02d},984 - train - INFO - rl_loss: -0.0027, time: 109.1, "
              f"l2_norm: 0.141, token_entropy: 0.82, reward_data: {{'total_num': 256, 'total_reward': {i}.0}}\n"
              for i in range(30)), (1, 30), "reward_data/total_reward"),
+    # a counter in words ("rollout batch N"), then the pairs
+    ("".join(f"[rank0] rollout batch {i}: reward=0.{i:02d} kl=0.01 entropy=0.8\n" for i in range(1, 26)),
+     (1, 25), "entropy"),
     # an iteration counter spread over two lines a step
     ("".join(f"iteration {i}: loss=0.5 lr=1e-5\n  reward=0.{i} kl=0.01\n".replace("iteration ", "iteration=")
              for i in range(1, 21)), (1, 20), "kl"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..readers import Format
 from . import (
+    column_json,
     csv_table,
     deepspeed_chat,
     hf_console,
@@ -45,6 +46,9 @@ ADAPTERS: tuple[Format, ...] = (
            "W&B run folder (wandb/run-*/): the .wandb history (with the wandb package), else files/output.log"),
     Format("tensorboard", tensorboard.detect, lambda p, s: tensorboard.TensorBoardSource(p, s),
            "TensorBoard event file, or a folder of them (merged, de-duplicated by tag and step)"),
+    Format("column-json", column_json.detect, lambda p, s: column_json.ColumnJsonSource(p, s),
+           'column-major metric JSON (NeMo-RL\'s TensorBoard scalars, TensorBoard-to-JSON dumps): '
+           '{"metric": {"step": value, ...}, ...}'),
     Format("openrlhf-console", openrlhf.detect, lambda p, s: openrlhf.OpenRLHFSource(p, s),
            "OpenRLHF console: '✨ Global step N: {...}' lines"),
     Format("deepspeed-chat", deepspeed_chat.detect, lambda p, s: deepspeed_chat.DeepSpeedChatSource(p, s),

@@ -11,8 +11,9 @@ When no specific format claims a file, every line with at least two numeric ``na
 ``name=value`` pairs is read; a nested dict literal is flattened (``reward_data/total_reward``).
 Keys are written lower case with spaces as underscores (``Adv Std`` -> ``adv_std``) and then
 canonicalised through the alias table like any other format's. The step comes from a counter on
-the line: a ``step``/``iteration``/``global_step``/``iter`` pair, or a ``(i/N)`` progress counter
-(the first ``[i/N]`` is an epoch); consecutive lines of one counter value are one row. A log with
+the line: a ``step``/``iteration``/``global_step``/``iter`` pair, a ``(i/N)`` progress counter
+(the first ``[i/N]`` is an epoch), or a counter in words (``rollout batch 12``, ``iteration 7``);
+consecutive lines of one counter value are one row. A log with
 no counter is read one row per line. Lines without pairs are counted in a note, never rows.
 
 The reader never claims a file that is not a log: a specific format is tried first, and the head
@@ -44,6 +45,9 @@ _PAIR = re.compile(r"(?:^|(?<=[\s,|;{(\[]))(?P<key>" + _WORD + r"(?: " + _WORD +
 _DICT = re.compile(r"(?:^|(?<=[\s,|;]))(?P<key>" + _WORD + r")\s*[:=]\s*(?P<dict>\{[^{}]*\})")
 _PROGRESS = re.compile(r"\(\s*(?P<i>\d+)\s*/\s*(?P<n>\d+)\s*\)")
 _COUNTERS = ("step", "global_step", "iteration", "iter", "it", "update", "train_step")
+#: A counter written as words before a number: ``rollout batch 12``, ``iteration 7``, ``Step 3``.
+_WORD_COUNTER = re.compile(r"\b(?P<name>rollout batch|global step|iteration|iter|step|update)\s+#?(?P<n>\d+)\b",
+                           re.IGNORECASE)
 
 
 def _key(text: str) -> str:
@@ -107,6 +111,10 @@ class KVConsoleParser(LineParser):
         if m is not None:
             self.counter = self.counter or "(i/N)"
             return int(m.group("i"))
+        m = _WORD_COUNTER.search(text)
+        if m is not None:
+            self.counter = self.counter or m.group("name").lower()
+            return int(m.group("n"))
         return None
 
     def line(self, lineno: int, text: str) -> Rows:
