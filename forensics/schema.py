@@ -295,6 +295,12 @@ ALIASES: tuple[Alias, ...] = tuple(
         ("advantages/max", "advantage_max"),
         ("advantages/min", "advantage_min"),
     ])
+    # open-instruct (open_instruct/grpo_fast.py, ppo.py): objective/kl_avg is the masked mean of the
+    # k1 estimate per token (TRL's objective/kl is a per-sequence sum: kl_seq); policy/clipfrac_avg
+    # and loss/policy_avg are read under TRL's PPO names already
+    + _aliases("open-instruct", [
+        ("objective/kl_avg", "kl"),
+    ])
     # custom training loops (their consoles are read by forensics.io.adapters.kv_console, which
     # writes keys lower case with spaces as underscores): the spellings that mean one thing only
     + _aliases("custom-loop", [

@@ -64,3 +64,16 @@ def test_files_that_only_look_alike_are_refused_or_read_elsewhere(tmp_path: Path
     a = scan_path(bad)
     assert a.steps["rows"] == 2 and "1 value(s) under a key that is not an integer step skipped" in " ".join(
         a.inputs[0].notes)
+
+
+def test_the_keys_of_nemo_rl_and_open_instruct_map_as_their_sources_define_them() -> None:
+    """docs/trainer-keys.md: each key's canonical name, and the per-sequence/per-token split kept
+    (open-instruct's objective/kl_avg is per token, TRL's objective/kl a per-sequence sum)."""
+    from forensics.schema import canonical_name
+
+    expected = {"train/kl_penalty": "kl", "train/reward": "reward_mean", "train/advantages/max": "advantage_max",
+                "objective/kl_avg": "kl", "objective/kl": "kl_seq", "loss/policy_avg": "policy_loss",
+                "iteration": "step", "gnorm": "grad_norm", "kl_divergence": "kl"}
+    assert {k: (canonical_name(k) or ("",))[0] for k in expected} == expected
+    for carried in ("train/token_mult_prob_error", "train/gen_kl_error", "objective/kl2_avg"):
+        assert canonical_name(carried) is None
