@@ -757,7 +757,8 @@ def fleet(paths: tuple[Path, ...], out_dir: Path, engine: str, address: str | No
         echo(f"{len(rows)} runs scanned ({engine}{workers_note}): {result.unreadable} could not be read{gate}")
         for r in rows[:5]:
             what = f"error: {r['error']}" if r["error"] else (
-                f"health {r['health']:.2f}, {r['findings']['critical']} critical, "
+                ("not judged, " if r["health"] is None else f"health {r['health']:.2f}, ")
+                + f"{r['findings']['critical']} critical, "
                 f"{r['findings']['warning']} warning"
                 + (f", first domino {r['first_domino_rule']} @ {r['first_domino_step']}"
                    if r["first_domino_rule"] else ""))

@@ -64,3 +64,17 @@ def test_a_log_with_no_core_signal_is_not_judged(tmp_path: Path) -> None:
     assert "verdict: Not judged" in res.output and "Healthy" not in res.output
     assert "--map policy/kl_divergence=kl" in res.output
     assert CliRunner().invoke(main, ["gate", str(log)]).exit_code == 1
+
+
+def test_a_fleet_lists_a_run_it_could_not_judge(tmp_path: Path) -> None:
+    """The fleet's summary says "not judged" for a run with no core signal (no score to print)."""
+    import shutil
+
+    (tmp_path / "runs" / "mine").mkdir(parents=True)
+    custom_csv(tmp_path / "runs" / "mine" / "steps.csv", gnorm=False)
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "ppo_healthy_s0",
+                    tmp_path / "runs" / "healthy")
+    res = CliRunner().invoke(main, ["fleet", str(tmp_path / "runs"), "-o", str(tmp_path / "fleet"),
+                                    "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    assert "mine: not judged, 0 critical, 0 warning" in res.output
