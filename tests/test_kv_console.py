@@ -100,3 +100,21 @@ def test_a_fuzz_slice_of_consoles_and_non_logs() -> None:
     results = list(run_cases(cases, workers=2, timeout=60))
     bad = [(r.outcome, r.case.name, r.detail) for r in results if r.outcome in FAILURES]
     assert bad == []
+
+
+def test_a_large_file_that_is_not_a_log_is_refused_quickly(tmp_path: Path) -> None:
+    """The late scan (up to 64 MiB of a text file for a console whose first metric line comes
+    late) asks the last-resort reader of every block: a line that cannot hold two pairs (no two
+    ':' or '=') is never parsed, so 24 MB of prose is refused in well under its old 6 s."""
+    from forensics.io.adapters import kv_console
+
+    line = b"the quick brown fox jumps over the lazy dog while nothing here is a metric\n"
+    block = line * (65536 // len(line))
+    calls = []
+    real = kv_console.pairs
+    try:
+        kv_console.pairs = lambda text: calls.append(text) or real(text)  # type: ignore[assignment]
+        assert not kv_console.detect(tmp_path, block)
+    finally:
+        kv_console.pairs = real  # type: ignore[assignment]
+    assert calls == []  # no line of prose reached the parser

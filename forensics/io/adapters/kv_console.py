@@ -79,8 +79,14 @@ def detect(path: Path, head: bytes) -> bool:
     if b"\0" in head[:4096]:
         return False
     sets: dict[frozenset[str], set[tuple[float, ...]]] = {}
-    for raw in head.decode("utf-8", "replace").splitlines()[:2000]:
-        found = pairs(raw)
+    looked = 0
+    for raw in head.split(b"\n"):
+        if raw.count(b":") + raw.count(b"=") < 2:  # cannot hold two pairs: no parse (prose is fast)
+            continue
+        looked += 1
+        if looked > 2000:
+            break
+        found = pairs(raw.decode("utf-8", "replace"))
         if len(found) >= 2:
             sets.setdefault(frozenset(found), set()).add(tuple(found[k] for k in sorted(found)))
     # a log's values move from line to line: code or a config repeated holds the same ones
