@@ -232,3 +232,15 @@ def test_health_areas_are_the_areas_scans_score(runs: dict[str, Path]) -> None:
     scored = json.loads(runs["rldk"].read_text())["health"]["areas"]
     assert set(scored) <= set(health_areas())
     assert "training" not in health_areas()  # the windows tracker is a view, not an area
+
+
+def test_a_rule_named_by_its_old_and_new_id_is_refused(runs: dict[str, Path], tmp_path: Path) -> None:
+    """Two settings for one rule (`lr.change` is now `hyperparams.lr_change`): refused, as TOML
+    refuses a repeated key, never the first key winning in silence."""
+    text = 'fail_on = "critical"\n[overrides]\n"lr.change" = "ignore"\n"hyperparams.lr_change" = "critical"\n'
+    res = run("gate", str(runs["rldk"]), "--policy", policy(tmp_path, text))
+    assert res.exit_code == 2, res.output
+    assert "names rule 'hyperparams.lr_change' twice" in res.output and "keep one" in res.output
+    # the same setting under both ids is refused too (one of them is redundant at best)
+    text = 'fail_on = "critical"\n[overrides]\n"lr.change" = "ignore"\n"hyperparams.lr_change" = "ignore"\n'
+    assert run("gate", str(runs["rldk"]), "--policy", policy(tmp_path, text)).exit_code == 2

@@ -250,6 +250,17 @@ def parse_policy(data: dict[str, Any], source: str = "", known_rules: set[str] |
     if not isinstance(ov, dict):
         raise ConfigError(f"{at}overrides = {show_value(ov)}: expected a table of rule = severity or \"ignore\"")
     overrides: dict[str, str] = {}
+    from ..analysis.trackers import renamed_rules
+
+    renamed = renamed_rules()
+    by_rule: dict[str, str] = {}  # the rule each exact id names now -> the key that named it
+    for pattern in ov:
+        rule: str = renamed.get(str(pattern), str(pattern))
+        if rule in by_rule and by_rule[rule] != pattern:
+            # the old and the new id of one rule: which setting wins would be the keys' order
+            raise ConfigError(f"{at}overrides names rule {rule!r} twice: as {by_rule[rule]!r} and as "
+                              f"{pattern!r} (its {'old' if pattern in renamed else 'new'} id); keep one")
+        by_rule[rule] = pattern
     for pattern, value in ov.items():
         _check_pattern(pattern, known, f"{at}overrides")
         if value == "ignore":
