@@ -861,7 +861,7 @@ def watch(path: Path, fmt: str | None, old_fmt: str | None, meta: Path | None, c
     if notify is not None and notify.none_delivered:
         # every alert lost: the watch did not do its job, and says so in its exit status
         raise InputError(f"none of the {notify.failed + notify.dropped} alert(s) could be delivered to "
-                         f"{notify.url}", path=str(path))
+                         f"{notify.shown}", path=str(path))
 
 
 # --- export --------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ is reported once."""
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ class Hook:
 
     def __init__(self, status: list[int] | None = None) -> None:
         self.bodies: list[dict] = []
+        self.auth: list[str | None] = []
         self.status = status or [200]
         self.gate: threading.Event | None = None
         self.arrived = threading.Event()
@@ -44,6 +46,7 @@ class Hook:
                     hook.gate.wait(10)
                 code = hook.status[min(len(hook.bodies), len(hook.status) - 1)]
                 hook.bodies.append(body)
+                hook.auth.append(self.headers.get("Authorization"))
                 self.send_response(code)
                 self.end_headers()
 
@@ -236,3 +239,87 @@ def test_the_readme_notify_example_posts_to_a_webhook(hook: Hook, tmp_path: Path
     res = CliRunner().invoke(main, [*argv, "--once", "-q"], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     assert hook.bodies and all(set(b) == {"text"} for b in hook.bodies)
+
+
+MALFORMED = ("http://a b/hook", "http://host/hook\r\nX-Injected: 1", "http://[::1/hook", "http://host:port/hook",
+             "http://host:99999/hook", "http:///hook", "https://alice:pw@/hook")
+
+
+@pytest.mark.parametrize("url", MALFORMED)
+def test_a_malformed_url_is_refused_at_start_without_printing_it(url: str, tmp_path: Path) -> None:
+    """Each of these killed the sending thread (alerts lost, uncounted); now a usage error at
+    start (exit 2) that names the URL by scheme and host only."""
+    with pytest.raises(UsageError, match="webhook URL") as err:
+        Notifier(url)
+    assert "pw" not in str(err.value) and "/hook" not in str(err.value)
+    res = CliRunner().invoke(main, ["watch", str(spiky(tmp_path)), "--once", "-q", "--notify", url])
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+
+
+def test_a_webhook_url_is_a_secret_and_its_userinfo_is_basic_auth(hook: Hook) -> None:
+    """Password, path token and query token never appear in a message; user:password is sent as
+    basic auth (urllib took it for part of the host and sent nothing)."""
+    secret = hook.url.replace("http://", "http://alice:s3cret@") + "/T0SECRETPATH?token=QTOKEN"
+    n = Notifier(secret, timeout=5)
+    n.send(ALERT)
+    assert n.close(10) is None and n.delivered == 1
+    assert hook.auth == ["Basic " + base64.b64encode(b"alice:s3cret").decode()]
+    hook.status = [500]
+    lines: list[str] = []
+    n = Notifier(secret, backoff=0.01, retries=1, on_error=lines.append)
+    n.send(ALERT)
+    lines.append(n.close(10) or "")
+    text = "\n".join(lines)
+    assert "cannot deliver alerts to http://127.0.0.1:" in text and "not delivered to http://127.0.0.1:" in text
+    for leaked in ("alice", "s3cret", "SECRETPATH", "QTOKEN", "/hook"):
+        assert leaked not in text, text
+
+
+def test_an_endless_answer_is_read_no_further_than_a_few_kilobytes() -> None:
+    """An endpoint that answers without end: the post is delivered (the answer is cut after
+    ``ANSWER_LIMIT`` bytes), never read whole."""
+
+    class Endless(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.end_headers()  # no length: the body ends when the connection does
+            try:
+                while True:
+                    self.wfile.write(b"x" * 65536)
+            except OSError:
+                pass
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Endless)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        n = Notifier(f"http://127.0.0.1:{server.server_address[1]}/", timeout=5)
+        n.send(ALERT)
+        assert n.close(10) is None and n.delivered == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_error_in_a_post_never_ends_the_sender(hook: Hook, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever one post raises, the thread goes on: the alert is counted failed, the next sent."""
+    import forensics.live.notify as notify
+
+    real = notify.notify_body
+    calls = iter([RuntimeError("boom"), None])
+
+    def flaky(alert: dict, fmt: str = "json", run: str = "") -> dict:
+        exc = next(calls, None)
+        if exc is not None:
+            raise exc
+        return real(alert, fmt, run)
+
+    n = Notifier(hook.url, timeout=5)
+    monkeypatch.setattr(notify, "notify_body", flaky)
+    n.send(ALERT)
+    n.send({**ALERT, "rule": "grad.spike"})
+    assert n.close(10) is not None and (n.failed, n.delivered) == (1, 1) and len(hook.bodies) == 1

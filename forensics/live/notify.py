@@ -24,6 +24,8 @@ were sent and not one arrived: ``forensics watch`` then fails (exit 3, documente
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
 import queue
 import threading
@@ -36,7 +38,7 @@ from typing import Any
 
 from ..errors import UsageError
 
-__all__ = ["NOTIFY_FORMATS", "Notifier", "notify_body"]
+__all__ = ["NOTIFY_FORMATS", "Notifier", "notify_body", "shown_url"]
 
 #: Bodies :func:`notify_body` writes (``--notify-format``).
 NOTIFY_FORMATS = ("json", "slack", "discord")
@@ -51,6 +53,8 @@ RULE_INTERVAL = 60.0
 
 _ICON = {"critical": ":red_circle:", "warning": ":warning:", "info": ":information_source:"}
 _DISCORD_LIMIT = 2000
+#: Bytes read at most of an endpoint's answer (its body is never used; an endless one is cut).
+ANSWER_LIMIT = 4096
 
 
 def _headline(alert: dict[str, Any], run: str) -> str:
@@ -88,11 +92,54 @@ def notify_body(alert: dict[str, Any], fmt: str = "json", run: str = "") -> dict
 
 
 def check_url(url: str) -> str:
-    """``url`` when it is an http(s) URL with a host, else a :class:`UsageError`."""
-    parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-        raise UsageError(f"--notify {url!r}: expected an http:// or https:// webhook URL")
+    """``url`` when it is an http(s) URL with a host, else a :class:`UsageError` (at start, so
+    that a malformed URL never reaches the sending thread). The error names the URL as
+    :func:`shown_url` does: a webhook URL is a credential."""
+    try:
+        if not isinstance(url, str):
+            raise ValueError
+        parts = urllib.parse.urlsplit(url)
+        _ = parts.port  # a port that is not a number (or out of range) raises here
+        host = parts.hostname
+    except ValueError:
+        parts, host = None, None
+    if parts is None or parts.scheme not in ("http", "https") or not host:
+        raise UsageError(f"--notify {shown_url(url)}: expected an http:// or https:// webhook URL")
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        raise UsageError(f"--notify {shown_url(url)}: a webhook URL holds no spaces or control characters "
+                         "(encode them: %20)")
     return url
+
+
+def shown_url(url: object) -> str:
+    """The part of a webhook URL that may be printed: scheme and host (and port). Its user and
+    password, path (a Slack webhook's path is its token) and query are secrets.
+
+    >>> shown_url("https://alice:pw@hooks.example.com/services/T0/B0/XyZ?token=1")
+    'https://hooks.example.com/...'
+    """
+    try:
+        parts = urllib.parse.urlsplit(str(url))
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        return "(a malformed URL)"
+    if not parts.scheme or not host:
+        return "(a malformed URL)"
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{host}{port}/..."
+
+
+def _split_credentials(url: str) -> tuple[str, str | None]:
+    """``url`` without its ``user:password@`` and the basic-auth header those make (None when the
+    URL has none): urllib takes userinfo for part of the host and sends nothing."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    netloc = parts.netloc.rpartition("@")[2]
+    pair = f"{urllib.parse.unquote(parts.username or '')}:{urllib.parse.unquote(parts.password or '')}"
+    auth = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), auth
 
 
 class Notifier:
@@ -109,6 +156,10 @@ class Notifier:
                  on_error: Callable[[str], None] | None = None, rule_interval: float = RULE_INTERVAL,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.url = check_url(url)
+        #: where the posts go (the URL less its credentials) and the basic-auth header they make
+        self._target, self._auth = _split_credentials(url)
+        #: the URL as messages name it (scheme and host: the rest is a secret)
+        self.shown = shown_url(url)
         notify_body({}, fmt)  # an unknown format is an error now, not in the thread
         self.fmt = fmt
         self.run = run
@@ -192,13 +243,17 @@ class Notifier:
                 if self.suppressed else "")
         if not lost:
             return None
-        return (f"{lost} alert(s) not delivered to {self.url} ({self.failed} failed, {self.dropped} dropped, "
+        return (f"{lost} alert(s) not delivered to {self.shown} ({self.failed} failed, {self.dropped} dropped, "
                 f"{pending} still queued); {self.delivered} delivered{held}")
 
     # -- the background thread ------------------------------------------------------------
     def _work(self) -> None:
         while (alert := self._queue.get()) is not None:
-            error = self._post(alert)
+            try:
+                error = self._post(alert)
+            except Exception as exc:  # the thread must outlive any one alert
+                error = f"{type(exc).__name__}: {exc}"
+            error = None if error is None else self._redact(error)
             if error is None:
                 self.delivered += 1
                 continue
@@ -206,7 +261,7 @@ class Notifier:
             if not self.reported:
                 self.reported = True
                 if self.on_error is not None:
-                    self.on_error(f"cannot deliver alerts to {self.url}: {error} (after {self.retries + 1} "
+                    self.on_error(f"cannot deliver alerts to {self.shown}: {error} (after {self.retries + 1} "
                                   "tries; later failures are not reported again, the count comes at the end)")
 
     def _post(self, alert: dict[str, Any]) -> str | None:
@@ -216,16 +271,28 @@ class Notifier:
         for attempt in range(self.retries + 1):
             if attempt:
                 time.sleep(self.backoff * 2 ** (attempt - 1))
-            request = urllib.request.Request(self.url, data=data, method="POST", headers={
-                "Content-Type": "application/json", "User-Agent": "forensics"})
+            headers = {"Content-Type": "application/json", "User-Agent": "forensics"}
+            if self._auth is not None:
+                headers["Authorization"] = self._auth
+            request = urllib.request.Request(self._target, data=data, method="POST", headers=headers)
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    response.read()
+                    response.read(ANSWER_LIMIT)
                 return None
             except urllib.error.HTTPError as exc:
                 error = f"HTTP {exc.code} {exc.reason}"
                 if 400 <= exc.code < 500 and exc.code not in (408, 429):
                     return error
-            except (urllib.error.URLError, OSError, ValueError) as exc:
-                error = str(getattr(exc, "reason", None) or exc)
+            except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+                error = str(getattr(exc, "reason", None) or exc) or type(exc).__name__
         return error
+
+    def _redact(self, text: str) -> str:
+        """``text`` with the URL (and its credentials) replaced by :attr:`shown`."""
+        for whole in (self.url, self._target):
+            text = text.replace(whole, self.shown)
+        parts = urllib.parse.urlsplit(self.url)
+        for secret in (parts.password, parts.path if len(parts.path) > 1 else None, parts.query):
+            if secret:
+                text = text.replace(secret, "...")
+        return text
