@@ -32,6 +32,7 @@ import dataclasses
 import json
 import math
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import field
 from pathlib import Path
@@ -449,18 +450,30 @@ def run_field(name: str) -> Allowed:
     return allowed_of(next(f for f in dataclasses.fields(RunMeta) if f.name == name))
 
 
-def read_text(path: Path, what: str, error: type[ForensicsError]) -> str:
-    """A UTF-8 text file, or ``error`` naming the file and what was wrong in it (never a
-    traceback); a file that is absent or cannot be read is an :class:`InputError` (exit 3, as
-    for every input)."""
+#: Bytes a config, policy, rules or run-metadata file may hold (each is a few kB; a bigger one is
+#: a wrong path, never read to its end).
+SMALL_FILE_LIMIT = 8 * 2**20
+
+
+def read_text(path: Path, what: str, error: type[ForensicsError], limit: int = SMALL_FILE_LIMIT) -> str:
+    """A UTF-8 text file of at most ``limit`` bytes, or ``error`` naming the file and what was
+    wrong in it (never a traceback); a file that is absent or cannot be read, or a device
+    (``/dev/zero`` would be read without end), is an :class:`InputError` (exit 3, as for every
+    input)."""
     try:
-        raw = path.read_bytes()
+        if stat.S_ISCHR(mode := path.stat().st_mode) or stat.S_ISBLK(mode):
+            raise InputError(f"{path}: {what} is a device, not a file")
+        with path.open("rb") as f:
+            raw = f.read(limit + 1)
     except FileNotFoundError:
         raise InputError(f"{path}: {what} not found") from None
     except IsADirectoryError:
         raise InputError(f"{path}: {what} is a folder; give a file") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    if len(raw) > limit:
+        raise error(f"{path}: {what} is over {limit / 2**20:g} MB, more than any {what} holds; "
+                    "is this the right file?")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -483,11 +496,11 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
                           f"{show_value(str(exc), 120)}") from None
 
 
-def read_json(path: Path, what: str) -> Any:
+def read_json(path: Path, what: str, limit: int = SMALL_FILE_LIMIT) -> Any:
     """A JSON file's value; an :class:`InputError` (exit 3) naming the file (and the line) when it
     cannot be read or parsed (also for nesting too deep to parse or a number too long to convert).
     ``NaN`` and ``Infinity`` parse as floats; the caller checks where they make sense."""
-    text = read_text(path, what, InputError)
+    text = read_text(path, what, InputError, limit)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

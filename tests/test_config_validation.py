@@ -321,3 +321,23 @@ def test_an_unknown_gate_rule_suggests_the_closest(log: Path, tmp_path: Path) ->
     pol.write_text('fail_rules = ["kl.spikes"]\n')
     res = run("gate", str(log), "--policy", str(pol), "-q")
     assert res.exit_code == 2 and "did you mean 'kl.spike'" in res.output, res.output
+
+
+@pytest.mark.parametrize("option", ["--config", "--meta"])
+def test_a_device_or_a_huge_file_is_refused_not_read_to_its_end(log: Path, tmp_path: Path, option: str) -> None:
+    """``/dev/zero`` as a config was read without end (6 GB in seconds); a small file's size is
+    bounded (a config over 8 MB is a wrong path)."""
+    res = run("scan", str(log), option, "/dev/zero", "-o", str(tmp_path / "out"), "-q")
+    assert res.exit_code == 3 and "/dev/zero" in res.output and "is a device, not a file" in res.output
+    big = tmp_path / "big"
+    with big.open("wb") as f:
+        f.truncate(9 * 2**20)  # a sparse 9 MB file: nothing written, all of it would be read
+    res = run("scan", str(log), option, str(big), "-o", str(tmp_path / "out"), "-q")
+    assert res.exit_code in (2, 3) and "is over 8 MB" in res.output and "right file" in res.output, res.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_policy_or_an_analysis_that_is_a_device_is_refused() -> None:
+    for args in (("gate", str(RLDK), "--policy", "/dev/zero"), ("report", "/dev/urandom")):
+        res = run(*args)
+        assert res.exit_code == 3 and "is a device, not a file" in res.output, (args, res.output)

@@ -370,10 +370,15 @@ def analysis_problem(data: Any) -> str | None:
     return ANALYSIS_SCHEMA.problem(data, "")
 
 
+#: Bytes a saved analysis.json may hold (a million-step run's is a few MB: it holds findings and
+#: summaries, never the rows).
+ANALYSIS_LIMIT = 256 * 2**20
+
+
 def load_analysis(path: Path) -> dict[str, Any]:
     """Read and check a saved ``analysis.json``: an :class:`InputError` (exit 3) naming the file
     and the first offending path when it cannot be read or does not match its schema."""
-    data = read_json(path, "analysis")
+    data = read_json(path, "analysis", ANALYSIS_LIMIT)
     problem = analysis_problem(data)
     if problem:
         raise InputError(f"this analysis.json is invalid: {problem}", path=str(path))
