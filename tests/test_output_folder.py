@@ -160,3 +160,74 @@ def test_a_report_written_again_links_the_plotly_copy_it_replaces(tmp_path: Path
     again = lib.stat()
     assert again.st_ino != first.st_ino and lib.read_bytes() == PLOTLY_SOURCE.read_bytes()
     assert again.st_mtime_ns == PLOTLY_SOURCE.stat().st_mtime_ns
+
+
+def _cli(*args: str):  # type: ignore[no-untyped-def]
+    from click.testing import CliRunner
+
+    from forensics.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
+
+def _rows(out: Path) -> int:
+    return int(json.loads((out / "analysis.json").read_text())["steps"]["rows"])
+
+
+def test_the_folder_keeps_every_folder_a_scan_did_not_make(tmp_path: Path) -> None:
+    """Folders named like an old version's temporary ones (``.forensics-mine``, holding the
+    scan's own input; ``.forensics-cache``) and folders in the store a scan did not make stay;
+    only generations go."""
+    out = tmp_path / "o"
+    mine = out / ".forensics-mine"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine")
+    log = _log(mine / "steps.jsonl", 200)
+    (out / ".forensics-cache").mkdir()
+    for _ in range(2):
+        assert _cli("scan", str(log), "-o", str(out), "-q").exit_code in (0, 1)
+    (out / STORE_DIR / "r-notmine").mkdir()
+    (out / STORE_DIR / "keep").mkdir()
+    assert _cli("scan", str(log), "-o", str(out), "-q").exit_code in (0, 1)
+    assert (mine / "notes.txt").read_text() == "mine" and log.is_file() and (out / ".forensics-cache").is_dir()
+    assert (out / STORE_DIR / "r-notmine").is_dir() and (out / STORE_DIR / "keep").is_dir()
+    gens = [p for p in (out / STORE_DIR).iterdir() if p.name.startswith("r-") and p.name != "r-notmine"]
+    assert len(gens) == 1 and _rows(out) == 200  # the one generation published; the old one went
+
+
+@pytest.mark.parametrize("target", ["..", ".", "../..", "/"])
+def test_a_current_link_out_of_the_store_is_never_followed(tmp_path: Path, target: str) -> None:
+    """``current`` pointing at the run folder (``..``) made the next scan delete the folder's log
+    and files; now it is a link to no generation, replaced by the commit."""
+    run = tmp_path / "run"
+    run.mkdir()
+    log = _log(run / "steps.jsonl", 200)
+    (run / "notes.md").write_text("keep")
+    assert _cli("scan", str(log), "-o", str(run), "-q").exit_code in (0, 1)
+    current = run / STORE_DIR / CURRENT
+    current.unlink()
+    current.symlink_to(target)
+    res = _cli("scan", str(log), "-o", str(run), "-q")
+    assert res.exit_code in (0, 1), res.output
+    assert log.is_file() and (run / "notes.md").read_text() == "keep" and (run / STORE_DIR).is_dir()
+    assert _rows(run) == 200
+
+
+def test_an_input_inside_the_store_is_refused(tmp_path: Path) -> None:
+    """An input in a generation folder, or a hard link of the lock, would be replaced or
+    truncated by the scan: exit 2, nothing touched."""
+    out = tmp_path / "o"
+    log = _log(tmp_path / "steps.jsonl", 200)
+    assert _cli("scan", str(log), "-o", str(out), "-q").exit_code in (0, 1)
+    inside = out / STORE_DIR / os.readlink(out / STORE_DIR / CURRENT) / "metrics.csv"
+    before = inside.read_bytes()
+    res = _cli("scan", str(inside), "-o", str(out), "-q")
+    assert res.exit_code == 2 and ("inside the report store" in res.output or "it is the input" in res.output)
+    assert inside.read_bytes() == before
+    lock = out / STORE_DIR / "lock"
+    linked = tmp_path / "also.jsonl"
+    lock.unlink()
+    os.link(log, lock)  # the input hard-linked as the store's lock
+    res = _cli("scan", str(linked if linked.exists() else log), "-o", str(out), "-q")
+    assert res.exit_code == 2 and "same file as" in res.output, res.output
+    assert log.read_text().count("\n") == 200

@@ -7,6 +7,7 @@ import csv
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -19,7 +20,7 @@ import orjson
 
 from ..analysis.result import Analysis
 from ..errors import UsageError
-from ..io.output import CURRENT, GENERATION_PREFIX, LOCK_FILE, STORE_DIR, Outputs
+from ..io.output import CURRENT, GENERATION_PREFIX, LOCK_FILE, STORE_DIR, Outputs, is_report_link
 from . import yaml_text
 from .jsonsafe import jsonable
 
@@ -301,8 +302,9 @@ MANIFEST_FILE = ".forensics-files.json"
 SCAN_FILES = ("analysis.json", "summary.json", "metrics.csv", "metrics.parquet", "findings.csv", "windows.csv",
               "recommendations.json", "recommendations.yaml", "report.html", "report.md", "plotly-basic.min.js",
               "plotly.min.js")  # the full library that earlier versions shared
-#: Temporary folders of scans from before the report store (killed mid-write): removed.
-_OLD_TEMP_PREFIX = ".forensics-"
+#: A generation folder's name, as :func:`_generation` makes it (``tempfile.mkdtemp``: the prefix
+#: and eight letters, digits or underscores): the only folders a scan ever removes.
+_GENERATION_NAME = re.compile(re.escape(GENERATION_PREFIX) + r"[a-z0-9_]{8}")
 _LINK_SUFFIX = ".forensics-link"
 #: How long a scan waits for another scan writing the same folder before it gives up (seconds).
 LOCK_WAIT = 600.0
@@ -359,17 +361,61 @@ def _locked(store: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+def _generation_in(store: Path, name: str | None) -> str | None:
+    """``name`` when it names a generation folder of ``store`` (a real folder, by the name a scan
+    gives one), else None: never ``..``, ``.``, a path, a link or a folder someone else made."""
+    if name is None or not _GENERATION_NAME.fullmatch(name):
+        return None
+    path = store / name
+    return name if path.is_dir() and not path.is_symlink() else None
+
+
+def _current(store: Path) -> str | None:
+    """The generation ``current`` links to; None when it is absent or leads anywhere else (a
+    ``current`` pointing outside the store is never followed, and nothing is removed through it)."""
+    try:
+        return _generation_in(store, os.readlink(store / CURRENT))
+    except (OSError, ValueError):
+        return None
+
+
 def _clean_stale(out_dir: Path, store: Path) -> None:
     """Remove what killed scans left (under the lock, every generation but the current one is
-    stale): generations in the store and temporary folders of older versions in ``out_dir``."""
-    current = os.readlink(store / CURRENT) if (store / CURRENT).is_symlink() else None
-    for folder, prefix in ((store, GENERATION_PREFIX), (out_dir, _OLD_TEMP_PREFIX)):
+    stale): generation folders in the store and the temporary links of a rename never made. Only
+    names a scan makes are removed; any other file or folder, in the store or beside it, stays."""
+    current = _current(store)
+    for folder in (store, out_dir):
         for p in folder.iterdir():
             if p.is_symlink():
                 if p.name.startswith(".") and p.name.endswith(_LINK_SUFFIX):  # a link not renamed into place
                     p.unlink(missing_ok=True)
-            elif p.name.startswith(prefix) and p.name != current and p.is_dir():
+            elif folder is store and p.name != current and _generation_in(store, p.name):
                 shutil.rmtree(p, ignore_errors=True)
+
+
+def _refuse_inputs_in(store: Path, inputs: list[Path]) -> None:
+    """A :class:`UsageError` when an input lives in the report store (a file of a generation, or
+    a hard link of one, or of the lock): the store's files are replaced and removed by scans."""
+    if not store.is_dir() or not inputs:
+        return
+    ids: dict[tuple[int, int], Path] = {}
+    for p in inputs:
+        try:
+            st = p.stat()
+        except (OSError, ValueError):
+            continue
+        ids[(st.st_dev, st.st_ino)] = p
+        with contextlib.suppress(OSError, ValueError):
+            if p.resolve().is_relative_to(store.resolve()):
+                raise UsageError(f"{p} is inside the report store {store}, which scans replace and clean; "
+                                 "copy it out of there first")
+    for root, _, files in os.walk(store):
+        for name in files:
+            with contextlib.suppress(OSError):
+                st = os.stat(os.path.join(root, name), follow_symlinks=False)
+                if (st.st_dev, st.st_ino) in ids:
+                    raise UsageError(f"{ids[(st.st_dev, st.st_ino)]} is the same file as {root}/{name} in the "
+                                     "report store, which scans replace and clean; copy it out first")
 
 
 def _store(out_dir: Path) -> Path:
@@ -434,6 +480,7 @@ def write_reports(analysis: Analysis, out_dir: Path | str, *, script: str = "inl
     outputs = outputs or Outputs()
     outputs.add(*(r.path for r in analysis.inputs))
     outputs.folder(out_dir)
+    _refuse_inputs_in(out_dir / STORE_DIR, [Path(r.path) for r in analysis.inputs if r.path])
     for name in REPORT_FILES:
         outputs.check(out_dir / name)
     store = _store(out_dir)
@@ -452,12 +499,12 @@ def _publish(analysis: Analysis, out_dir: Path, store: Path,
              outputs: Outputs) -> dict[str, Path]:
     """Write a generation, link its names, switch ``current`` to it (the commit), then tidy."""
     previous = _owned(out_dir)
-    old = os.readlink(store / CURRENT) if (store / CURRENT).is_symlink() else None
+    old = _current(store)
     if old is None and previous:
         old = _adopt(out_dir, store, previous, outputs)
     gen = _generation(store)
     try:
-        earlier = store / old if old and "/" not in old else None  # the generation replaced
+        earlier = store / old if old else None  # the generation replaced
         written = _write_files(analysis, gen, *how, _InGeneration(outputs), earlier)
         names = sorted(p.name for p in gen.iterdir() if p.is_file())
         (gen / MANIFEST_FILE).write_text(json.dumps({"written_by": "forensics scan", "files": names}, indent=1)
@@ -471,7 +518,7 @@ def _publish(analysis: Analysis, out_dir: Path, store: Path,
         raise
     for name in sorted(previous - set(names) - {MANIFEST_FILE}):
         _remove_owned(out_dir / name, outputs)
-    if old and old != gen.name and "/" not in old:
+    if old and old != gen.name:
         shutil.rmtree(store / old, ignore_errors=True)
     return written
 
@@ -508,12 +555,14 @@ def _adopt(out_dir: Path, store: Path, owned: set[str], outputs: Outputs) -> str
 
 
 def _remove_owned(target: Path, outputs: Outputs) -> None:
-    """Remove a file (or link) an earlier scan wrote and this one did not; never an input."""
+    """Remove a file (or link) an earlier scan wrote and this one did not: a link into the store,
+    or (a folder from before the store) a file of a name a scan writes; never an input, never a
+    file of another name (a manifest can be edited)."""
     try:
         outputs.check(target)
     except UsageError:
         return  # never remove an input (or anything but a regular file)
-    if target.is_symlink() or target.is_file():
+    if is_report_link(target) or (target.name in SCAN_FILES and target.is_file() and not target.is_symlink()):
         target.unlink(missing_ok=True)
 
 
