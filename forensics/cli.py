@@ -384,6 +384,7 @@ def scan(path: Path, out_dir: Path, top: int, metrics_fmt: str, quiet: bool, ver
     opts["fmt"] = _resolve_format(opts.get("fmt"), old_fmt)
     outputs = _inputs(None if path.is_dir() else path, opts.get("samples"), opts.get("meta"),
                       opts.get("config_path"))
+    outputs.reports = True  # a scan writes (and replaces) a report's own names
     for name in REPORT_FILES:  # refuse before a long scan; checked again with the files it read
         outputs.check(out_dir / name)
     analysis = run_scan(path, opts, show_progress=not quiet)
@@ -577,6 +578,7 @@ def report(analysis_path: Path, out_dir: Path | None, out_fmt: str, plotly_js: s
             "then `forensics report DIR` renders them again")
     file = analysis_path / "analysis.json" if analysis_path.is_dir() else analysis_path
     outputs = _inputs(file, file.parent / "metrics.csv")
+    outputs.reports = True  # renders a report's pages again, in its folder by default
     data = load_analysis(file)
     if not data.get("plots"):  # an analysis saved without plot series: use metrics.csv beside it
         from .analysis.diagnosis.series import plots_from_frame

@@ -231,3 +231,23 @@ def test_an_input_inside_the_store_is_refused(tmp_path: Path) -> None:
     res = _cli("scan", str(linked if linked.exists() else log), "-o", str(out), "-q")
     assert res.exit_code == 2 and "same file as" in res.output, res.output
     assert log.read_text().count("\n") == 200
+
+
+def test_other_commands_never_write_through_a_reports_links(tmp_path: Path) -> None:
+    """``convert``, ``gate -o``, ``rules -o`` and ``watch --jsonl`` wrote (or appended) through the
+    links of a published report; refused now (exit 2), the report untouched. ``report`` renders
+    its pages again in place."""
+    out = tmp_path / "o"
+    log = _log(tmp_path / "steps.jsonl", 200)
+    assert _cli("scan", str(log), "-o", str(out), "-q").exit_code in (0, 1)
+    snapshot = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    for args in (("convert", str(log), "-o", str(out / "metrics.csv")),
+                 ("gate", str(log), "-o", str(out / "findings.csv")),
+                 ("rules", "-o", str(out / "report.md")),
+                 ("watch", str(log), "--once", "-q", "--jsonl", str(out / "summary.json"))):
+        res = _cli(*args)
+        assert res.exit_code == 2 and "a file of the report in" in res.output, (args, res.output)
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == snapshot
+    res = _cli("report", str(out), "-q")
+    assert res.exit_code == 0, res.output
+    assert (out / "report.html").is_file() and _rows(out) == 200

@@ -72,7 +72,7 @@ def _prepare(out: Path, paths: list[Path | str], runs: list[Run]) -> Outputs:
     """Check the output folder against the inputs and the runs' names, and make it (before any
     scan); the fleet's writer."""
     _check_output(out, paths, runs)
-    outputs = Outputs([r.path for r in runs if Path(r.path).is_file()])
+    outputs = Outputs([r.path for r in runs if Path(r.path).is_file()], reports=True)  # runs' reports
     for name in (FLEET_CSV, FLEET_JSON, FLEET_HTML):
         outputs.check(out / name)
     clash = sorted({r.name.split("/")[0] for r in runs} & {FLEET_CSV, FLEET_JSON, FLEET_HTML, PLOTLY_FILE})

@@ -7,6 +7,8 @@ Every command that writes files (``scan``, ``report``, ``gate --output``, ``conv
   device and inode are compared) is refused, as is one that would replace a file inside an input
   folder (a TensorBoard folder, Parquet part files): a :class:`~forensics.errors.UsageError`
   (exit 2) before anything is written;
+* a file of a published report (a scan's link into its store) is written only by the commands
+  that write reports (``reports=True``: ``scan``, ``report``);
 * only regular files are replaced: a symbolic link, a FIFO, a device, a socket or a folder at an
   output path is refused (``-o /dev/full`` leaves the device alone);
 * a file is written to a temporary file in the same folder and renamed over the old one at the
@@ -78,7 +80,11 @@ class Outputs:
         skipped). More can be added with :meth:`add` once known (the files a scan read).
     """
 
-    def __init__(self, inputs: Iterable[Path | str | None] = ()) -> None:
+    def __init__(self, inputs: Iterable[Path | str | None] = (), *, reports: bool = False) -> None:
+        #: whether this writer writes a report's own files (``scan``, ``report``): only then may a
+        #: name a scan linked into its store (``analysis.json`` -> ``.forensics/current/...``) be
+        #: written through; any other command's output there is refused
+        self.reports = reports
         self._files: dict[tuple[int, int], str] = {}
         self._folders: list[tuple[Path, str]] = []
         self.add(*inputs)
@@ -111,6 +117,10 @@ class Outputs:
         except OSError as exc:
             raise UsageError(f"cannot write {path}: {_reason(exc)}") from None
         if stat.S_ISLNK(lst.st_mode) and is_report_link(path):
+            if not self.reports:
+                raise UsageError(f"refusing to write {path}: it is a file of the report in {path.parent} "
+                                 "(a link into its store, which only `forensics scan` and `forensics report` "
+                                 "write); choose another output path")
             try:  # a scan's own link: what it points to is what would be replaced
                 lst = path.stat()
             except OSError:

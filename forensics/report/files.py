@@ -478,6 +478,7 @@ def write_reports(analysis: Analysis, out_dir: Path | str, *, script: str = "inl
     out_dir = Path(out_dir)
     tables = metrics_formats(analysis.steps.get("rows") or 0, metrics)
     outputs = outputs or Outputs()
+    outputs.reports = True  # this is the writer of the report's own names
     outputs.add(*(r.path for r in analysis.inputs))
     outputs.folder(out_dir)
     _refuse_inputs_in(out_dir / STORE_DIR, [Path(r.path) for r in analysis.inputs if r.path])
