@@ -113,14 +113,27 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             echo("Interrupted.", err=True)
             ctx.exit(EXIT_INTERRUPTED)
+        except OSError as exc:
+            if exc.filename is None:  # not about a path the user named: a bug
+                _internal(exc)
+                ctx.exit(EXIT_INTERNAL)
+            # a path the system refused (a name too long, a folder that cannot be searched)
+            echo(f"Error: {show_value(str(exc.filename), 240)}: cannot use this path: "
+                 f"{exc.strerror or type(exc).__name__}", err=True)
+            ctx.exit(InputError.exit_code)
         except Exception as exc:
-            if os.environ.get("FORENSICS_DEBUG"):
-                traceback.print_exc()
-            echo(f"Error: internal error (a bug in forensics, not in your input): {type(exc).__name__}: "
-                 f"{show_value(str(exc), 300)}. Please file a bug report with the version (forensics "
-                 f"{__version__}, Python {sys.version.split()[0]}), the command you ran and the traceback "
-                 "that FORENSICS_DEBUG=1 prints.", err=True)
+            _internal(exc)
             ctx.exit(EXIT_INTERNAL)
+
+
+def _internal(exc: BaseException) -> None:
+    """Say that ``exc`` is a bug in forensics (exit 4), with what a bug report needs."""
+    if os.environ.get("FORENSICS_DEBUG"):
+        traceback.print_exc()
+    echo(f"Error: internal error (a bug in forensics, not in your input): {type(exc).__name__}: "
+         f"{show_value(str(exc), 300)}. Please file a bug report with the version (forensics "
+         f"{__version__}, Python {sys.version.split()[0]}), the command you ran and the traceback "
+         "that FORENSICS_DEBUG=1 prints.", err=True)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

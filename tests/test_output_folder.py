@@ -251,3 +251,14 @@ def test_other_commands_never_write_through_a_reports_links(tmp_path: Path) -> N
     res = _cli("report", str(out), "-q")
     assert res.exit_code == 0, res.output
     assert (out / "report.html").is_file() and _rows(out) == 200
+
+
+@pytest.mark.parametrize("command", [("scan", "{p}.jsonl"), ("gate", "{p}.jsonl"), ("report", "{p}"),
+                                     ("convert", "{p}.jsonl", "-o", "x.csv"), ("watch", "{p}.jsonl", "--once"),
+                                     ("diff", "{p}", "{p}")])
+def test_a_path_the_system_refuses_is_an_input_error_naming_it(command: tuple[str, ...]) -> None:
+    """A 300-character file name (ENAMETOOLONG) was an internal error (exit 4) in every command."""
+    long = "a" * 300
+    res = _cli(*(c.format(p=long) for c in command))
+    assert res.exit_code == 3 and "cannot use this path: File name too long" in res.output, res.output
+    assert "internal error" not in res.output
