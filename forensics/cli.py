@@ -744,7 +744,8 @@ def fleet(paths: tuple[Path, ...], out_dir: Path, engine: str, address: str | No
     TensorBoard or W&B folder), or a log file of a known format in any other folder; a W&B chart
     export that holds several runs is a row per run. A run that cannot be read is a row with its
     error. The options read every run as scan reads one. Exit 0, or with --policy the gate's
-    verdict over the fleet: 1 if any run fails it (or cannot be read).
+    verdict over the fleet: 1 if any run fails it (or cannot be read); 3 when not one run could be
+    read (the table is written, with each run's error).
     """
     from .fleet import find_runs, run_fleet, sort_rows
     from .progress import FleetProgress
@@ -779,6 +780,10 @@ def fleet(paths: tuple[Path, ...], out_dir: Path, engine: str, address: str | No
                    if r["first_domino_rule"] else ""))
             echo(f"  {r['run']}: {what}" + (f" [gate {r['gate']}]" if r["gate"] else ""))
         echo("wrote " + ", ".join(str(p) for p in result.paths.values()))
+    if result.rows and result.unreadable == len(result.rows):
+        first = next(r for r in result.rows if r.get("error"))
+        raise InputError(f"not one of the {len(result.rows)} run(s) could be read (the first: {first['error']}); "
+                         f"each run's error is in {out_dir}")
     if result.gate_failed:
         click.get_current_context().exit(EXIT_GATE_FAILED)
 

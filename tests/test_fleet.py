@@ -133,6 +133,10 @@ def test_unreadable_runs_are_rows_not_crashes_and_the_gate_decides_the_exit(tmp_
     gates = {r["run"]: r["gate"] for r in json.loads((tmp_path / "gated" / "fleet.json").read_text())["runs"]}
     assert gates == {"broken": "error", "lr<b>high&": "failed", "seed0": "passed"}
     assert res.output == ""  # -q: nothing on success (the exit code tells the gate's verdict)
+    # not one run readable: the fleet judged nothing (exit 3), its table still written
+    res = CliRunner().invoke(main, ["fleet", str(root / "sweep" / "broken"), "-o", str(tmp_path / "none"), "-q"])
+    assert res.exit_code == 3 and "not one of the 1 run(s) could be read" in res.output, res.output
+    assert (tmp_path / "none" / "fleet.json").is_file()
     res = CliRunner().invoke(main, ["fleet", str(root / "sweep" / "seed0"), "-o", str(tmp_path / "ok"),
                                     "--policy", "examples/gate-policy.toml", "--reports", "none"])
     assert res.exit_code == 0, res.output
