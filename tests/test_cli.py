@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from forensics.cli import main
@@ -55,6 +56,19 @@ def test_strict_malformed_exits_3_with_line(tmp_path: Path) -> None:
     res = run("scan", str(p), "-o", str(tmp_path / "o"))
     assert res.exit_code == 0
     assert "1 skipped" in res.output and ":5: invalid JSON" in res.output
+
+
+@pytest.mark.parametrize(("line", "reason"), [('{"step": 4, "kl": nan}', "invalid JSON"),
+                                              ('{"step": 4, "kl": "\\ud800"}', "a lone surrogate \\ud800")])
+def test_strict_reads_json_only(tmp_path: Path, line: str, reason: str) -> None:
+    """A bare nan (Python's print) and a lone surrogate passed --strict; read leniently without."""
+    p = write_jsonl(tmp_path / "s.jsonl", healthy_rows(30))
+    text = p.read_text().splitlines()
+    text[4] = line
+    p.write_text("\n".join(text) + "\n")
+    res = run("scan", str(p), "--strict", "-o", str(tmp_path / "o"))
+    assert res.exit_code == 3 and ":5:" in res.output and reason in res.output, res.output
+    assert run("scan", str(p), "-o", str(tmp_path / "o"), "-q").exit_code in (0, 1)
 
 
 def test_usage_errors_exit_2(tmp_path: Path) -> None:

@@ -169,7 +169,7 @@ def _spelled(m: re.Match[bytes]) -> bytes:
                          (b"-Infinity" if m.group(2) == b"-" else b"Infinity"))
 
 
-def parse_json_value(raw: bytes | str) -> tuple[Any, str]:
+def parse_json_value(raw: bytes | str, *, strict: bool = False) -> tuple[Any, str]:
     """Parse one JSON text; ``(value, "")`` or ``(None, reason)``.
 
     orjson first (fast); Python's json for what it rejects, since trainers write the ``NaN``,
@@ -182,6 +182,12 @@ def parse_json_value(raw: bytes | str) -> tuple[Any, str]:
     (-9223372036854775809, '')
     >>> parse_json_value('{"a": nan, "b": -inf, "c": [inf,NAN], "d": "nan"}')
     ({'a': nan, 'b': -inf, 'c': [inf, nan], 'd': 'nan'}, '')
+
+    ``strict`` (``--strict``) reads JSON only: a bare ``nan`` (Python's print, not JSON) and a
+    string holding half of a UTF-16 surrogate pair (no character) are reasons.
+
+    >>> parse_json_value('{"a": nan}', strict=True)[1], parse_json_value('"\\\\ud800"', strict=True)[1]
+    ('invalid JSON: Expecting value (column 7)', 'invalid JSON: a lone surrogate \\\\ud800 (half of a character)')
     """
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     if len(data) > MAX_LINE_BYTES:
@@ -194,9 +200,12 @@ def parse_json_value(raw: bytes | str) -> tuple[Any, str]:
         except orjson.JSONDecodeError:
             pass
     try:  # Python's json accepts NaN, Infinity and -Infinity, as trainers write them
-        return json.loads(data), ""
+        value = json.loads(data)
+        if strict and (lone := _LONE_SURROGATE.search(data)) is not None and _has_surrogate(value):
+            return None, f"invalid JSON: a lone surrogate {lone.group().decode()} (half of a character)"
+        return value, ""
     except json.JSONDecodeError as exc:
-        if _BARE.search(data) is not None:  # nan, inf as Python prints them (f-strings, str(dict))
+        if not strict and _BARE.search(data) is not None:  # nan, inf as Python prints them (f-strings, str(dict))
             value, why = parse_json_value(_BARE.sub(_spelled, data))
             if not why:
                 return value, ""
@@ -209,7 +218,20 @@ def parse_json_value(raw: bytes | str) -> tuple[Any, str]:
         return None, f"nested deeper than {MAX_DEPTH} levels"
 
 
-def parse_json_object(raw: bytes | str) -> tuple[dict[str, Any] | None, str]:
+#: A ``\\uD800``-``\\uDFFF`` escape: half of a UTF-16 pair, a character only with its other half.
+_LONE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _has_surrogate(value: Any) -> bool:
+    """Whether a parsed JSON value holds a string with a lone surrogate (it cannot be UTF-8)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return False
+    except UnicodeEncodeError:
+        return True
+
+
+def parse_json_object(raw: bytes | str, *, strict: bool = False) -> tuple[dict[str, Any] | None, str]:
     """Parse one JSON line into an object; return ``(object, "")`` or ``(None, reason)``
     (see :func:`parse_json_value`; an object of more than ``MAX_ROW_KEYS`` keys is a reason too).
 
@@ -218,7 +240,7 @@ def parse_json_object(raw: bytes | str) -> tuple[dict[str, Any] | None, str]:
     >>> parse_json_object('[1]')[1], parse_json_object('{"a": ' + '9' * 5000 + '}')[1]
     ('expected a JSON object, got list', 'a number longer than 4300 digits')
     """
-    obj, reason = parse_json_value(raw)
+    obj, reason = parse_json_value(raw, strict=strict)
     if reason:
         return None, reason
     if not isinstance(obj, dict):
@@ -821,7 +843,7 @@ class JsonlSource:
             stripped = part.strip()
             if not stripped:
                 continue
-            obj, reason = parse_json_object(stripped)
+            obj, reason = parse_json_object(stripped, strict=self.strict)
             if obj is None:
                 truncated = final and i == last and not body.endswith(b"\n")
                 if truncated:
