@@ -72,7 +72,7 @@ entropy.collapse                        length.*                                
 from __future__ import annotations
 
 import fnmatch
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from typing import TYPE_CHECKING, Any
 
 from ...records import record
@@ -185,25 +185,37 @@ def build_timeline(findings: list[dict[str, Any]], step_span: int = 0) -> dict[s
         events.append(ev)
     floor = int(LAG_FRACTION * max(step_span, 0))
     links: list[dict[str, Any]] = []
-    effects = [e for e in events if _SEV_RANK.get(e["severity"], 0) >= 1]
-    onsets = [e["onset_step"] for e in events]  # sorted: only events within the longest lag can cause
-    reach = max([floor, *(r.max_lag for r in CAUSAL_RULES)])
-    for e in effects:
-        nearest: dict[str, dict[str, Any]] = {}  # per cause rule, the latest cause before e
-        lo, hi = bisect_left(onsets, e["onset_step"] - reach), bisect_right(onsets, e["onset_step"])
-        for c in events[lo:hi]:
-            if c is e or c["rule"] == e["rule"]:
+    # which rows of the table each rule id can be a cause and an effect in: matched once per id
+    # (never per pair of events: a thousand user rules that fire once each stay linear)
+    by_rule: dict[str, list[dict[str, Any]]] = {}  # rule id -> its events, in order
+    for ev in events:
+        by_rule.setdefault(ev["rule"], []).append(ev)
+    as_cause = {rid: {k for k, r in enumerate(CAUSAL_RULES) if any(fnmatch.fnmatchcase(rid, p) for p in r.causes)}
+                for rid in by_rule}
+    as_effect = {rid: {k for k, r in enumerate(CAUSAL_RULES) if any(fnmatch.fnmatchcase(rid, p) for p in r.effects)}
+                 for rid in by_rule}
+    causes_of: dict[int, list[str]] = {}  # table row -> the rule ids that are causes in it
+    for rid, rows in as_cause.items():
+        for k in rows:
+            causes_of.setdefault(k, []).append(rid)
+    onsets = {rid: [ev["onset_step"] for ev in evs] for rid, evs in by_rule.items()}  # sorted
+    for e in events:
+        if _SEV_RANK.get(e["severity"], 0) < 1 or not as_effect[e["rule"]]:
+            continue
+        candidates = dict.fromkeys(rid for k in sorted(as_effect[e["rule"]]) for rid in causes_of.get(k, ()))
+        for rid in candidates:
+            if rid == e["rule"]:
                 continue
+            j = bisect_right(onsets[rid], e["onset_step"]) - 1  # the latest cause of this rule before e
+            if j < 0:
+                continue
+            c = by_rule[rid][j]
             lag = e["onset_step"] - c["onset_step"]
-            if lag < 0:
-                continue
-            for rule in CAUSAL_RULES:
-                if rule.matches(c["rule"], e["rule"]) and lag <= max(rule.max_lag, floor):
-                    if c["rule"] not in nearest or lag <= nearest[c["rule"]]["lag"]:
-                        nearest[c["rule"]] = {"cause": c["id"], "effect": e["id"], "cause_rule": c["rule"],
-                                              "effect_rule": e["rule"], "lag": lag, "why": rule.why}
-                    break
-        links.extend(nearest.values())
+            rows = as_cause[rid] & as_effect[e["rule"]]
+            rule = next((CAUSAL_RULES[k] for k in sorted(rows) if lag <= max(CAUSAL_RULES[k].max_lag, floor)), None)
+            if rule is not None:
+                links.append({"cause": c["id"], "effect": e["id"], "cause_rule": rid, "effect_rule": e["rule"],
+                              "lag": lag, "why": rule.why})
     order = {ev["id"]: i for i, ev in enumerate(events)}
     links.sort(key=lambda lk: (order[lk["cause"]], order[lk["effect"]]))
     return {"events": events, "links": links, "first_domino": _first_domino(events, links),
