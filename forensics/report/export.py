@@ -24,6 +24,7 @@ is not needed to write them; the tests read them back with it).
 
 from __future__ import annotations
 
+import heapq
 import math
 import os
 import re
@@ -112,8 +113,28 @@ def episode_series(d: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
         for first, last, _ in eps:
             at.update(_episode_steps(first, last))
             at.update(s for s in (first - 1, last + 1) if lo <= s <= hi)
-        out[f"forensics/episodes/{rule}"] = [
-            (s, max((v for first, last, v in eps if first <= s <= last), default=0.0)) for s in sorted(at)]
+        out[f"forensics/episodes/{rule}"] = _highest_covering(sorted(at), eps)
+    return out
+
+
+def _highest_covering(points: list[int], eps: list[tuple[int, int, float]]) -> list[tuple[int, float]]:
+    """``(step, value)`` at each of the sorted ``points``: the highest value of the episodes
+    ``(first, last, value)`` covering the step (0 where none does). One sweep with a heap of the
+    open episodes (a finding of 20,000 episodes: linear, not points times episodes).
+
+    >>> _highest_covering([1, 2, 3, 4], [(1, 3, 1.0), (2, 2, 3.0)])
+    [(1, 1.0), (2, 3.0), (3, 1.0), (4, 0.0)]
+    """
+    opening = sorted(eps)
+    open_: list[tuple[float, int]] = []  # (-value, last): the highest on top; closed ones dropped lazily
+    i, out = 0, []
+    for s in points:
+        while i < len(opening) and opening[i][0] <= s:
+            heapq.heappush(open_, (-opening[i][2], opening[i][1]))
+            i += 1
+        while open_ and open_[0][1] < s:
+            heapq.heappop(open_)
+        out.append((s, -open_[0][0] if open_ else 0.0))
     return out
 
 
