@@ -64,6 +64,11 @@ _RULE: dict[str, Allowed] = {
     "message": Allowed(str), "remedy": Allowed(str), "and": Allowed(dict),
 }
 #: What each kind needs besides metric and kind.
+#: Cells (rows x window) a spike condition holds at once: about 32 MB a copy, whatever the window
+#: (4,096 windows of 100,000 rows held 3.3 GB a copy).
+_SPIKE_CELLS = 2**22
+
+
 _NEEDS = {"above": ("threshold",), "below": ("threshold",), "spike": (), "drop": ("percent",),
           "rise": ("percent",), "flat": ("percent",)}
 
@@ -114,8 +119,9 @@ class Condition:
     def _spike(self, full: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
         n = len(full) - start
         z = np.full(n, np.nan)
-        for lo in range(0, n, 4096):  # a chunk of windows at a time: memory rows x window
-            rows = np.arange(start + lo, min(start + lo + 4096, len(full)))
+        chunk = max(1, _SPIKE_CELLS // self.window)  # windows at a time: memory chunk x window, bounded
+        for lo in range(0, n, chunk):
+            rows = np.arange(start + lo, min(start + lo + chunk, len(full)))
             rows = rows[rows >= self.window]
             if not len(rows):
                 continue
