@@ -240,3 +240,19 @@ def test_scan_of_a_csv_reports_what_it_read(tmp_path: Path) -> None:
     a = scan_path(p)
     r = a.inputs[0]
     assert a.steps["rows"] == 50 and r.rows_read == 51 and r.issues[0].line == 52
+
+
+def test_a_listing_of_label_value_lines_is_not_a_table(tmp_path: Path) -> None:
+    """``/proc/self/status`` (``Name:<tab>forensics``, ``VmPeak:<tab>  1368456 kB`` ...) was read
+    as a two-column TSV; a listing whose lines open with ``label:`` is no table of steps. A real
+    table whose first column is a time of day still is one."""
+    from forensics.errors import FormatError
+
+    listing = tmp_path / "status"
+    listing.write_text("Name:\tpython\nUmask:\t0022\nState:\tR (running)\nTgid:\t4242\nPid:\t4242\n"
+                       "VmPeak:\t 1368456 kB\nThreads:\t3\n")
+    with pytest.raises(FormatError):
+        detect_format(listing)
+    table = tmp_path / "t.tsv"
+    table.write_text("time\tstep\tkl\n12:30\t1\t0.01\n12:31\t2\t0.02\n")
+    assert detect_format(table) == "csv"

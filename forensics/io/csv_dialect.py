@@ -150,6 +150,17 @@ def _is_header(cells: list[str]) -> bool:
         not any(ord(ch) < 32 and ch not in "\t\r\n" for n in names for ch in n)
 
 
+def _labelled(cell: str) -> bool:
+    """Whether a cell is a ``label:`` (a name ending in a colon): the first cell of every line of
+    a ``key: value`` listing, never a column name or a step.
+
+    >>> _labelled("VmPeak:"), _labelled("step"), _labelled("12:30")
+    (True, False, False)
+    """
+    name = cell.strip()
+    return len(name) > 1 and name.endswith(":") and ":" not in name[:-1] and not name[0].isdigit()
+
+
 def _first_row(text: str, delim: str, header_end: int, ends: list[int]) -> tuple[list[str], bool] | None:
     """The first record after the header with a cell that is not blank, and whether it is whole
     in the head (the head may end inside it); ``None`` when the head holds none."""
@@ -218,6 +229,8 @@ def _try(text: str, encoding: str, delim: str, start: int, line: int, need_row: 
     found = _first_row(text, delim, ends[0], ends[1:])
     if need_row and (found is None or not _fits(header, *found)):
         return None
+    if found is not None and _labelled(header[0]) and _labelled(found[0][0]):
+        return None  # "Name:<tab>value" lines (/proc/self/status, a settings dump): a listing, not a table
     header_bytes = len(header_text.encode(encoding)) + 1
     return Dialect(delim, encoding, header, line, start + header_bytes, line + header_text.count("\n") + 1)
 
