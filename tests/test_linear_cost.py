@@ -280,56 +280,58 @@ def test_plots_streamed_in_any_cut_pick_the_envelopes_points(seed: int) -> None:
     assert got["kl"]["y"] == [float(f"{q:.6g}") for q in y.tolist()]
 
 
-def _calls_in_timeline(n: int) -> int:
-    """Python-level calls :func:`build_timeline` makes for ``n`` findings of ``n`` user rules,
-    each firing once, all within the causal window of one another."""
-    from forensics.analysis.diagnosis.timeline import build_timeline
+def _work(fn: Any, *args: Any, lines: bool = False) -> int:
+    """Work ``fn(*args)`` does: Python and C calls (``sys.setprofile``), or, with ``lines``, the
+    lines executed (``sys.settrace``: a generator's steps are lines, not calls)."""
+    count = 0
 
-    findings = [{"rule": f"custom.rule_{i}", "severity": "warning", "onset_step": i, "first_step": i,
-                 "last_step": i + 3, "message": ""} for i in range(n)]
-    calls = 0
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        nonlocal count
+        count += event in ("call", "c_call")
 
-    def count(frame: Any, event: str, arg: Any) -> None:
-        nonlocal calls
-        calls += event in ("call", "c_call")
+    def trace(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal count
+        count += event == "line"
+        return trace
 
-    sys.setprofile(count)
+    if lines:
+        sys.settrace(trace)
+    else:
+        sys.setprofile(profile)
     try:
-        build_timeline(findings, step_span=n)
+        fn(*args)
     finally:
+        sys.settrace(None)
         sys.setprofile(None)
-    return calls
+    return count
+
+
+def _assert_linear(work: Any, n: int) -> None:
+    """``work(k)`` at ``n``, ``2n`` and ``10n`` grows as linear work does (see the module doc)."""
+    w1, w2, w10 = (work(k * n) for k in (1, 2, 10))
+    assert (w10 - w1) / (w2 - w1) <= 9 * SLACK, (w1, w2, w10)
 
 
 def test_the_timeline_is_linear_in_the_findings() -> None:
     """A thousand user rules that fire once each took 42 s (every finding matched against every
     other, through the whole causal table); each rule id is matched once now."""
-    n = 200
-    w1, w2, w10 = (_calls_in_timeline(k * n) for k in (1, 2, 10))
-    assert (w10 - w1) / (w2 - w1) <= 9 * SLACK, (w1, w2, w10)
+    from forensics.analysis.diagnosis.timeline import build_timeline
+
+    def findings(n: int) -> list[dict[str, Any]]:  # n user rules firing once, within one causal window
+        return [{"rule": f"custom.rule_{i}", "severity": "warning", "onset_step": i, "first_step": i,
+                 "last_step": i + 3, "message": ""} for i in range(n)]
+
+    _assert_linear(lambda n: _work(build_timeline, findings(n), n), 200)
 
 
 def test_parsing_user_rules_is_linear_in_the_rules() -> None:
     """40,000 rules that never fire took 131 s: each id was compared with every earlier one."""
     from forensics.analysis.trackers.custom import parse_rules
 
-    def calls(n: int) -> int:
-        tables = [{"id": f"never_{i}", "metric": "kl", "kind": "above", "threshold": 1e9} for i in range(n)]
-        count = 0
+    def tables(n: int) -> list[dict[str, Any]]:
+        return [{"id": f"never_{i}", "metric": "kl", "kind": "above", "threshold": 1e9} for i in range(n)]
 
-        def hook(frame: Any, event: str, arg: Any) -> None:
-            nonlocal count
-            count += event in ("call", "c_call")
-
-        sys.setprofile(hook)
-        try:
-            parse_rules(tables)
-        finally:
-            sys.setprofile(None)
-        return count
-
-    w1, w2, w10 = (calls(k * 300) for k in (1, 2, 10))
-    assert (w10 - w1) / (w2 - w1) <= 9 * SLACK, (w1, w2, w10)
+    _assert_linear(lambda n: _work(parse_rules, tables(n)), 300)
 
 
 def test_the_episode_series_is_linear_in_the_episodes() -> None:
@@ -338,23 +340,9 @@ def test_the_episode_series_is_linear_in_the_episodes() -> None:
     lines, not calls)."""
     from forensics.report.export import episode_series
 
-    def lines(n: int) -> int:
-        d = {"steps": {"first": 0, "last": 10 * n}, "findings": [
+    def analysis(n: int) -> dict[str, Any]:
+        return {"steps": {"first": 0, "last": 10 * n}, "findings": [
             {"rule": "kl.spike", "severity": "warning", "first_step": 0, "last_step": 10 * n,
              "episodes": [{"first_step": 10 * i, "last_step": 10 * i + 3, "severity": "warning"} for i in range(n)]}]}
-        count = 0
 
-        def trace(frame: Any, event: str, arg: Any) -> Any:
-            nonlocal count
-            count += event == "line"
-            return trace
-
-        sys.settrace(trace)
-        try:
-            episode_series(d)
-        finally:
-            sys.settrace(None)
-        return count
-
-    w1, w2, w10 = (lines(k * 50) for k in (1, 2, 10))
-    assert (w10 - w1) / (w2 - w1) <= 9 * SLACK, (w1, w2, w10)
+    _assert_linear(lambda n: _work(episode_series, analysis(n), lines=True), 50)
