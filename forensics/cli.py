@@ -340,9 +340,10 @@ def run_scan(path: Path, opts: dict[str, Any], show_progress: bool = True):  # t
     return analysis
 
 
-def _inputs(*paths: Path | None) -> Outputs:
-    """Where this command may write: never over one of ``paths`` (see forensics.io.output)."""
-    return Outputs(paths)
+def _inputs(*paths: Path | None, reports: bool = False) -> Outputs:
+    """Where this command may write: never over one of ``paths`` (see forensics.io.output);
+    ``reports``: the command writes a report's own files (scan, report)."""
+    return Outputs(paths, reports=reports)
 
 
 def _write_text(path: Path, text: str, outputs: Outputs | None = None) -> None:
@@ -396,8 +397,7 @@ def scan(path: Path, out_dir: Path, top: int, metrics_fmt: str, quiet: bool, ver
 
     opts["fmt"] = _resolve_format(opts.get("fmt"), old_fmt)
     outputs = _inputs(None if path.is_dir() else path, opts.get("samples"), opts.get("meta"),
-                      opts.get("config_path"))
-    outputs.reports = True  # a scan writes (and replaces) a report's own names
+                      opts.get("config_path"), reports=True)
     for name in REPORT_FILES:  # refuse before a long scan; checked again with the files it read
         outputs.check(out_dir / name)
     analysis = run_scan(path, opts, show_progress=not quiet)
@@ -590,8 +590,7 @@ def report(analysis_path: Path, out_dir: Path | None, out_fmt: str, plotly_js: s
             f"log run `forensics scan {analysis_path} -o DIR` (it writes report.html and report.md), "
             "then `forensics report DIR` renders them again")
     file = analysis_path / "analysis.json" if analysis_path.is_dir() else analysis_path
-    outputs = _inputs(file, file.parent / "metrics.csv")
-    outputs.reports = True  # renders a report's pages again, in its folder by default
+    outputs = _inputs(file, file.parent / "metrics.csv", reports=True)  # renders its pages again, in place
     data = load_analysis(file)
     if not data.get("plots"):  # an analysis saved without plot series: use metrics.csv beside it
         from .analysis.diagnosis.series import plots_from_frame
