@@ -1,7 +1,8 @@
 """Canonical metric names, their meaning and units, and the aliases that map other names onto them.
 
-This module is the single owner of the vocabulary. Every reader and adapter renames source keys
-through :func:`resolve_columns`; every tracker asks for canonical names only. Columns that map to
+This module is the single owner of the vocabulary. Every entry point (scan, watch, the trainer
+callback) renames source keys through one resolver, :class:`~forensics.io.canonical.Canonicalizer`,
+which reads these tables; every tracker asks for canonical names only. Columns that map to
 nothing are carried through unchanged (they appear in the per-step CSV and are listed in the
 report as unmapped), never dropped.
 
@@ -39,7 +40,6 @@ __all__ = [
     "UserColumn",
     "alias_rank",
     "canonical_name",
-    "resolve_columns",
     "user_columns",
 ]
 
@@ -854,53 +854,3 @@ def alias_rank(key: str, alias: Alias | None) -> int:
     """Priority of ``key`` among the keys that map to one canonical name (lower wins): the
     canonical name itself (-1), then aliases in the order of :data:`ALIASES`."""
     return -1 if alias is None else _ALIAS_RANK.get(key, len(_ALIAS_RANK))
-
-
-def resolve_columns(keys: Iterable[str], previous: ColumnMapping | None = None,
-                    stream: str = STEP, user: dict[str, UserColumn] | None = None) -> ColumnMapping:
-    """Map source keys to canonical names.
-
-    The user's own map (``user``: ``[columns]``, ``--map``) comes first: its canonical names are
-    reserved for its keys. Then a canonical key present under its own name wins over aliases;
-    among aliases the one listed first in :data:`ALIASES` wins. ``previous`` keeps decisions
-    stable when keys appear late in a stream: a key mapped once stays mapped the same way.
-
-    >>> m = resolve_columns(["step", "grad_norm_policy", "completion_length",
-    ...                      "completions/mean_length", "foo"])
-    >>> m.mapping["grad_norm_policy"], m.mapping["completions/mean_length"], m.unmapped
-    ('grad_norm', 'response_length_mean', ['foo'])
-    >>> m.shadowed
-    ['completion_length']
-    >>> m = resolve_columns(["iteration", "gnorm", "grad_norm"],
-    ...                     user=user_columns({"iteration": "step", "gnorm": "grad_norm"}))
-    >>> m.mapping, m.shadowed
-    ({'iteration': 'step', 'gnorm': 'grad_norm'}, ['grad_norm'])
-    """
-    user = user or {}
-    result = ColumnMapping() if previous is None else ColumnMapping(
-        dict(previous.mapping), dict(previous.transforms), list(previous.unmapped),
-        list(previous.shadowed), dict(previous.notes), dict(previous.user))
-    taken = set(result.mapping.values()) | {c.canonical for c in user.values()}
-    known = set(result.mapping) | set(result.unmapped) | set(result.shadowed)
-    new = [k for k in keys if k not in known]
-    # the user's keys first, then direct canonical names, aliases in priority order, unknown keys
-    candidates: list[tuple[int, str, str, Alias | None]] = []
-    for key in new:
-        col = user.get(key)
-        if col is not None:
-            result.map_user(key, col)
-            continue
-        hit = canonical_name(key, stream)
-        if hit is None:
-            result.unmapped.append(key)
-            continue
-        canonical, alias = hit
-        candidates.append((alias_rank(key, alias), key, canonical, alias))
-    for _rank, key, canonical, alias in sorted(candidates, key=lambda c: (c[0], c[1])):
-        if canonical in taken:
-            result.shadowed.append(key)
-            continue
-        taken.add(canonical)
-        result.map_alias(key, canonical, alias)
-    return result
-

@@ -16,8 +16,10 @@ from forensics.analysis.engine import scan_path
 from forensics.analysis.result import Analysis
 from forensics.analysis.trackers import TRACKERS
 from forensics.cli import main
+from forensics.io.canonical import Canonicalizer
 from forensics.io.formats import detect_format, open_source
-from forensics.schema import canonical_name, resolve_columns
+from forensics.io.readers import ReadReport
+from forensics.schema import canonical_name
 
 from .conftest import FIXTURES, RLDK, VERL, healthy_rows, write_jsonl
 
@@ -333,7 +335,9 @@ def test_tensorboard_corrupt_and_truncated_records(tmp_path: Path) -> None:
     ("clip_ratio", "clip_frac", None),
 ])
 def test_alias_units(key: str, canonical: str, transform: str | None) -> None:
-    m = resolve_columns([key])
+    canon = Canonicalizer()
+    canon.rename({key: 1.0}, ReadReport("t"))
+    m = canon.mapping
     assert m.mapping[key] == canonical
     assert m.transforms.get(key) == transform
 

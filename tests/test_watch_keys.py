@@ -1,19 +1,24 @@
-"""``forensics watch`` resolves a log's keys as ``forensics scan`` does: one resolver (the
-:class:`~forensics.io.canonical.Canonicalizer`), the config's column maps included."""
+"""``forensics watch`` and the trainer callback resolve a log's keys as ``forensics scan`` does:
+one resolver (the :class:`~forensics.io.canonical.Canonicalizer`), the config's column maps
+included."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from forensics import schema
 from forensics.analysis.engine import scan_path
 from forensics.config import make_config
+from forensics.live.transformers import ForensicsCallback
 from forensics.live.watch import Watcher
+from forensics.schema import Alias
 
 from .conftest import healthy_rows
 
@@ -59,3 +64,48 @@ def test_watch_and_scan_map_the_same_odd_keys_to_the_same_names(tmp_path: Path, 
     assert [f.rule for f in watched.findings] == [f.rule for f in scanned.findings]
     np.testing.assert_array_equal(watched.metrics_frame(["grad_norm"])["grad_norm"],
                                   scanned.metrics_frame(["grad_norm"])["grad_norm"])
+
+
+def test_a_key_added_to_the_alias_table_is_read_by_scan_watch_and_the_callback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One resolver: an alias learnt once (here a new entry of the table) is read the same way by
+    ``scan``, ``watch`` and the trainer callback, shadowing included (``grad_norm``, logged from
+    step 150 on, comes after the new alias that already feeds ``grad_norm``)."""
+    alias = Alias("my_gnorm", "grad_norm", "test")
+    monkeypatch.setattr(schema, "ALIASES", (*schema.ALIASES, alias))
+    monkeypatch.setitem(schema._ALIAS_BY_SOURCE, alias.source, alias)
+    monkeypatch.setitem(schema._ALIAS_RANK, alias.source, len(schema._ALIAS_RANK))
+    rows = []
+    for r in healthy_rows(300, seed=7):
+        r["my_gnorm"] = r.pop("grad_norm")
+        if r["step"] >= 150:
+            r["grad_norm"] = 99.0
+        rows.append(r)
+    path = tmp_path / "steps.jsonl"
+    _write(path, rows)
+    scanned = scan_path(path)
+    w = Watcher(path, echo=lambda s: None)
+    w.poll(final=True)
+    watched = w.scan.finish()
+    args = SimpleNamespace(output_dir=str(tmp_path / "trainer"), report_to=[])
+    state = SimpleNamespace(global_step=0, is_world_process_zero=True)
+    cb = ForensicsCallback(check_every=50)
+    cb.on_train_begin(args, state, None)
+    for r in rows:
+        state.global_step = r["step"]
+        cb.on_log(args, state, None, logs={k: v for k, v in r.items() if k != "step"})
+    cb.on_train_end(args, state, None)
+    assert cb.scan is not None
+    live = cb.scan.finish()
+    written = scan_path(tmp_path / "trainer")  # the callback's own file, scanned afterwards
+
+    expected = scanned.mappings[str(path)]
+    assert expected.mapping["my_gnorm"] == "grad_norm" and expected.shadowed == ["grad_norm"]
+    assert watched.mappings[str(path)].to_dict() == expected.to_dict()
+    assert cb.canon.mapping.to_dict() == expected.to_dict()
+    first = json.loads((tmp_path / "trainer" / "forensics" / "steps.jsonl").read_text().splitlines()[-1])
+    assert first["grad_norm"] == rows[-1]["my_gnorm"] and first["shadowed/grad_norm"] == 99.0
+    for analysis in (watched, live, written):
+        np.testing.assert_array_equal(analysis.metrics_frame(["grad_norm"])["grad_norm"],
+                                      scanned.metrics_frame(["grad_norm"])["grad_norm"])
+        assert [f.rule for f in analysis.findings] == [f.rule for f in scanned.findings]

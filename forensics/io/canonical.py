@@ -265,13 +265,17 @@ class Canonicalizer:
 
     def _resolve(self, raw: RawBatch, report: ReadReport) -> None:
         new = [k for k in (*raw.numeric, *raw.text) if k not in self._stored]
-        if not new:
-            return
-        firsts = {k: self._first_row(raw, k) for k in new}
+        if new:
+            firsts = {k: self._first_row(raw, k) for k in new}
+            self._place(new, firsts, raw.lines, report)
+
+    def _place(self, new: list[str], firsts: dict[str, int], lines: np.ndarray, report: ReadReport) -> None:
+        """Decide where each new key goes: in the order its first value appears (``firsts``: the
+        row of ``lines``, or ``len(lines)`` when it has none), then by :meth:`_rank`."""
         m = self.mapping
         present = set(self._stored) | set(new)
         for key in sorted(new, key=lambda k: (firsts[k], *self._rank(k))):
-            line = int(raw.lines[firsts[key]]) if firsts[key] < len(raw) else 0
+            line = int(lines[firsts[key]]) if firsts[key] < len(lines) else 0
             user = self.columns.get(key)
             if user is not None and user.canonical in self._taken:  # the log's own key came first
                 self._shadow(key, user.canonical, f"the log's {self._taken[user.canonical]} already feeds "
@@ -323,6 +327,35 @@ class Canonicalizer:
         if hit is None:  # after every key that maps
             return (2**31, key)
         return (alias_rank(key, hit[1]), key)
+
+    def rename(self, row: dict[str, Any], report: ReadReport, line: int = 0) -> dict[str, Any]:
+        """One row as a live logger hands it over (a Trainer's ``logs``) under the names a scan gives
+        its keys, numbers in canonical units; values are otherwise kept as given.
+
+        The trainer callback writes its rows with it, so a key is resolved one way whether it is
+        read live, from the callback's file or from the trainer's own log: the first to appear
+        feeds a canonical name, a later key that also means it is carried through as shadowed.
+
+        >>> from forensics.io.readers import ReadReport
+        >>> canon, report = Canonicalizer(), ReadReport("live")
+        >>> canon.rename({"step": 1, "grad_norm_policy": 0.5, "policy/sqrt_kl": 0.5}, report)
+        {'step': 1, 'grad_norm': 0.5, 'kl_seq': 0.25}
+        >>> canon.rename({"step": 2, "grad_norm_policy": 0.4, "grad_norm": 9.0}, report)
+        {'step': 2, 'grad_norm': 0.4, 'shadowed/grad_norm': 9.0}
+        """
+        new = [k for k in row if k not in self._stored]
+        if new:  # one row: a key with no value comes after those with one, as in a batch
+            self._place(new, {k: int(row[k] is None) for k in new}, np.array([line], dtype=np.int64), report)
+        transforms = self.mapping.transforms
+        out: dict[str, Any] = {}
+        for key, value in row.items():
+            how = transforms.get(key)
+            if how is not None and not isinstance(value, bool):
+                number = parse_number(value) if isinstance(value, str) else value
+                if isinstance(number, (int, float)):
+                    value = float(TRANSFORMS[how](np.array([float(number)]))[0])
+            out[self._stored[key].name] = value
+        return out
 
     # -- values -------------------------------------------------------------------------------
     def _numeric(self, raw: RawBatch, key: str, report: ReadReport) -> tuple[np.ndarray, np.ndarray | None]:

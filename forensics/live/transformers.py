@@ -64,9 +64,9 @@ from ..analysis.engine import Scan
 from ..analysis.findings import Severity
 from ..config import Config, RunMeta
 from ..io.adapters.hf_trainer_state import classify
+from ..io.canonical import Canonicalizer
 from ..io.readers.arrow import rows_to_raw
 from ..io.readers.base import ReadReport
-from ..schema import TRANSFORMS, ColumnMapping, resolve_columns
 from .notify import Notifier
 from .trainer_outputs import CompletionTables, algorithm_of, tensorboard_dir
 from .watch import LiveFindings
@@ -233,7 +233,8 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
         self.notify = notify if isinstance(notify, Notifier) or notify is None else Notifier(
             notify, notify_format, run=self.meta.name or "",
             on_error=lambda text: self._say(logging.WARNING, f"forensics: {text}"))
-        self.mapping = ColumnMapping()
+        #: the keys' resolver, a scan's (the step is the Trainer's: a column map to it is not applied)
+        self.canon = Canonicalizer("step", {k: c for k, c in self.config.columns.items() if c.canonical != "step"})
         self.steps: JsonlWriter | None = None
         self.evals: JsonlWriter | None = None
         self.samples: JsonlWriter | None = None
@@ -481,16 +482,10 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
 
     # -- helpers --------------------------------------------------------------------------
     def _canonical(self, step: int, values: dict[str, Any]) -> dict[str, Any]:
-        self.mapping = resolve_columns([k for k in values if k != "step"], self.mapping,
-                                       user=self.config.columns)
-        row: dict[str, Any] = {"step": step}
-        for key, v in values.items():
-            if key == "step":
-                continue
-            if key in self.mapping.transforms and isinstance(v, (int, float)) and not isinstance(v, bool):
-                v = float(TRANSFORMS[self.mapping.transforms[key]](np.array([float(v)]))[0])
-            row[self.mapping.target(key)] = v
-        return row
+        """The logged row under the names a scan gives its keys (:meth:`Canonicalizer.rename`),
+        ``step`` the Trainer's ``global_step``."""
+        row = {"step": step, **{k: v for k, v in values.items() if k != "step"}}
+        return self.canon.rename(row, self.report or ReadReport("logs", format="trainer-callback"), self.rows + 1)
 
     @staticmethod
     def _meta_from_args(args: Any) -> RunMeta:
