@@ -300,6 +300,32 @@ ALIASES: tuple[Alias, ...] = tuple(
     # and loss/policy_avg are read under TRL's PPO names already
     + _aliases("open-instruct", [
         ("objective/kl_avg", "kl"),
+        # later grpo_fast.py logs the four estimators as kl0..kl3; kl0 is k1 (model_utils.estimate_kl)
+        ("objective/kl0_avg", "kl"),
+        ("loss/total_avg", "loss"),
+        # data_loader.py's step metrics: the batch's mean verifier score, response lengths in tokens
+        ("scores", "reward_mean"),
+        ("val/sequence_lengths", "response_length_mean"),
+        ("val/sequence_lengths_max", "response_length_max"),
+        ("val/advantages_mean", "advantage_mean"),
+        ("val/advantages_min", "advantage_min"),
+        ("val/advantages_max", "advantage_max"),
+    ])
+    # ROLL RLVR pipeline (roll/pipeline/base_worker.py, rlvr/actor_worker.py, utils/metrics/
+    # metrics_manager.py, the strategies' "<worker>/grad_norm"); critic/score/*, critic/rewards/mean,
+    # critic/advantages/*, actor/pg_loss, actor/kl_loss and actor/lr are veRL's names, read already.
+    # actor/approxkl is the k2 ("mse") estimate against the old policy; critic/entropy/mean the
+    # token-mean entropy of the old log-probabilities
+    + _aliases("roll", [
+        ("actor/approxkl", "approx_kl"),
+        ("actor/clipfrac", "clip_frac"),
+        ("actor/total_loss", "loss"),
+        ("actor_train/grad_norm", "grad_norm"),
+        ("critic/entropy/mean", "entropy"),
+        ("token/response_length/mean", "response_length_mean"),
+        ("token/response_length/max", "response_length_max"),
+        ("tokens/response_length/mean", "response_length_mean"),
+        ("tokens/response_length/max", "response_length_max"),
     ])
     # custom training loops (their consoles are read by forensics.io.adapters.kv_console, which
     # writes keys lower case with spaces as underscores): the spellings that mean one thing only
