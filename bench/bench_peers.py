@@ -23,7 +23,7 @@ are the faulty runs flagged, false alarms the healthy runs flagged, and runs a t
 are counted apart (never as found).
 
 Usage: ``python bench/bench_peers.py [--venv .venv-peers] [--sizes N ...] [--timeout S]
-[--mem-gb G] [--readme]`` (``--readme`` writes the table into README.md between its markers).
+[--mem-gb G] [--docs]`` (``--docs`` writes the table into docs/peers.md between its markers).
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "bench" / "data"
 TOOLS = ("forensics", "rldoctor", "rlwatch")
 PEER_PACKAGES = ("rldoctor", "rlwatch")
-README_BEGIN, README_END = "<!-- bench-peers:begin -->", "<!-- bench-peers:end -->"
+MARK_BEGIN, MARK_END = "<!-- bench-peers:begin -->", "<!-- bench-peers:end -->"
+#: The docs page that holds the table, relative to the checkout
+PAGE = Path("docs") / "peers.md"
 
 #: rlwatch's ``log_step`` fields and the log keys (first present wins) replayed into each.
 RLWATCH_KEYS = {
@@ -319,19 +321,19 @@ def render(versions: dict[str, str], sizes: list[str], corpora: list[str], notes
                    "read are counted apart. The real logs are the corpus forensics' thresholds were "
                    "calibrated on (../shared/real-logs/calibration): its figures there are not out of "
                    "sample; the TRL corpus is written by TRL itself (fixtures/trl):")
-    parts = [README_BEGIN, head, "", *sizes, "", corpus_head, "",
+    parts = [MARK_BEGIN, head, "", *sizes, "", corpus_head, "",
              "| corpus | tool | faults found | false alarms | cannot read |", "| --- | --- | --- | --- | --- |",
-             *corpora, *([""] + [f"- {n}" for n in notes] if notes else []), README_END]
+             *corpora, *([""] + [f"- {n}" for n in notes] if notes else []), MARK_END]
     return "\n".join(parts)
 
 
-def write_readme(table: str) -> None:
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    start, end = text.find(README_BEGIN), text.find(README_END)
+def write_page(table: str) -> None:
+    page = ROOT / PAGE
+    text = page.read_text()
+    start, end = text.find(MARK_BEGIN), text.find(MARK_END)
     if start < 0 or end < 0:
-        raise SystemExit(f"README.md has no {README_BEGIN} ... {README_END} markers")
-    readme.write_text(text[:start] + table + text[end + len(README_END):])
+        raise SystemExit(f"{PAGE} has no {MARK_BEGIN} ... {MARK_END} markers")
+    page.write_text(text[:start] + table + text[end + len(MARK_END):])
 
 
 def main() -> None:
@@ -341,7 +343,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds before a run is stopped")
     ap.add_argument("--mem-gb", type=float, default=6.0, help="resident memory at which a run is killed")
     ap.add_argument("--no-corpora", action="store_true", help="the sizes only")
-    ap.add_argument("--readme", action="store_true", help="write the table into README.md")
+    ap.add_argument("--docs", action="store_true", help=f"write the table into {PAGE}")
     args = ap.parse_args()
     versions = ensure_peers(args.venv)
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()), flush=True)
@@ -358,9 +360,9 @@ def main() -> None:
         notes += [note] if note else []
     table = render(versions, sizes, corpora, notes, args)
     print(table)
-    if args.readme:
-        write_readme(table)
-        print("wrote the table into README.md")
+    if args.docs:
+        write_page(table)
+        print(f"wrote the table into {PAGE}")
 
 
 if __name__ == "__main__":

@@ -28,9 +28,9 @@ run must reach. A run trained on another reward than the healthy runs' is held t
 
 Runs are written outside the repository (``--work``, default ``.venv-trl/cache/advice-eval``) and
 reused while their patch is unchanged; only the table is written into the repository
-(``--report``, and the README between its ``advice-eval`` markers with ``--readme``).
+(``--report``, and docs/advice.md between its ``advice-eval`` markers with ``--docs``).
 
-Usage: ``python scripts/advice_eval.py [--only NAME ...] [--steps N] [--report PATH] [--readme]``.
+Usage: ``python scripts/advice_eval.py [--only NAME ...] [--steps N] [--report PATH] [--docs]``.
 ``--steps`` trains every run, the faulty one too, at N steps (for the test; the committed runs
 then are not the "before").
 """
@@ -58,7 +58,7 @@ CORPUS = ROOT / "fixtures" / "trl"
 WORK = ROOT / ".venv-trl" / "cache" / "advice-eval"
 TRL_PYTHON = ROOT / ".venv-trl" / "bin" / "python"
 REPORT = ROOT / "reports" / "advice_quality.md"
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "advice.md"
 MARK_BEGIN, MARK_END = "<!-- advice-eval:begin -->", "<!-- advice-eval:end -->"
 
 #: Faults whose cause the corpus put outside the training config, and what it is.
@@ -344,7 +344,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=WORK, help="where the runs are trained (outside the repository)")
     ap.add_argument("--trl-python", type=Path, default=TRL_PYTHON)
     ap.add_argument("--report", type=Path, help=f"write the table here (make advice-eval: {REPORT})")
-    ap.add_argument("--readme", action="store_true", help="also write the table into README.md")
+    ap.add_argument("--docs", action="store_true", help="also write the table into docs/advice.md")
     ap.add_argument("--json", type=Path, help="write the rows as JSON")
     ap.add_argument("--check-healthy", action="store_true",
                     help="with --steps: train each healthy run twice (nothing applied) and compare the logs")
@@ -377,12 +377,12 @@ def write(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         # the hand-written reading of the table (## Notes) is kept across runs
         kept = args.report.read_text().partition(NOTES)[2] if args.report.exists() else ""
         args.report.write_text(REPORT_HEAD + note + "\n" + text + (f"\n{NOTES}{kept}" if kept else ""))
-    if args.readme:
-        readme = README.read_text()
-        if MARK_BEGIN in readme and MARK_END in readme:
-            pre, rest = readme.split(MARK_BEGIN, 1)
+    if args.docs:
+        page = PAGE.read_text()
+        if MARK_BEGIN in page and MARK_END in page:
+            pre, rest = page.split(MARK_BEGIN, 1)
             post = rest.split(MARK_END, 1)[1]
-            README.write_text(pre + MARK_BEGIN + "\n" + note + "\n" + text + MARK_END + post)
+            PAGE.write_text(pre + MARK_BEGIN + "\n" + note + "\n" + text + MARK_END + post)
     if args.json:
         args.json.write_text(json.dumps(rows, default=lambda o: o.__dict__, indent=1))
 

@@ -1,7 +1,7 @@
 """`make bench-peers` (bench/bench_peers.py) without the peers or a clock: a tool that cannot read
 a format, is stopped or fails is listed as such, never skipped; the corpus counts keep unread runs
-apart; forensics is run and judged by its own command; the table lands between the README's
-markers and nowhere else."""
+apart; forensics is run and judged by its own command; the table lands between the
+markers of docs/peers.md and nowhere else."""
 
 from __future__ import annotations
 
@@ -75,12 +75,13 @@ def test_forensics_is_judged_by_its_own_command(tmp_path: Path) -> None:
     assert unread.failure.startswith("cannot read: ") and unread.flagged is None
 
 
-def test_the_table_goes_between_the_readme_markers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# x\nbefore\n{peers.README_BEGIN}\nold table\n{peers.README_END}\nafter\n")
+def test_the_table_goes_between_the_page_markers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "peers.md"
+    page.write_text(f"# x\nbefore\n{peers.MARK_BEGIN}\nold table\n{peers.MARK_END}\nafter\n")
     monkeypatch.setattr(peers, "ROOT", tmp_path)
-    peers.write_readme(f"{peers.README_BEGIN}\nnew table\n{peers.README_END}")
-    assert readme.read_text() == f"# x\nbefore\n{peers.README_BEGIN}\nnew table\n{peers.README_END}\nafter\n"
-    readme.write_text("# no markers\n")
+    peers.write_page(f"{peers.MARK_BEGIN}\nnew table\n{peers.MARK_END}")
+    assert page.read_text() == f"# x\nbefore\n{peers.MARK_BEGIN}\nnew table\n{peers.MARK_END}\nafter\n"
+    page.write_text("# no markers\n")
     with pytest.raises(SystemExit, match="markers"):
-        peers.write_readme("table")
+        peers.write_page("table")

@@ -243,6 +243,14 @@ def test_fleet_table_fits_1400_px_with_verdict_gate_and_first_domino_in_view(bro
     assert sorted(p.name for p in out.rglob("plotly-basic.min.js")) == ["plotly-basic.min.js"]  # one copy
 
 
+def _first_screen(page: Any, report: Path, width: int, height: int) -> bytes:
+    """The report's first screen as PNG bytes, once its plots have drawn."""
+    page.set_viewport_size({"width": width, "height": height})
+    page.goto(report.as_uri())
+    page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length > 0")
+    return page.screenshot()
+
+
 def screenshots(out: Path) -> list[Path]:
     """The demo report's first screen at 1400 and 800 px, as PNG files in ``out``."""
     from playwright.sync_api import sync_playwright
@@ -254,14 +262,44 @@ def screenshots(out: Path) -> list[Path]:
         with sync_playwright() as p:
             for width, height in SIZES:
                 ctx = launch(p, width, height)
-                page = ctx.new_page()
-                page.goto(page_path.as_uri())
-                page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length > 0")
                 target = out / f"report-first-screen-{width}.png"
-                page.screenshot(path=str(target))
+                target.write_bytes(_first_screen(ctx.new_page(), page_path, width, height))
                 ctx.close()
                 done.append(target)
     return done
+
+
+def _changed_share(png: bytes, committed: Path) -> float:
+    """The share of pixels that differ visibly (a channel by more than 40 of 255) between a
+    screenshot and a committed picture; 1.0 when their sizes differ. Font smoothing moves single
+    pixels by less; a changed word, number or plot moves thousands."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    a = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=np.int16)
+    b = np.asarray(Image.open(committed).convert("RGB"), dtype=np.int16)
+    if a.shape != b.shape:
+        return 1.0
+    return float((np.abs(a - b).max(axis=2) > 40).mean())
+
+
+def test_the_pictures_in_the_docs_are_the_report_as_it_is(browser: Any, tmp_path: Path) -> None:
+    """The README's picture of the report's first screen (and the narrow one) is what the demo
+    report looks like now: a report change that shows on the first screen fails here until
+    `make screenshots` takes them again."""
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    report = _report(tmp_path, _source("demo"), "demo")
+    page = browser.new_page()
+    try:
+        for width, height in SIZES:
+            committed = docs / f"report-first-screen-{width}.png"
+            share = _changed_share(_first_screen(page, report, width, height), committed)
+            assert share < 0.01, (f"{committed.name} is stale ({share:.1%} of its pixels differ from the "
+                                  "report as it renders now): run `make screenshots` and commit docs/*.png")
+    finally:
+        page.close()
 
 
 if __name__ == "__main__":

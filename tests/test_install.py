@@ -1,11 +1,12 @@
 """Installable as the README says, set up as the Makefile says.
 
-The README's CI example runs as written in a clean venv: its install step builds and installs
-the wheel a user's pip builds from this repository (a copy of the checkout's files stands in for
-the git URL), then its `run:` steps run in bash as GitHub runs them, on a healthy and on a broken
-run. The venv gets the declared runtime dependencies and nothing else: the installed ones are
-linked in (PIP_NO_DEPS, so no test downloads 700 MB), and `pip check` proves they satisfy the
-wheel's own requirements. The Makefile's two entry points are checked by their dry runs.
+The documented CI workflow (docs/gate.md; the README shows its core steps) runs as written in a
+clean venv: its install step builds and installs the wheel a user's pip builds from this
+repository (a copy of the checkout's files stands in for the git URL), then its `run:` steps run
+in bash as GitHub runs them, on a healthy and on a broken run. The venv gets the declared runtime
+dependencies and nothing else: the installed ones are linked in (PIP_NO_DEPS, so no test
+downloads 700 MB), and `pip check` proves they satisfy the wheel's own requirements. The
+Makefile's two entry points are checked by their dry runs.
 """
 
 from __future__ import annotations
@@ -31,11 +32,16 @@ WORKFLOW = "# .github/workflows/rl-gate.yml"
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="bash and a POSIX venv layout")
 
 
-def ci_workflow() -> dict:
-    """The README's GitHub workflow, parsed."""
-    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+def workflow_text() -> str:
+    """The documented GitHub workflow (docs/gate.md), as written."""
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "docs" / "gate.md").read_text(), flags=re.S)
     (block,) = [b for b in blocks if b.startswith(WORKFLOW)]
-    return yaml.safe_load(block)
+    return block
+
+
+def ci_workflow() -> dict:
+    """The documented GitHub workflow, parsed."""
+    return yaml.safe_load(workflow_text())
 
 
 def checkout_copy(dest: Path) -> Path:
@@ -123,12 +129,11 @@ def registry_reachable(venv_dir: Path, tmp: Path) -> bool:
     return probe.returncode == 0
 
 
-def test_the_readme_ci_example_is_a_valid_github_workflow(tmp_path: Path) -> None:
+def test_the_documented_ci_workflow_is_valid(tmp_path: Path) -> None:
     """A complete workflow (a trigger, a job, steps), valid against GitHub's workflow schema as
     check-jsonschema ships it, installing forensics from a ref that exists (the main branch)."""
     pytest.importorskip("check_jsonschema")
-    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
-    (block,) = [b for b in blocks if b.startswith(WORKFLOW)]
+    block = workflow_text()
     wf = tmp_path / "rl-gate.yml"
     wf.write_text(block)
     res = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
@@ -137,11 +142,25 @@ def test_the_readme_ci_example_is_a_valid_github_workflow(tmp_path: Path) -> Non
     parsed = ci_workflow()
     assert parsed[True] or parsed.get("on")  # PyYAML reads the key `on` as True
     assert parsed["jobs"]["rl-gate"]["env"]["FORENSICS_SRC"].endswith("@main")
-    # a workflow without a trigger is refused by the same check (the README's old example)
+    # a workflow without a trigger is refused by the same check (the old README example)
     wf.write_text(block.replace("on:\n  push:\n  pull_request:\n  workflow_dispatch:\n", ""))
     bad = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
                           str(wf)], capture_output=True, text=True)
     assert bad.returncode != 0
+
+
+def test_the_readme_gate_steps_are_the_documented_workflows() -> None:
+    """The README's ten lines are the workflow's own steps, in its order, with its install URL:
+    the short form cannot drift from the complete one that is validated and run."""
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    (short,) = [yaml.safe_load(b) for b in blocks if "forensics gate" in b]
+    job = ci_workflow()["jobs"]["rl-gate"]
+    src = job["env"]["FORENSICS_SRC"]
+    full = [{k: v.replace("$FORENSICS_SRC", src) if k == "run" else v
+             for k, v in s.items() if k in ("uses", "with", "run")} for s in job["steps"]]
+    assert short[0] == full[0] and short[-1]["run"].startswith("forensics gate")
+    it = iter(full)
+    assert all(any(step == s for s in it) for step in short), (short, full)
 
 
 def workspace(root: Path, run: str) -> Path:
@@ -150,14 +169,14 @@ def workspace(root: Path, run: str) -> Path:
     return root
 
 
-def test_the_readme_ci_example_runs_as_written_from_a_wheel_in_a_clean_venv(tmp_path: Path) -> None:
+def test_the_documented_ci_workflow_runs_as_written_from_a_wheel_in_a_clean_venv(tmp_path: Path) -> None:
     job = ci_workflow()["jobs"]["rl-gate"]
     steps = [s for s in job["steps"] if "run" in s]
     install, gate_steps = steps[0], steps[1:]
     assert install["run"] == 'pip install "rl-forensics @ $FORENSICS_SRC"' and "FORENSICS_SRC" in job["env"]
     assert not any("examples/" in s["run"] for s in steps), "the example names only the user's own files"
     venv_dir = clean_venv(tmp_path)
-    # the README's variable, pointed at a copy of this checkout (what pip clones from the git URL)
+    # the workflow's variable, pointed at a copy of this checkout (what pip clones from the git URL)
     src = checkout_copy(tmp_path / "src")
     env = github_env(venv_dir, {**job["env"], "FORENSICS_SRC": src.as_uri()}, tmp_path / "summary.md")
     ((_, rc, out),) = run_steps([install], tmp_path, env)

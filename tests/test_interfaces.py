@@ -650,20 +650,28 @@ def python_blocks(text: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
-def test_readme_python_examples_run_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    blocks = python_blocks((ROOT / "README.md").read_text())
+def documented() -> str:
+    """The README and every hand-written docs page (docs/rules.md is generated from the code and
+    checked against it in tests/test_cli.py). A ```python block is a complete program; a fragment
+    of the reader's own loop is marked ```py and not run."""
+    pages = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "rules.md")]
+    return "\n".join(p.read_text() for p in pages)
+
+
+def test_documented_python_examples_run_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = python_blocks(documented())
     assert len(blocks) >= 2
     shutil.copytree(FIXTURES / "runs" / "ppo_lr_high", tmp_path / "runs" / "my-run")
     monkeypatch.chdir(tmp_path)
     for block in blocks:
         if "import torch" in block:
             pytest.importorskip("torch")
-        exec(compile(block, "README.md", "exec"), {"__name__": "__readme__"})
+        exec(compile(block, "documented example", "exec"), {"__name__": "__docs__"})
     assert (tmp_path / "runs" / "my-ppo" / "steps.jsonl").is_file()
 
 
-def _readme_sandbox(root: Path) -> None:
-    """The files the README's shell examples name, made from the fixtures."""
+def _docs_sandbox(root: Path) -> None:
+    """The files the documented shell examples name, made from the fixtures."""
     runs = FIXTURES / "runs"
     shutil.copy(runs / "ppo_healthy_s0" / "steps.jsonl", root / "events.jsonl")
     shutil.copytree(runs / "ppo_healthy_s0", root / "runs" / "my-run")
@@ -684,13 +692,13 @@ def _readme_sandbox(root: Path) -> None:
     shutil.copytree(ROOT / "examples", root / "examples")
 
 
-def test_readme_shell_and_toml_examples_run_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every `forensics ...` line of the README's bash blocks runs as written (exit 0) in a folder
-    holding the files it names, with forensics.toml made of the README's TOML blocks (a block whose
+def test_documented_shell_and_toml_examples_run_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every `forensics ...` line of the README's and the docs' bash blocks runs as written (exit 0) in a folder
+    holding the files it names, with forensics.toml made of their TOML blocks (a block whose
     first line is ``# file: NAME`` is the whole file NAME instead); the make
     targets are CI's and the benchmarks', and a Ray cluster address needs a cluster."""
-    text = (ROOT / "README.md").read_text()
-    _readme_sandbox(tmp_path)
+    text = documented()
+    _docs_sandbox(tmp_path)
     blocks = re.findall(r"```toml\n(.*?)```", text, flags=re.S)
     for block in blocks:  # a whole file of its own: "# file: NAME" on its first line
         if block.startswith("# file: "):

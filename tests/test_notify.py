@@ -223,13 +223,13 @@ def test_the_trainer_callback_notifies(hook: Hook, tmp_path: Path) -> None:
     assert any(b["rule"] == "kl.spike" and b["source"] == "forensics" for b in hook.bodies)
 
 
-def test_the_readme_notify_example_posts_to_a_webhook(hook: Hook, tmp_path: Path,
+def test_the_documented_notify_example_posts_to_a_webhook(hook: Hook, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's `watch --notify` line, its URL pointed at the local server (and --once: the
-    example follows a live run until Ctrl-C)."""
+    """The `watch --notify` line of docs/live.md, its URL pointed at the local server (and --once:
+    the example follows a live run until Ctrl-C)."""
     import re
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[1] / "docs" / "live.md").read_text()
     (line,) = [ln for ln in re.findall(r"^forensics watch .*--notify .*$", text, flags=re.M)]
     argv = [hook.url if a.startswith("https://") else a for a in line.split()[1:]]
     folder = tmp_path / "runs" / "my-run"
