@@ -68,3 +68,32 @@ def test_unknown_choice_is_a_usage_error(log: Path, tmp_path: Path) -> None:
 
     with pytest.raises(UsageError, match="unknown metrics format"):
         files.write_reports(scan_path(log), tmp_path, metrics="xlsx")
+
+
+def test_parquet_is_read_alike_by_pandas_polars_and_duckdb(log: Path, tmp_path: Path) -> None:
+    """The table as written (plain floats, zstd, no dictionary: files.PARQUET_OPTIONS) is the same
+    table to every reader a user would open it with; duckdb where it is installed."""
+    import pandas as pd
+    import polars as pl
+
+    files.write_reports(scan_path(log), tmp_path, metrics="parquet")
+    path = tmp_path / "metrics.parquet"
+    meta = pq.ParquetFile(path).metadata
+    chunk = meta.row_group(0).column(meta.schema.names.index("kl"))
+    assert chunk.compression == "ZSTD" and "RLE_DICTIONARY" not in chunk.encodings and "PLAIN" in chunk.encodings
+    table = pq.read_table(path)
+    frames = {"pandas": pd.read_parquet(path), "polars": pl.read_parquet(path).to_pandas()}
+    try:
+        import duckdb
+    except ImportError:
+        pass
+    else:
+        frames["duckdb"] = duckdb.connect().execute(f"SELECT * FROM read_parquet('{path}')").df()
+    for reader, frame in frames.items():
+        assert list(frame.columns) == table.column_names, reader
+        assert len(frame) == 300, reader
+        for name in table.column_names:
+            want = table[name].to_numpy(zero_copy_only=False).astype(np.float64)
+            got = frame[name].to_numpy(dtype=np.float64, na_value=np.nan)
+            np.testing.assert_array_equal(got, want, err_msg=f"{reader}: {name}")
+        assert int(frame["entropy"].isna().sum()) == len(range(0, 300, 7)), reader
