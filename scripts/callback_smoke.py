@@ -3,12 +3,14 @@
 Run with a Python that has transformers (4.40 through 5.x; TRL for ``--trainer grpo``), torch and
 tensorboard (``import forensics`` is this checkout); it writes what it saw to ``OUT/smoke.json``::
 
-    /work/venv-tf440/bin/python scripts/callback_smoke.py --trainer plain --out /tmp/smoke
-    /work/venv-tf5/bin/python scripts/callback_smoke.py --trainer grpo --out /tmp/smoke-grpo
+    .venv-tf440/bin/python scripts/callback_smoke.py --trainer plain --out /tmp/smoke
+    .venv-trl/bin/python scripts/callback_smoke.py --trainer grpo --out /tmp/smoke-grpo
 
-The model is a randomly initialised two-layer Llama built here (no model hub); ``plain`` trains
-it with ``transformers.Trainer`` on random tokens (``TrainingArguments`` subclassed as a user
-would), ``grpo`` with TRL's ``GRPOTrainer`` under a user's ``MyGRPOConfig(GRPOConfig)`` and
+(``make test`` builds both environments.) The model is a randomly initialised two-layer Llama
+built here (no model hub); ``plain`` trains it with ``transformers.Trainer`` on random tokens
+(``TrainingArguments`` subclassed as a user would), ``best`` the same keeping only its best
+checkpoints (``save_strategy="best"``, transformers 4.47 and later, an evaluation at every step),
+``grpo`` with TRL's ``GRPOTrainer`` under a user's ``MyGRPOConfig(GRPOConfig)`` and
 ``log_completions=True``. From step ``--nan-from`` on, a callback placed before forensics' writes
 NaN as the logged gradient norm (a divergence, on cue), so ``stop_on_critical`` must save a
 checkpoint and stop the run. tests/test_callback.py runs this in the environments it finds.
@@ -79,6 +81,14 @@ def nan_from(step: int) -> Any:
     return NaNFrom()
 
 
+def token_rows(n: int) -> list[dict[str, Any]]:
+    """``n`` rows of 12 random tokens, each its own label (seed 0)."""
+    import torch
+
+    ids = torch.randint(3, len(VOCAB), (n, 12), generator=torch.Generator().manual_seed(0))
+    return [{"input_ids": r, "attention_mask": torch.ones_like(r), "labels": r} for r in ids]
+
+
 def common(out: Path, steps: int) -> dict[str, Any]:
     return dict(output_dir=str(out), max_steps=steps, logging_steps=1, save_strategy="no", report_to=["tensorboard"],
                 use_cpu=True, disable_tqdm=True, learning_rate=1e-3, per_device_train_batch_size=4, seed=0,
@@ -87,18 +97,41 @@ def common(out: Path, steps: int) -> dict[str, Any]:
 
 def train_plain(out: Path, steps: int, bad_step: int) -> tuple[Any, Any]:
     """The plain Trainer, the callback given to its constructor (it does not know the trainer)."""
-    import torch
     from transformers import Trainer
 
     from forensics.live.transformers import ForensicsCallback
 
     cb = ForensicsCallback(stop_on_critical=True)
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, len(VOCAB), (4 * steps, 12), generator=g)
-    data = [{"input_ids": r, "attention_mask": torch.ones_like(r), "labels": r} for r in ids]
+    data = token_rows(4 * steps)
     trainer = Trainer(model=model(), args=MyArgs(**common(out, steps)), train_dataset=data,
                       callbacks=[nan_from(bad_step), cb])
     trainer.train()
+    return trainer, cb
+
+
+def train_best(out: Path, steps: int, bad_step: int) -> tuple[Any, Any]:
+    """The plain Trainer keeping only its best checkpoints (``save_strategy="best"``), evaluated at
+    every step on a score that is best at the first evaluation only: after each evaluation the
+    Trainer sets ``should_save`` to whether the score is a new best, over the stop's request, and
+    the stop must still save the step it stops at."""
+    from transformers import Trainer
+
+    from forensics.live.transformers import ForensicsCallback
+
+    evaluations: list[int] = []
+
+    def score(_: Any) -> dict[str, float]:  # higher is better: 0, -1, -2, ... (the first is the best)
+        evaluations.append(1)
+        return {"score": 1.0 - len(evaluations)}
+
+    cb = ForensicsCallback(stop_on_critical=True)
+    data = token_rows(4 * steps)
+    conf = MyArgs(**{**common(out, steps), "save_strategy": "best"}, eval_strategy="steps", eval_steps=1,
+                  metric_for_best_model="score", greater_is_better=True, per_device_eval_batch_size=4)
+    trainer = Trainer(model=model(), args=conf, train_dataset=data, eval_dataset=data[:4], compute_metrics=score,
+                      callbacks=[nan_from(bad_step), cb])
+    trainer.train()
+    trainer.evaluations = len(evaluations)  # type: ignore[attr-defined]
     return trainer, cb
 
 
@@ -129,7 +162,7 @@ def train_grpo(out: Path, steps: int, bad_step: int) -> tuple[Any, Any]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--trainer", choices=["plain", "grpo"], required=True)
+    p.add_argument("--trainer", choices=["plain", "best", "grpo"], required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--nan-from", type=int, default=12)
@@ -143,7 +176,7 @@ def main() -> None:
     handler.emit = lambda record: messages.append(record.getMessage())  # type: ignore[method-assign]
     logging.getLogger("forensics").addHandler(handler)
     logging.getLogger("forensics").setLevel(logging.INFO)
-    train = train_plain if args.trainer == "plain" else train_grpo
+    train = {"plain": train_plain, "best": train_best, "grpo": train_grpo}[args.trainer]
     trainer, cb = train(args.out, args.steps, args.nan_from)
     runs = sorted(str(p.parent) for p in (args.out / "runs").rglob("events.out.tfevents.*"))
     samples = args.out / "forensics" / "samples.jsonl"
@@ -159,6 +192,9 @@ def main() -> None:
         "event_dirs": sorted(set(runs)), "forensics_tb": str(cb._tb.path) if cb._tb is not None else None,
         "samples": len(samples.read_text().splitlines()) if samples.is_file() else 0,
         "completion_tables": len(list((args.out / "completions").glob("*.parquet"))),
+        "checkpoints": sorted((p.name for p in args.out.glob("checkpoint-*")), key=lambda n: int(n.split("-")[1])),
+        "best_checkpoint": trainer.state.best_model_checkpoint,
+        "evaluations": getattr(trainer, "evaluations", None),
         "log": messages,
     }, indent=1))
 

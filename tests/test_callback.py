@@ -5,18 +5,22 @@ Trainer tests train a tiny random model with ``scripts/callback_smoke.py`` in th
 find, and skip, saying which, when one is absent:
 
 * transformers 4.40 (the oldest supported): ``$FORENSICS_TF440_PYTHON``, else ``../venv-tf440``
-  beside the repository (``python -m venv ../venv-tf440; pip install torch==2.13.0
-  transformers==4.40.2 "accelerate<1.0" tensorboard`` and the analyzer's dependencies);
-* transformers 5 with TRL: ``$FORENSICS_TF5_PYTHON``, else ``../venv-tf5``, else ``.venv-trl``
-  (the Makefile's TRL environment) when it also has tensorboard and the analyzer's dependencies.
+  beside the repository, else ``.venv-tf440``;
+* transformers 5 with TRL: ``$FORENSICS_TF5_PYTHON``, else ``../venv-tf5``, else ``.venv-trl``.
+
+``make test`` builds ``.venv-trl`` and ``.venv-tf440`` (``make .venv-trl/.installed
+.venv-tf440/.installed`` alone): venvs over ``.venv`` that add only the Hugging Face packages (torch,
+tensorboard and the analyzer's dependencies are ``.venv``'s), so in CI these tests run.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
+import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -34,8 +38,11 @@ WANDB_RUN = next((FIXTURES / "formats" / "wandb_offline" / "wandb").glob("offlin
 #: What the smoke run needs, looked up (not imported: collecting the tests stays fast).
 NEEDS = ("import importlib.util as u, sys; missing = [m for m in sys.argv[1:] if u.find_spec(m) is None]; "
          "sys.exit('lacks ' + ', '.join(missing) if missing else 0)")
-MODULES = ["transformers", "torch", "tensorboard", "numpy", "scipy", "polars", "pyarrow", "orjson", "bottleneck",
-           "click", "jinja2", "yaml", "pandas", "plotly"]
+#: transformers, torch, tensorboard and the analyzer's runtime dependencies (pyproject.toml's, each
+#: imported by its distribution's name)
+MODULES = ["transformers", "torch", "tensorboard",
+           *(re.match(r"[A-Za-z0-9_]+", d)[0] for d in  # type: ignore[index]
+             tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])]
 
 
 # --- the algorithm from the class hierarchy ---------------------------------------------------
@@ -257,6 +264,52 @@ def test_wandb_export_of_a_run_without_a_known_project_or_id(tmp_path: Path, mon
     assert run["project"] == "forensics" and run["id"] and not run["resume"]
 
 
+# --- stop_on_critical in the Trainer's order of calls -----------------------------------------
+
+def trainer_loop(cb: object, out: Path, *, best: bool, steps: int = 30, nan_from: int = 12) -> list[int]:
+    """transformers' loop, reduced to what decides a save (4.47 through 5.x): per step ``on_log``,
+    an evaluation after which ``save_strategy="best"`` sets ``should_save`` to "a new best" (never,
+    here), the save; leaving the loop ``on_epoch_end`` and a save again. The steps saved."""
+    args = SimpleNamespace(output_dir=str(out), report_to=[])
+    state = SimpleNamespace(global_step=0, is_world_process_zero=True)
+    control = SimpleNamespace(should_save=False, should_training_stop=False)
+    saved: list[int] = []
+
+    def maybe_save() -> None:
+        if control.should_save:
+            saved.append(state.global_step)
+            control.should_save = False
+            cb.on_save(args, state, control)  # type: ignore[attr-defined]
+
+    cb.on_train_begin(args, state, control)  # type: ignore[attr-defined]
+    for step in range(1, steps + 1):
+        state.global_step = step
+        logs = {"loss": 1.0, "grad_norm": float("nan") if step >= nan_from else 1.0, "learning_rate": 1e-5}
+        cb.on_log(args, state, control, logs=logs)  # type: ignore[attr-defined]
+        if best:
+            control.should_save = False  # the evaluation found no new best
+        maybe_save()
+        if control.should_training_stop:
+            break
+    cb.on_epoch_end(args, state, control)  # type: ignore[attr-defined]
+    maybe_save()
+    return saved
+
+
+@pytest.mark.parametrize("best", [False, True])
+def test_the_stop_saves_its_step_once_whatever_the_save_strategy(tmp_path: Path, best: bool) -> None:
+    """With ``save_strategy="best"`` the step's request is overwritten by the evaluation and the
+    stop's checkpoint is saved on the way out, at the same step; otherwise at the step, once."""
+    from forensics.live.transformers import ForensicsCallback
+
+    cb = ForensicsCallback(stop_on_critical=True)
+    saved = trainer_loop(cb, tmp_path, best=best)
+    assert cb.stop_reason is not None and saved == [12]
+    assert cb.stop_checkpoint == tmp_path / "checkpoint-12"
+    # no stop: nothing asked for
+    assert trainer_loop(ForensicsCallback(stop_on_critical=False), tmp_path / "b", best=best) == []
+
+
 # --- a real Trainer at both ends ------------------------------------------------------------
 
 def _python(env_var: str, candidates: list[Path]) -> tuple[Path | None, str]:
@@ -271,10 +324,12 @@ def _python(env_var: str, candidates: list[Path]) -> tuple[Path | None, str]:
         if ok.returncode == 0:
             return py, ""
         tried.append(f"{py} {ok.stderr.strip() or 'cannot run'}")
-    return None, f"no environment for this test (${env_var}): " + "; ".join(tried)
+    return None, (f"no environment for this test (${env_var}): " + "; ".join(tried)
+                  + "; `make test` builds .venv-trl and .venv-tf440")
 
 
-TF440, TF440_WHY = _python("FORENSICS_TF440_PYTHON", [ROOT.parent / "venv-tf440" / "bin" / "python"])
+TF440, TF440_WHY = _python("FORENSICS_TF440_PYTHON", [ROOT.parent / "venv-tf440" / "bin" / "python",
+                                                      ROOT / ".venv-tf440" / "bin" / "python"])
 TF5, TF5_WHY = _python("FORENSICS_TF5_PYTHON", [ROOT.parent / "venv-tf5" / "bin" / "python",
                                                 ROOT / ".venv-trl" / "bin" / "python"])
 
@@ -326,6 +381,22 @@ def test_real_trainer_on_transformers_5_without_the_trainer(tmp_path: Path) -> N
     r = smoke(TF5, "plain", out)  # type: ignore[arg-type]
     assert r["transformers"].startswith("5.") and not r["has_logging_dir_arg"]
     assert r["stop_reason"].startswith("grad.nonfinite")
+    check_stop_and_tensorboard(r, out)
+
+
+@pytest.mark.skipif(TF5 is None, reason=TF5_WHY)
+def test_real_trainer_stop_saves_with_save_strategy_best(tmp_path: Path) -> None:
+    """``save_strategy="best"`` with an evaluation at every step: after each evaluation the Trainer
+    sets ``should_save`` to "a new best", over the stop's request; the stop's checkpoint is saved all
+    the same (the score is best at the first evaluation only, so the Trainer itself saves no other)."""
+    out = tmp_path / "run"
+    r = smoke(TF5, "best", out)  # type: ignore[arg-type]
+    assert r["stop_reason"].startswith("grad.nonfinite")
+    step = r["global_step"]
+    assert r["evaluations"] == step  # the stopping step was evaluated too (and was no new best)
+    assert r["best_checkpoint"] == str(out / "checkpoint-1")
+    assert r["checkpoints"] == ["checkpoint-1", f"checkpoint-{step}"]
+    assert any(m.endswith(f"saved {out / f'checkpoint-{step}'} before stopping (stop_on_critical)") for m in r["log"])
     check_stop_and_tensorboard(r, out)
 
 

@@ -21,7 +21,8 @@ On every ``on_log`` of the main process the callback
   through :mod:`logging` (logger ``forensics``: critical findings at ERROR, warnings at WARNING,
   the rest at INFO) when it appears and when it escalates; with ``stop_on_critical=True`` a
   critical finding sets ``control.should_save`` and ``control.should_training_stop``: the Trainer
-  saves ``<output_dir>/checkpoint-<step>`` (named in the log line) and stops;
+  saves ``<output_dir>/checkpoint-<step>`` (named in the log line) and stops (with
+  ``save_strategy="best"`` too: see :meth:`ForensicsCallback.on_epoch_end`);
 * sends the findings to the trainer's ``report_to`` targets, each only when its package is
   installed: TensorBoard (``forensics/*`` scalars, each episode as a severity series
   ``forensics/episodes/<rule>`` and a text summary, in a run of its own beside the Trainer's:
@@ -251,6 +252,7 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
         #: the checkpoint the stop saves (``<output_dir>/checkpoint-<step>``), once a stop is asked
         self.stop_checkpoint: Path | None = None
         self._stop_pending = False
+        self._stop_saved = False
         self._tb: Any = None
         self._wandb = False
         self.completions: CompletionTables | None = None
@@ -333,6 +335,9 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         """The analysis so far beside the checkpoint, and a row of ``checkpoints.csv``."""
+        if self.stop_checkpoint is not None and _checkpoint(args, int(getattr(state, "global_step", 0))) == \
+                self.stop_checkpoint:
+            self._stop_saved = True
         if self.scan is None or self.scan.rows == 0 or not getattr(state, "is_world_process_zero", True):
             return control
         from ..report.files import to_json
@@ -348,6 +353,15 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
             self._checkpoint_row(step, ckpt, d)
         except OSError as exc:  # a full disk must not stop training: say so and go on
             logger.warning("forensics: cannot write the checkpoint analysis for %s: %s", ckpt, exc)
+        return control
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        """Ask again for the stop's checkpoint if its step did not save it. With
+        ``save_strategy="best"`` the Trainer sets ``should_save`` after each evaluation to whether the
+        metric is a new best, over the request :meth:`on_log` made at that step; leaving the loop, it
+        calls ``on_epoch_end`` at the same step and saves then (transformers 4.40 through 5.x)."""
+        if self.stop_checkpoint is not None and not self._stop_saved and control is not None:
+            control.should_save = True
         return control
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
