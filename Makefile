@@ -52,7 +52,7 @@ browser:
 	else echo "$(CHROMIUM_SKIP)"; fi
 
 # -rs: every skipped test says why at the end
-test: $(STAMP) browser
+test: $(STAMP) browser $(TRL_STAMP) $(TF440_STAMP)
 	$(PY) -m pytest -rs forensics tests
 
 check: $(STAMP)
@@ -109,22 +109,48 @@ fixtures: $(STAMP)
 screenshots: $(STAMP)
 	$(PY) -m tests.test_browser docs
 
-# The labelled TRL corpus (fixtures/trl/) is written by Hugging Face TRL itself, in its own venv:
-# TRL is never a dependency of the analyzer. torch is installed first and pinned to the local CPU
-# build (a bare `pip install trl` would pull a multi-GB CUDA torch). TRL 1.16 has no PPO trainer
-# (removed after 1.12), so 1.12.0 is installed beside it, without dependencies, for the PPO runs.
-TRL_VENV  := .venv-trl
-TRL_STAMP := $(TRL_VENV)/.installed
-TRL_PINS  := torch==2.13.0 trl==1.16.0 transformers==5.24.0 datasets==5.2.0 accelerate==1.15.0 \
-             tokenizers==0.23.3
-TRL_PPO   := trl==1.12.0
+# Hugging Face's trainers run in venvs of their own (transformers and TRL are never dependencies of
+# the analyzer), built by `make test`: .venv-trl (the newest transformers with TRL) for the
+# real-Trainer tests (tests/test_callback.py: the callback in a Trainer and in TRL's GRPOTrainer, a
+# tiny random model built locally), tests/test_advice_eval.py and the labelled TRL corpus
+# (fixtures/trl/); .venv-tf440 (transformers 4.40, the oldest the callback supports) for the
+# callback's test there. Each is layered on .venv: a .pth file puts .venv's site-packages after its
+# own, so torch (the CPU build), tensorboard and the analyzer's dependencies are .venv's (no second
+# torch) and only the Hugging Face packages are installed, shadowing .venv's where a pin asks for
+# another version (pip never uninstalls outside its own environment: .venv is left as it is).
+# torch is installed there only where .venv lacks torch 2.13.0, and then as in .venv (a bare
+# `pip install trl` would pull a multi-GB CUDA torch). TRL 1.16 has no PPO trainer (removed after
+# 1.12), so 1.12.0 is installed beside it, without dependencies, for the corpus' PPO runs.
+# The figures (2-core machine, both venvs): 40 s with a cold pip cache, 380 MB; the tests they
+# let run (test_callback, test_advice_eval) about 1 min 30 s.
+TRL_VENV    := .venv-trl
+TRL_STAMP   := $(TRL_VENV)/.installed
+TRL_PINS    := trl==1.16.0 transformers==5.24.0 datasets==5.2.0 accelerate==1.15.0 tokenizers==0.23.3
+TRL_PPO     := trl==1.12.0
+TF440_VENV  := .venv-tf440
+TF440_STAMP := $(TF440_VENV)/.installed
+TF440_PINS  := transformers==4.40.2 accelerate==0.34.2 tokenizers==0.19.1
+SITE        := import sysconfig; print(sysconfig.get_paths()["purelib"])
+HAS_TORCH   := import importlib.metadata as m; assert m.version("torch").split("+")[0] == "$(patsubst torch==%,%,$(TORCH))"
 
-$(TRL_STAMP):
-	test -x $(TRL_VENV)/bin/python || $(PYTHON) -m venv $(TRL_VENV)
-	$(TRL_VENV)/bin/pip install --quiet torch==2.13.0
-	$(TRL_VENV)/bin/pip install --quiet $(TRL_PINS)
+# $(call layered,VENV,PINS): VENV over .venv's site-packages, with PINS installed in it
+define layered
+	@echo "Setting up $(1) over $(VENV) (torch and the rest are $(VENV)'s): $(2)"
+	test -x $(1)/bin/python || $(PY) -m venv $(1)
+	$(PY) -c '$(SITE)' > "$$($(1)/bin/python -c '$(SITE)')/forensics-venv.pth"
+	$(1)/bin/python -c '$(HAS_TORCH)' 2>/dev/null \
+		|| $(1)/bin/pip install --quiet $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) $(TORCH)
+	$(1)/bin/pip install --quiet $(TORCH) $(2)
+endef
+
+$(TRL_STAMP): | $(STAMP)
+	$(call layered,$(TRL_VENV),$(TRL_PINS))
 	$(TRL_VENV)/bin/pip install --quiet --no-deps --target $(TRL_VENV)/trl-ppo $(TRL_PPO)
 	touch $(TRL_STAMP)
+
+$(TF440_STAMP): | $(STAMP)
+	$(call layered,$(TF440_VENV),$(TF440_PINS))
+	touch $(TF440_STAMP)
 
 fixtures-trl: $(TRL_STAMP)
 	$(TRL_VENV)/bin/python scripts/trl_corpus.py --out fixtures/trl
@@ -137,4 +163,4 @@ advice-eval: $(STAMP) $(TRL_STAMP)
 	$(PY) scripts/advice_eval.py --trl-python $(TRL_VENV)/bin/python --report reports/advice_quality.md --readme
 
 clean:
-	rm -rf $(VENV) $(TRL_VENV) $(PEERS_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TRL_VENV) $(TF440_VENV) $(PEERS_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
