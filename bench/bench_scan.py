@@ -26,7 +26,7 @@ a fresh subprocess (so peak memory is the child's own), imports before the clock
 
 forensics: the full analysis (read, canonicalise, every tracker, findings, health, the analysis
 JSON with its plots and timeline), in a process set up as the command line sets up its own
-(:func:`forensics.lean.pyarrow_without_pandas`: pyarrow's pandas shim, 0.1-0.4 s on the first
+(:func:`forensics.io.lean.pyarrow_without_pandas`: pyarrow's pandas shim, 0.1-0.4 s on the first
 array conversion, is not loaded). Prints seconds, the ratio to the baseline and its budget,
 microseconds per row, peak RSS against 400 MB, for Parquet the analysis cost per million values,
 and whether time per row stays within 10% from the smallest size to the largest. Budgets
@@ -85,7 +85,7 @@ from pathlib import Path
 kind, path = sys.argv[1], sys.argv[2]
 skip = [t for t in sys.argv[3].split(",") if t] if len(sys.argv) > 3 else []
 if kind.startswith("forensics"):  # as the command line runs: pyarrow's pandas shim not loaded
-    from forensics.lean import pyarrow_without_pandas
+    from forensics.io.lean import pyarrow_without_pandas
     pyarrow_without_pandas()
 if kind == "forensics":
     import polars  # the JSONL reader's parser, imported on first use: a library import, as pyarrow's

@@ -532,8 +532,7 @@ def rules(out_fmt: str | None, as_json: bool, markdown: bool, metrics: bool, out
 
 def _analysis_dict(path: Path, opts: dict[str, Any], quiet: bool = False) -> dict[str, Any]:
     """A saved analysis (analysis.json, or a report folder holding one), or a fresh scan of logs."""
-    from .verdicts.diff import is_saved_analysis
-    from .verdicts.saved import load_analysis
+    from .verdicts.saved import is_saved_analysis, load_analysis
 
     if is_saved_analysis(path):
         return load_analysis(path / "analysis.json" if path.is_dir() else path)
@@ -542,7 +541,7 @@ def _analysis_dict(path: Path, opts: dict[str, Any], quiet: bool = False) -> dic
 
 def _not_an_analysis(path: Path) -> str | None:
     """Why ``path`` is a training log rather than a saved analysis (None: it may be one)."""
-    from .verdicts.diff import is_saved_analysis
+    from .verdicts.saved import is_saved_analysis
 
     if is_saved_analysis(path):
         return None
@@ -682,7 +681,8 @@ def diff(run_a: Path, run_b: Path, out_fmt: str, output: Path | None, tolerance:
     Each run is a log file or run folder (scanned), or a saved analysis.json / report folder
     (metrics.csv beside it gives the full per-step series).
     """
-    from .verdicts.diff import diff_runs, is_saved_analysis, load_saved, render_text, run_from_analysis
+    from .verdicts.diff import diff_runs, load_saved, render_text, run_from_analysis
+    from .verdicts.saved import is_saved_analysis
 
     outputs = _inputs(run_a, run_b, opts.get("samples"), opts.get("meta"), opts.get("config_path"))
     runs = []
@@ -947,7 +947,7 @@ def entry() -> None:
     (:mod:`forensics.lean`) and leaves as soon as its work is done (:func:`leave`)."""
     import signal
 
-    from .lean import leave, pyarrow_without_pandas
+    from .io.lean import leave, pyarrow_without_pandas
 
     # a job started in the background of a non-interactive shell (a CI runner's step) inherits
     # SIGINT ignored: restore Python's handler, so `kill -INT` (a cancelled job) stops every

@@ -127,8 +127,16 @@ LAYERS = {
     "forensics.fleet": {"forensics.analysis", "forensics.io", "forensics.report", "forensics.verdicts"},
 }
 ROOT_MODULES = {"forensics", "forensics.schema", "forensics.config", "forensics.errors",
-                "forensics.lean",  # lean: the command line's and the fleet workers' import guard
-                "forensics.records"}  # every part's dataclasses
+                "forensics.records"}  # every part's dataclasses, the trainer side's included
+#: What the package root holds: the foundation above, what faces the user (the command line, its
+#: progress bars, ``python -m forensics``) and the re-exports kept for old import paths; every other
+#: module lives in the part that uses it.
+ROOT_FILES = {"__init__", "__main__", "schema", "config", "errors", "records", "cli", "progress",
+              "writer", "torch_helpers"}
+#: The parts (sub-packages) of the root: the layers above, the live side and the old import paths.
+ROOT_PACKAGES = {p.rpartition(".")[2] for p in LAYERS} | {"live", "integrations"}
+#: The re-exports of old import paths: each imports its names from the trainer side, nothing else.
+REEXPORTS = {"forensics.writer", "forensics.torch_helpers", "forensics.integrations.transformers"}
 
 
 def test_progress_imports_no_part() -> None:
@@ -155,6 +163,53 @@ def test_root_modules_import_no_part() -> None:
     graph = import_graph()
     for module in ROOT_MODULES - {"forensics"}:
         assert graph[module] <= ROOT_MODULES, module
+
+
+def test_the_package_root_holds_only_the_foundation() -> None:
+    """The root holds the modules everything stands on, the user's entry points and the old
+    import paths; a module that serves one part lives in that part (``io/lean.py``, the command
+    line's import guard; ``report/cost.py``, the cost in words)."""
+    assert {p.stem for p in PACKAGE.glob("*.py")} == ROOT_FILES
+    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert packages == ROOT_PACKAGES
+    assert {f"forensics.{m}" for m in ROOT_FILES if not m.startswith("_")} >= ROOT_MODULES - {"forensics"}
+
+
+def test_old_import_paths_only_re_export() -> None:
+    graph = import_graph()
+    for module in REEXPORTS:
+        assert graph[module] and all(d.startswith("forensics.trainer") or d == "forensics.live.transformers"
+                                     for d in graph[module]), module
+
+
+def private_imports(root: Path) -> list[str]:
+    """``path:line name`` of every private name (``_x``, not a dunder) a module under ``root``
+    imports from another module of the package (``from .x import _y``)."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or node.module == "__future__":
+                continue
+            if not node.level and (node.module or "").split(".")[0] != root.name:
+                continue  # another package's: its own business
+            out += [f"{path.relative_to(root)}:{node.lineno} {a.name}" for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")]
+    return out
+
+
+def test_the_private_import_check_sees_one(tmp_path: Path) -> None:
+    pkg = tmp_path / "forensics"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("from .b import _hidden, shown\nfrom .c import value as _alias\n"
+                              "from os import _exit\nfrom __future__ import annotations\n")
+    (pkg / "b.py").write_text("from forensics.a import _x\n")
+    assert private_imports(pkg) == ["a.py:1 _hidden", "b.py:1 _x"]
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    """What a module shares it names without an underscore: a private name is its own, free to
+    change (a helper two modules need is public in the one that owns it)."""
+    assert private_imports(PACKAGE) == []
 
 
 def test_trainer_side_loads_without_the_analyzer() -> None:
@@ -221,8 +276,8 @@ def test_reports_import_nothing_from_the_trackers() -> None:
 
 def test_renderers_do_not_compute_the_diagnosis() -> None:
     graph = import_graph(type_only=True)
-    # the formatters of the cost and the timeline are shared
-    computing = DIAGNOSIS - {"forensics.analysis.diagnosis.cost", "forensics.analysis.diagnosis.timeline"}
+    # the timeline's reader of a saved analysis is shared (the cost in words is report/cost.py)
+    computing = DIAGNOSIS - {"forensics.analysis.diagnosis.timeline"}
     wrong = [f"{m} -> {d}" for m, deps in graph.items() if m.startswith("forensics.report")
              for d in deps if d in computing]
     assert wrong == []

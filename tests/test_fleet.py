@@ -237,7 +237,7 @@ def test_local_workers_are_reused_across_runs(tmp_path: Path) -> None:
 
 def test_a_worker_is_lean_pyarrow_never_loads_pandas(tmp_path: Path) -> None:
     """What a worker runs (warm_worker, then scan_run) on a Parquet run leaves pandas unloaded,
-    as the command line does (forensics.lean)."""
+    as the command line does (forensics.io.lean)."""
     import subprocess
     import sys
 

@@ -45,10 +45,10 @@ if sys.argv[1] == "--polars-after":  # the bytes left for which the JSONL reader
     jsonl._POLARS_WORTH = int(sys.argv[2])
     del sys.argv[1:3]
 sys.argv = ["forensics", *sys.argv[1:]]
-import forensics.lean
+import forensics.io.lean
 def stay(code):  # the entry point leaves without the interpreter's exit; this child reports first
     raise SystemExit(code)
-forensics.lean.leave = stay
+forensics.io.lean.leave = stay
 try:
     runpy.run_module("forensics", run_name="__main__", alter_sys=True)
 except SystemExit as exc:
@@ -149,7 +149,7 @@ def test_converting_or_gating_a_small_log_loads_none_of_them(small_log: Path, tm
 
 
 def test_the_command_line_writes_what_the_library_writes(small_log: Path, tmp_path: Path) -> None:
-    """The command line (pyarrow without pandas, forensics.lean) and the library in this process
+    """The command line (pyarrow without pandas, forensics.io.lean) and the library in this process
     (pyarrow with pandas loaded) write byte-identical files."""
     _loaded("scan", str(small_log), "-o", str(tmp_path / "cli"), "-q")
     import pandas  # noqa: F401  (pyarrow's pandas integration on, whatever ran before)
@@ -231,7 +231,7 @@ def test_few_segments_accumulate_to_the_floats_numpy_adds(monkeypatch: pytest.Mo
 
 LEAVE = """
 import atexit, sys, threading, time
-from forensics.lean import leave
+from forensics.io.lean import leave
 atexit.register(lambda: open(sys.argv[1], "w").write("atexit ran"))
 if sys.argv[2] == "thread":  # a thread still running: the usual exit, which waits for it
     threading.Thread(target=lambda: (time.sleep(0.2), print("thread done", flush=True))).start()
@@ -246,7 +246,7 @@ def _leave(tmp_path: Path, mode: str, code: str) -> subprocess.CompletedProcess[
 
 
 def test_leaving_flushes_the_output_and_runs_the_atexit_functions(tmp_path: Path) -> None:
-    """The command line ends without the interpreter's teardown (forensics.lean.leave): the
+    """The command line ends without the interpreter's teardown (forensics.io.lean.leave): the
     exit code, the output and the atexit functions are as a normal exit leaves them."""
     done = _leave(tmp_path, "alone", "3")
     assert done.returncode == 3 and done.stdout == "no newline at the end" and done.stderr == ""

@@ -10,7 +10,7 @@ must be on a filesystem every node sees (as the checkpoints of such jobs usually
 
 Workers stay warm: each worker process is started once and scans run after run (the local pool's
 processes, Ray's task workers), so forensics is imported once per worker, not once per run. Each
-worker is lean as the command line is (:func:`forensics.lean.pyarrow_without_pandas`: pyarrow does
+worker is lean as the command line is (:func:`forensics.io.lean.pyarrow_without_pandas`: pyarrow does
 not import pandas there). Each run's result carries its worker's process id, peak resident memory
 and CPU time (:class:`Worker`): ``FleetResult.workers`` says how many processes did the work, how
 much memory each needed at most and how much CPU the fleet cost.
@@ -72,7 +72,7 @@ def _this_worker() -> Worker:
 def warm_worker() -> None:
     """Make a worker process lean and warm: pyarrow without pandas (as the command line runs),
     and the scan's modules imported before its first run."""
-    from ..lean import pyarrow_without_pandas
+    from ..io.lean import pyarrow_without_pandas
 
     pyarrow_without_pandas()
     from ..analysis import engine  # noqa: F401  (the import is the point)

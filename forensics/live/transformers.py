@@ -440,9 +440,9 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
                   f"(steps {alert['first_step']}-{alert['last_step']}): {alert['message']}"
                   + (f" -> {alert['remedy']}" if sev != "info" else ""))
         if self._tb is not None and sev != "info":
-            from ..report.export import _SEVERITY_VALUE
+            from ..report.export import SEVERITY_VALUE
 
-            self._tb.scalars(int(alert["onset_step"]), {f"forensics/rules/{alert['rule']}": _SEVERITY_VALUE[sev]})
+            self._tb.scalars(int(alert["onset_step"]), {f"forensics/rules/{alert['rule']}": SEVERITY_VALUE[sev]})
         if sev == "critical":
             run = self._wandb_run()
             if run is not None:

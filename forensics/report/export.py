@@ -29,18 +29,17 @@ import math
 import os
 import re
 import socket
-import struct
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..io.adapters.tensorboard import _pb_bytes, _pb_key, _pb_varint, encode_event, tfrecord
+from ..io.adapters.tensorboard import encode_event, encode_text_event, tfrecord
 from ..io.output import Outputs
 from ..records import record
 
-__all__ = ["EXPORT_TARGETS", "TensorBoardWriter", "WandbTarget", "episode_series", "export_analysis",
+__all__ = ["EXPORT_TARGETS", "SEVERITY_VALUE", "TensorBoardWriter", "WandbTarget", "episode_series", "export_analysis",
            "findings_markdown", "scalars_of", "wandb_log", "wandb_target"]
 
 #: ``forensics export --to`` choices.
@@ -50,7 +49,7 @@ EXPORT_TARGETS = ("tensorboard", "wandb", "wandb-offline")
 EPISODE_POINTS = 500
 
 SEVERITIES = ("critical", "warning", "info")
-_SEVERITY_VALUE = {"info": 1.0, "warning": 2.0, "critical": 3.0}
+SEVERITY_VALUE = {"info": 1.0, "warning": 2.0, "critical": 3.0}
 
 
 def scalars_of(d: dict[str, Any]) -> dict[str, float]:
@@ -79,7 +78,7 @@ def scalars_of(d: dict[str, Any]) -> dict[str, float]:
 def _episodes(f: dict[str, Any]) -> list[tuple[int, int, float]]:
     """``(first, last, severity value)`` of each episode of a finding dict."""
     eps = f.get("episodes") or [f]
-    return [(int(e["first_step"]), int(e["last_step"]), _SEVERITY_VALUE[e.get("severity") or f["severity"]])
+    return [(int(e["first_step"]), int(e["last_step"]), SEVERITY_VALUE[e.get("severity") or f["severity"]])
             for e in eps]
 
 
@@ -163,17 +162,6 @@ def findings_markdown(d: dict[str, Any], top: int = 30) -> str:
     return "\n".join(lines)
 
 
-def _text_event(wall_time: float, step: int, tag: str, text: str) -> bytes:
-    """An ``Event`` with a text summary (the TensorBoard text plugin: a string tensor)."""
-    metadata = _pb_bytes(1, _pb_bytes(1, b"text"))  # SummaryMetadata.plugin_data.plugin_name
-    tensor = _pb_key(1, 0) + bytes([7]) + _pb_bytes(2, b"") + _pb_bytes(8, text.encode("utf-8"))  # DT_STRING
-    value = _pb_bytes(1, tag.encode()) + _pb_bytes(9, metadata) + _pb_bytes(8, tensor)
-    out = _pb_key(1, 1) + struct.pack("<d", wall_time)
-    if step:
-        out += _pb_key(2, 0) + _pb_varint(step)
-    return out + _pb_bytes(5, _pb_bytes(1, value))
-
-
 class TensorBoardWriter:
     """Appends ``forensics/*`` scalars and text to one event file of its own in ``logdir``
     (``events.out.tfevents.<time>.<host>.forensics``), flushed at each write."""
@@ -199,7 +187,7 @@ class TensorBoardWriter:
             self._write(encode_event(time.time(), step, values))
 
     def text(self, step: int, tag: str, text: str) -> None:
-        self._write(_text_event(time.time(), step, tag, text))
+        self._write(encode_text_event(time.time(), step, tag, text))
 
     def analysis(self, d: dict[str, Any], step: int | None = None) -> None:
         """The scalars of an analysis at ``step`` (default: its last step), each rule's episodes

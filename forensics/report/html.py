@@ -57,16 +57,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from ..analysis.diagnosis.cost import cost_lines
 from ..analysis.diagnosis.timeline import timeline_from_dict
 from ..io.output import Outputs
+from .cost import cost_lines
 from .jsonsafe import jsonable
 from .verdict import evidence_rows, verdict
 
 if TYPE_CHECKING:
     from jinja2 import Environment
 
-__all__ = ["PLOTLY_FILE", "build_figures", "render_html", "write_html", "write_plotly_asset"]
+__all__ = ["PLOTLY_FILE", "build_figures", "render_html", "run_title", "trainer_text", "write_html",
+           "write_plotly_asset"]
 
 TEMPLATES = Path(__file__).parent / "templates"
 #: The shared library file ``script="file"`` writes beside the page.
@@ -403,12 +404,12 @@ _GENERIC_DIR = re.compile(r"checkpoint-\d+|forensics|files|logs?|runs|tensorboar
 _WANDB_RUN = re.compile(r"(?:offline-)?run-\d{8}_\d{6}-(\w+)")
 
 
-def _run_title(path: str) -> str:
+def run_title(path: str) -> str:
     """A run's display name, never a file name every run has: the run's folder (above a
     ``checkpoint-N/``, ``forensics/`` or W&B ``files/``), a W&B run's id, or the log file's
     name without its extensions when the file is named for the run.
 
-    >>> [_run_title(p) for p in ("out/my-grpo/trainer_state.json", "out/my-grpo/checkpoint-40/trainer_state.json",
+    >>> [run_title(p) for p in ("out/my-grpo/trainer_state.json", "out/my-grpo/checkpoint-40/trainer_state.json",
     ...  "w/wandb/run-20250101_000000-abc123/run-abc123.wandb", "runs/ppo-7/steps.jsonl", "ppo_seed3.jsonl.gz")]
     ['my-grpo', 'my-grpo', 'abc123', 'ppo-7', 'ppo_seed3']
     """
@@ -540,7 +541,7 @@ def _same_copy(path: Path, source: os.stat_result) -> bool:
     return stat.S_ISREG(st.st_mode) and st.st_size == source.st_size and st.st_mtime_ns == source.st_mtime_ns
 
 
-def _trainer_text(d: dict[str, Any]) -> str:
+def trainer_text(d: dict[str, Any]) -> str:
     """Which trainer wrote the log, in words: the recommendations' trainer, or the formats read."""
     rec = d.get("recommendations") if isinstance(d.get("recommendations"), dict) else {}
     trainer = (rec or {}).get("trainer") or {}
@@ -614,7 +615,7 @@ def render_html(d: dict[str, Any], plotly_js: str | None = None, script: str = "
     downsampled = [n for n, sr in (plots.get("series") or {}).items() if sr.get("downsampled")]
     inputs = d.get("inputs") or []
     run = d.get("run") or {}
-    title = run.get("name") or (_run_title(inputs[0]["path"]) if inputs else "run")
+    title = run.get("name") or (run_title(inputs[0]["path"]) if inputs else "run")
     notes = [(name, n) for name, t in sorted((d.get("trackers") or {}).items()) for n in t.get("notes", [])]
     gen = d.get("generation") if isinstance(d.get("generation"), dict) else None
     root = v.get("domino_finding")
@@ -622,7 +623,7 @@ def render_html(d: dict[str, Any], plotly_js: str | None = None, script: str = "
         "title": title,
         "run": run,
         "algorithm": (run.get("algorithm") or "").upper() or "algorithm not stated",
-        "trainer": _trainer_text(d),
+        "trainer": trainer_text(d),
         "inputs": inputs,
         "steps": st,
         "duration": (plots.get("duration") or {}),

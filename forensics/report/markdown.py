@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..analysis.diagnosis.cost import cost_lines
 from ..analysis.diagnosis.timeline import timeline_from_dict
-from .html import _run_title, _trainer_text
+from .cost import cost_lines
+from .html import run_title, trainer_text
 from .verdict import verdict
 
 __all__ = ["render_markdown", "write_markdown"]
@@ -46,12 +46,12 @@ def render_markdown(d: dict[str, Any], top: int = 15) -> str:
     """Markdown for an analysis dict (``Analysis.to_dict()`` or a loaded analysis.json)."""
     inputs = d.get("inputs") or []
     run = d.get("run") or {}
-    name = run.get("name") or (_run_title(inputs[0]["path"]) if inputs else "run")
+    name = run.get("name") or (run_title(inputs[0]["path"]) if inputs else "run")
     st = d.get("steps") or {}
     h = d.get("health") or {}
     counts = d.get("findings_by_severity") or {}
     algorithm = (run.get("algorithm") or "").upper() or "algorithm not stated"
-    out = [f"## forensics: {_md(name)} ({_md(algorithm)}, {_md(_trainer_text(d))})", ""]
+    out = [f"## forensics: {_md(name)} ({_md(algorithm)}, {_md(trainer_text(d))})", ""]
     rows_read = sum(i.get("rows_read", 0) for i in inputs)
     skipped = sum(i.get("rows_skipped", 0) for i in inputs)
     out.append(f"Steps {st.get('first')}–{st.get('last')} · {st.get('rows', 0):,} rows analysed · "

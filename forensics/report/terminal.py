@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.diagnosis.cost import cost_lines
 from ..analysis.findings import Severity
 from ..analysis.result import Analysis
 from ..analysis.spans import with_span
+from .cost import cost_lines
 from .verdict import verdict
 
 __all__ = ["paint", "render_plan", "render_summary"]

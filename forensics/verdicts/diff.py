@@ -62,36 +62,15 @@ def run_from_analysis(analysis: Any, label: str) -> RunData:
     return RunData(label, analysis.to_dict(), analysis.metrics_frame(), "scan")
 
 
-def is_saved_analysis(path: Path) -> bool:
-    """True for an analysis JSON file, or a report folder holding ``analysis.json``."""
-    if path.is_dir():  # a report folder; a run folder (steps.*) is scanned even if it has one
-        return (path / "analysis.json").is_file() and not any(path.glob("steps.*"))
-    if path.suffix.lower() != ".json" or not path.is_file():
-        return False
-    if path.name == "analysis.json":
-        return True
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(4096)
-    except OSError:
-        return False
-    # the writer sorts keys: an analysis opens with "column_mapping" (older ones with the version)
-    return head.lstrip().startswith(b"{") and (b'"column_mapping"' in head or b'"schema_version"' in head)
-
-
-def load_analysis_json(path: Path) -> dict[str, Any]:
-    """A saved analysis, checked against its schema (:func:`forensics.verdicts.saved.load_analysis`)."""
-    return load_analysis(path)
-
-
 def load_saved(path: Path) -> RunData:
-    """Load ``analysis.json`` (a file or a report folder) and ``metrics.csv`` beside it if any."""
+    """Load ``analysis.json`` (a file or a report folder), checked as ``report`` and ``gate`` check it
+    (:func:`~forensics.verdicts.saved.load_analysis`), and ``metrics.csv`` beside it if any."""
     file = path / "analysis.json" if path.is_dir() else path
     metrics = file.parent / "metrics.csv"
     if is_report_link(file) and is_report_link(metrics):  # both of one report generation
         file = file.resolve()
         metrics = file.parent / metrics.name
-    data = load_analysis_json(file)
+    data = load_analysis(file)
     frame = read_metrics_csv(metrics)
     if frame is not None:
         return RunData(str(path), data, frame, "metrics.csv")

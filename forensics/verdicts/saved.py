@@ -26,7 +26,7 @@ from ..analysis.result import SCHEMA_VERSION
 from ..config import read_json, show_value
 from ..errors import InputError
 
-__all__ = ["ANALYSIS_SCHEMA", "analysis_problem", "load_analysis"]
+__all__ = ["ANALYSIS_SCHEMA", "analysis_problem", "is_saved_analysis", "load_analysis"]
 
 
 def _kind(value: Any) -> str:
@@ -373,6 +373,23 @@ def analysis_problem(data: Any) -> str | None:
 #: Bytes a saved analysis.json may hold (a million-step run's is a few MB: it holds findings and
 #: summaries, never the rows).
 ANALYSIS_LIMIT = 256 * 2**20
+
+
+def is_saved_analysis(path: Path) -> bool:
+    """True for an analysis JSON file, or a report folder holding ``analysis.json``."""
+    if path.is_dir():  # a report folder; a run folder (steps.*) is scanned even if it has one
+        return (path / "analysis.json").is_file() and not any(path.glob("steps.*"))
+    if path.suffix.lower() != ".json" or not path.is_file():
+        return False
+    if path.name == "analysis.json":
+        return True
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    # the writer sorts keys: an analysis opens with "column_mapping" (older ones with the version)
+    return head.lstrip().startswith(b"{") and (b'"column_mapping"' in head or b'"schema_version"' in head)
 
 
 def load_analysis(path: Path) -> dict[str, Any]:

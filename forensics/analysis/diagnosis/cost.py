@@ -27,7 +27,7 @@ from ..findings import Finding, Severity
 if TYPE_CHECKING:
     from ..result import Analysis
 
-__all__ = ["LEARNING_STOPPED", "cost_lines", "cost_section"]
+__all__ = ["LEARNING_STOPPED", "cost_section"]
 
 #: Rules whose onset says the run stopped learning: the reward went flat or sits at its floor,
 #: groups carry no signal, a preference loss never left ln 2.
@@ -135,27 +135,3 @@ def cost_section(analysis: Analysis) -> dict[str, Any] | None:
         after.append({**e, **spent(share, wall)})
     return {"time_source": clock.source, "basis": basis, "gpus": meta.gpus, "gpu_price": price,
             "total": spent(1.0, clock.total_s if clock.source else None), "after": after}
-
-
-def _amount(entry: dict[str, Any], price: float | None) -> str:
-    parts = []
-    if entry.get("gpu_hours") is not None:
-        parts.append(f"{entry['gpu_hours']:.3g} GPU-hours")
-    if entry.get("wall_clock_hours") is not None:
-        parts.append(f"{entry['wall_clock_hours']:.3g} h wall clock")
-    if entry.get("money") is not None and price is not None:
-        parts.append(f"{entry['money']:,.2f} at {price:g} per GPU-hour")
-    return ", ".join(parts)
-
-
-def cost_lines(cost: dict[str, Any] | None) -> list[str]:
-    """The cost in a few lines (the terminal summary and the Markdown report)."""
-    if not cost:
-        return []
-    lines = [f"compute: {_amount(cost['total'], cost.get('gpu_price'))} in all ({cost['basis']})"]
-    for a in cost.get("after") or []:
-        lines.append(f"  after {a['after']} ({a['rule']} @ step {a['step']}): "
-                     f"{_amount(a, cost.get('gpu_price'))} ({a['share']:.0%} of the run)")
-    if not cost.get("after"):
-        lines.append("  nothing wasted: no critical finding, no sign that learning stopped")
-    return lines

@@ -49,9 +49,9 @@ from ..trackers.health_check import (
     PRIORITIES,
     RULE_TABLE,
     HealthCheckParams,
-    _ranges,
-    _window_text,
     monitoring,
+    window_ranges,
+    window_text,
 )
 from ..trainer_keys import PARAMETERS, Trainer, set_key, trainer_for
 
@@ -638,7 +638,7 @@ def _candidates(findings: list[dict[str, Any]], timeline: Mapping[str, Any],
         priority = "short_term" if rule.priority == "immediate" else rule.priority
         for act in _WINDOW_ACTIONS[issue]:
             out.append(_Candidate(act, priority, issue, int(first_window[issue]["last_step"]),
-                                  f"{rule.description} ({_window_text(where[issue])})"))
+                                  f"{rule.description} ({window_text(where[issue])})"))
     return out
 
 
@@ -1062,7 +1062,7 @@ def _recommendations(cands: list[_Candidate], findings: list[dict[str, Any]], ti
     for issue, ws in issue_windows.items() if _advised(findings) else []:
         rule = _WINDOW_RULES[issue]
         if not rule.adjustments:
-            line = f"{rule.description} ({_window_text(ws)}): {fit_remedy(rule.advice, facts.family)}"
+            line = f"{rule.description} ({window_text(ws)}): {fit_remedy(rule.advice, facts.family)}"
             (if_persists if alone is not None else priorities[rule.priority]).append(line)
     last = windows[-1] if windows else {}
     return {
@@ -1078,7 +1078,7 @@ def _recommendations(cands: list[_Candidate], findings: list[dict[str, Any]], ti
         "if_persists": if_persists,
         "if_persists_patch": later_patch,
         "if_persists_not_in_config": later_words,
-        "issues": {k: _ranges(issue_windows[k]) for k in ISSUES if k in issue_windows},
+        "issues": {k: window_ranges(issue_windows[k]) for k in ISSUES if k in issue_windows},
         "monitoring": monitoring(last, params or HealthCheckParams(), {a["parameter"] for a in adjustments}),
     }
 

@@ -23,6 +23,7 @@ __all__ = [
     "RunMedian",
     "TrailingRunMedian",
     "aligned_blocks",
+    "block_median_mad",
     "block_quantiles",
     "pearson",
     "persist",
@@ -402,7 +403,7 @@ def shift(x: np.ndarray, k: int) -> np.ndarray:
     return np.concatenate([np.full(min(k, len(x)), np.nan), x[:-k] if k < len(x) else x[:0]])
 
 
-def _block_median_mad(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def block_median_mad(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-row median and MAD of a 2-D array, ignoring NaN (NaN when a row has no value)."""
     s = np.sort(m, axis=1)  # NaN sorts last
     c = np.isfinite(s).sum(axis=1)
@@ -461,7 +462,7 @@ class BlockStats:
         _ = row0  # alignment is implied: the partial block always starts on a block boundary
         full = np.concatenate([self._partial, x.astype(np.float64, copy=False)])
         n_complete = len(full) // self.block
-        meds, mads = _block_median_mad(full[: n_complete * self.block].reshape(-1, self.block))
+        meds, mads = block_median_mad(full[: n_complete * self.block].reshape(-1, self.block))
         all_meds = np.concatenate([self._meds, meds])
         all_mads = np.concatenate([self._mads, mads])
         # block position of each new row within all_meds' coordinates
@@ -557,7 +558,7 @@ def window_mad(x: np.ndarray, window: int, min_count: int) -> np.ndarray:
         return np.zeros(0)
     padded = np.concatenate([np.full(window - 1, np.nan), x])
     view = np.lib.stride_tricks.sliding_window_view(padded, window)
-    _, mad = _block_median_mad(view)
+    _, mad = block_median_mad(view)
     return np.where(np.isfinite(view).sum(axis=1) >= max(min_count, 1), mad, np.nan)
 
 

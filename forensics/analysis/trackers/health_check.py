@@ -87,7 +87,9 @@ __all__ = [
     "WindowReport",
     "config_patch",
     "summary",
+    "window_ranges",
     "window_stats",
+    "window_text",
 ]
 
 PRIORITIES = ("immediate", "short_term", "medium_term")
@@ -517,7 +519,7 @@ class HealthCheck:
                     "rationale": adj.rationale, "expected_effect": adj.expected_effect,
                 }
                 if windows is not None:
-                    chosen[adj.parameter]["windows"] = _ranges(windows.get(issue, []))
+                    chosen[adj.parameter]["windows"] = window_ranges(windows.get(issue, []))
         return list(chosen.values())
 
     def recommendations(self) -> dict[str, Any]:
@@ -532,14 +534,14 @@ class HealthCheck:
         for a in adjustments:
             priorities[a["priority"]].append(
                 f"{a['parameter']} {a['change']}: {_RULES[a['issue']].description}"
-                f" ({_window_text(where[a['issue']])})")
+                f" ({window_text(where[a['issue']])})")
         for issue, ws in where.items():
             rule = _RULES[issue]
             if not rule.adjustments:
-                priorities[rule.priority].append(f"{rule.description} ({_window_text(ws)}): {rule.advice}")
+                priorities[rule.priority].append(f"{rule.description} ({window_text(ws)}): {rule.advice}")
         patch, text = config_patch(adjustments)
         return {
-            "issues": {k: _ranges(where[k]) for k in ISSUES if k in where},
+            "issues": {k: window_ranges(where[k]) for k in ISSUES if k in where},
             "adjustments": adjustments,
             "config_patch": patch,
             "not_in_config": text,
@@ -586,7 +588,7 @@ def monitoring(last: Mapping[str, Any], p: HealthCheckParams, params: set[str]) 
     return out
 
 
-def _ranges(windows: list[Any]) -> list[Any]:
+def window_ranges(windows: list[Any]) -> list[Any]:
     """Consecutive integer windows as ``[first, last]`` ranges (a long run has tens, not
     thousands, of entries); other labels as they are."""
     out: list[Any] = []
@@ -600,14 +602,14 @@ def _ranges(windows: list[Any]) -> list[Any]:
     return out
 
 
-def _window_text(windows: list[Any]) -> str:
+def window_text(windows: list[Any]) -> str:
     """``window 3``, ``windows 3-5, 9``.
 
-    >>> _window_text([3, 4, 5, 9])
+    >>> window_text([3, 4, 5, 9])
     'windows 3-5, 9'
     """
     parts = [f"{r[0]}-{r[1]}" if isinstance(r, list) and r[0] != r[1] else str(r[0] if isinstance(r, list) else r)
-             for r in _ranges(windows)]
+             for r in window_ranges(windows)]
     return ("window " if len(windows) == 1 else "windows ") + ", ".join(parts)
 
 

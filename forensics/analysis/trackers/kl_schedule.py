@@ -33,7 +33,7 @@ from ..findings import RuleSpec, Severity
 from ..spans import append_span, step_span
 from ..stats.episodes import Episode, Episodes
 from ..stats.order import median
-from ..stats.trailing import BlockStats, Context, History, TrailingRunMedian, _block_median_mad
+from ..stats.trailing import BlockStats, Context, History, TrailingRunMedian, block_median_mad
 from .base import Tracker, TrackerResult
 
 __all__ = ["KLSchedule"]
@@ -438,7 +438,7 @@ class KLSchedule(Tracker):
             la = np.log(np.where(ak > 0, ak, np.nan))
         full = np.concatenate([self.upd_partial, la])
         nc = len(full) // p.block
-        meds = _block_median_mad(full[: nc * p.block].reshape(-1, p.block))[0]
+        meds = block_median_mad(full[: nc * p.block].reshape(-1, p.block))[0]
         # cm[j]: the highest block median before the j-th block that completes in this batch
         cm = np.fmax.accumulate(np.concatenate([[self.upd_max], meds]))
         ref = cm[np.arange(len(self.upd_partial), len(full)) // p.block]

@@ -31,6 +31,7 @@ __all__ = [
     "RowSource",
     "Rows",
     "first_object",
+    "fmt_value",
     "merge_same_step",
     "parse_number",
     "step_value",
@@ -243,11 +244,11 @@ class ApartRows:
                                 "step, as their own columns (never into training metrics)")
         if self.apart:
             shown = "; ".join(
-                f"line {line} step {s}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in list(vals.items())[:4])
+                f"line {line} step {s}: " + ", ".join(f"{k}={fmt_value(v)}" for k, v in list(vals.items())[:4])
                 for line, s, vals in self.apart[:5])
             report.notes.append(f"{len(self.apart)} {self.what} kept out of the training step stream "
                                 f"({shown}{'; ...' if len(self.apart) > 5 else ''})")
 
 
-def _fmt(v: Any) -> str:
+def fmt_value(v: Any) -> str:
     return f"{v:.6g}" if isinstance(v, float) else str(v)

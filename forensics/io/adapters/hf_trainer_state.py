@@ -23,7 +23,7 @@ from typing import Any
 
 from ...errors import FormatError, InputError, StrictModeError
 from ..limits import MAX_DEPTH, MAX_NUMBER_DIGITS
-from ._common import ApartRows, Row, RowSource, _fmt, open_binary, step_value
+from ._common import ApartRows, Row, RowSource, fmt_value, open_binary, step_value
 from .model_config import read_model_config
 
 __all__ = ["HFTrainerStateSource", "detect"]
@@ -143,7 +143,7 @@ class HFTrainerStateSource(RowSource):
             nulls += sum(1 for v in obj.values() if v is None)
             kind = classify(obj)
             if kind == "summary":
-                shown = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(obj.items()) if k != "step")
+                shown = ", ".join(f"{k}={fmt_value(v)}" for k, v in sorted(obj.items()) if k != "step")
                 self.report.notes.append(f"final summary row at line {line} (step {step}) excluded from "
                                          f"the step stream: {shown}")
                 continue

@@ -26,8 +26,8 @@ from ...errors import FormatError, InputError, StrictModeError
 from ..limits import MAX_KEY_BYTES, MAX_RECORD_BYTES
 from ._common import Row, RowSource
 
-__all__ = ["TensorBoardSource", "detect", "encode_event", "event_files", "masked_crc32c", "read_events",
-           "tfrecord"]
+__all__ = ["TensorBoardSource", "detect", "encode_event", "encode_text_event", "event_files", "masked_crc32c",
+           "read_events", "tfrecord"]
 
 
 # --- CRC32C (Castagnoli), as TFRecord uses it ---------------------------------------------------
@@ -333,6 +333,17 @@ def encode_event(wall_time: float, step: int = 0, scalars: dict[str, float] | No
             for tag, value in scalars.items())
         out += _pb_bytes(5, summary)
     return out
+
+
+def encode_text_event(wall_time: float, step: int, tag: str, text: str) -> bytes:
+    """An ``Event`` with a text summary (the TensorBoard text plugin: a string tensor)."""
+    metadata = _pb_bytes(1, _pb_bytes(1, b"text"))  # SummaryMetadata.plugin_data.plugin_name
+    tensor = _pb_key(1, 0) + bytes([7]) + _pb_bytes(2, b"") + _pb_bytes(8, text.encode("utf-8"))  # DT_STRING
+    value = _pb_bytes(1, tag.encode()) + _pb_bytes(9, metadata) + _pb_bytes(8, tensor)
+    out = _pb_key(1, 1) + struct.pack("<d", wall_time)
+    if step:
+        out += _pb_key(2, 0) + _pb_varint(step)
+    return out + _pb_bytes(5, _pb_bytes(1, value))
 
 
 def read_events(path: Path, report: Any = None, strict: bool = False) -> Iterator[tuple[int, bytes]]:
