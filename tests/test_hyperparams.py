@@ -135,3 +135,55 @@ def test_change_is_in_findings_csv_and_first_domino(tmp_path: Path) -> None:
 
     d = json.loads(paths["analysis"].read_text())
     assert d["timeline"]["first_domino"]["rule"] == "hyperparams.lr_change"
+
+
+def _noisy(a: Any) -> list[str]:
+    return [f.evidence["parameter"] for f in a.findings if f.rule == "hyperparams.schedule_noisy"]
+
+
+@pytest.mark.parametrize("kind", ["gauss", "jitter", "interleaved"])
+def test_a_noisy_schedule_is_one_finding_whatever_the_length(kind: str) -> None:
+    """A learning rate and KL coefficient logged with noise (the gauss bench: standard normal
+    values; a rate jittering by up to 2x; two param groups' rates on alternate rows) are one
+    finding each, whose episodes do not grow with the log: no change per row, and the noisy
+    rate's stretches above the usual range are one episode."""
+    counts = []
+    for n in (1_000, 6_000):
+        rng = np.random.default_rng(1)
+        if kind == "gauss":
+            lr, beta = (np.round(rng.normal(0, 1, n), 6) for _ in range(2))
+        elif kind == "jitter":
+            lr, beta = 3e-5 * np.exp(rng.uniform(-0.7, 0.7, n)), 0.05 * np.exp(rng.uniform(-0.7, 0.7, n))
+        else:
+            lr, beta = np.where(np.arange(n) % 2, 2e-3, 1e-5), np.where(np.arange(n) % 2, 0.1, 0.0)
+        a = scan(lr_rows(lr, kl_coef=beta), trackers=None)
+        assert sorted(_noisy(a)) == ["kl_coef", "learning_rate"], kind
+        ours = [f for f in a.findings if f.tracker == "hyperparams"]
+        assert not [f.rule for f in ours if f.rule.endswith("_change")]
+        episodes = {f.rule: len(f.episodes) if f.episodes else 1 for f in ours}
+        assert all(k <= 2 for k in episodes.values()), episodes
+        counts.append(sum(len(f.episodes) if f.episodes else 1 for f in a.findings))
+    assert counts[1] <= counts[0] + 2, counts
+
+
+def test_schedules_and_controllers_are_not_noise() -> None:
+    """What changes every row by design is no noise: a warm-up then a cosine decay (in float32),
+    a linear decay to zero, step decay, a constant rate whose last float32 digit jitters, an
+    adaptive KL controller's small moves both ways, a cyclic (triangular) rate, and a schedule
+    logged every tenth row."""
+    n = 3000
+    s = np.arange(n)
+    cosine = np.where(s < 100, s / 100, 0.5 + 0.5 * np.cos(np.pi * (s - 100) / (n - 100))) * 1e-5
+    rng = np.random.default_rng(2)
+    schedules = {
+        "warm-up and cosine": cosine.astype(np.float32),
+        "linear decay": np.linspace(1e-5, 0.0, n),
+        "step decay": 1e-4 * 0.5 ** (s // 300),
+        "constant, float32": (1e-5 * (1 + rng.normal(0, 1e-7, n))).astype(np.float32),
+        "triangular": 1e-5 + 9e-5 * np.abs((s % 200) / 100 - 1),
+        "every tenth row": np.where(s % 10 == 0, cosine, np.nan),
+    }
+    beta = 0.1 * np.exp(np.cumsum(rng.uniform(-0.02, 0.02, n)))  # a proportional controller
+    for name, lr in schedules.items():
+        a = scan(lr_rows(lr, kl_coef=beta), trackers=("hyperparams",))
+        assert _noisy(a) == [], name

@@ -28,6 +28,12 @@ def endless_warmup() -> Stream:
     return Stream(rows, meta=RunMeta(algorithm="dpo"))
 
 
+def noisy_learning_rate() -> Stream:
+    """A learning rate logged with gaussian noise on every row (the gauss bench's shape)."""
+    lr = np.round(np.random.default_rng(0).normal(0, 1, 300), 6)
+    return Stream([{"step": s, "loss": 1.0, "learning_rate": float(lr[s])} for s in range(300)])
+
+
 class TestHyperparams(TrackerSuite):
     NAME = "hyperparams"
     stream = staticmethod(settings)
@@ -39,7 +45,8 @@ class TestHyperparams(TrackerSuite):
     )
     FIRES = (("hyperparams.lr_change", settings), ("hyperparams.lr_out_of_range", "trl/dpo_lr_high"),
              ("hyperparams.lr_warmup_unfinished", endless_warmup), ("hyperparams.kl_coef_change", settings),
-             ("hyperparams.clip_change", settings), ("hyperparams.batch_size_change", settings))
+             ("hyperparams.clip_change", settings), ("hyperparams.batch_size_change", settings),
+             ("hyperparams.schedule_noisy", noisy_learning_rate))
 
 
 def test_a_trainers_clip_and_batch_keys_are_canonical() -> None:
@@ -88,18 +95,28 @@ def _jumps_by_definition(v: list[float], change_ratio: float = 1.5, ramp_factor:
     return out
 
 
-def test_a_noisy_setting_counts_its_jumps_and_keeps_the_first_few() -> None:
-    """A learning rate that jumps on most rows: every jump is counted (the summary), only the
-    first ``max_changes`` are kept as findings, whatever the batches; the jumps are those of the
-    rule's definition (a move beyond change_ratio, not a ramp), decided a batch at a time."""
+def test_a_setting_that_jumps_often_counts_its_jumps_and_keeps_the_first_few() -> None:
+    """A learning rate that jumps on many rows, but not most: every jump is counted (the
+    summary), only the first ``max_changes`` are kept as findings, whatever the batches; the
+    jumps are those of the rule's definition (a move beyond change_ratio, not a ramp), decided a
+    batch at a time. Where it jumps on most rows, the same count stands beside one finding
+    (hyperparams.schedule_noisy) in place of the changes."""
     rng = np.random.default_rng(3)
-    lr = np.round(np.exp(rng.normal(-12, 1.0, 2000)), 12)
-    lr[rng.random(2000) < 0.1] = 0.0
-    s = Stream([{"step": i, "loss": 1.0, "learning_rate": float(x)} for i, x in enumerate(lr)])
-    expected = _jumps_by_definition(lr.tolist())
-    for sizes in (None, [1, 7, 64, 500]):
-        a = analyse("hyperparams", s, sizes=sizes)
-        summary = next(r.summary for r in a.results if r.name == "hyperparams")["learning_rate"]
-        assert summary["changes"] == len(expected) > 100
-        found = next(f for f in a.findings if f.rule == "hyperparams.lr_change")
-        assert [int(e["first_step"]) for e in found.episodes] == expected[:20]
+    noise = np.round(np.exp(rng.normal(-12, 1.0, 2000)), 12)
+    noise[rng.random(2000) < 0.1] = 0.0
+    sparse = np.where(rng.random(2000) < 0.15, noise, 1e-5)  # a jump out and back on 15% of rows
+    for lr, noisy in ((sparse, False), (noise, True)):
+        s = Stream([{"step": i, "loss": 1.0, "learning_rate": float(x)} for i, x in enumerate(lr)])
+        expected = _jumps_by_definition(lr.tolist())
+        for sizes in (None, [1, 7, 64, 500]):
+            a = analyse("hyperparams", s, sizes=sizes)
+            summary = next(r.summary for r in a.results if r.name == "hyperparams")["learning_rate"]
+            assert summary["changes"] == len(expected) > 100
+            assert summary.get("noisy", False) is noisy
+            rules = {f.rule: f for f in a.findings}
+            if noisy:
+                assert set(rules) == {"hyperparams.schedule_noisy"}
+                assert rules["hyperparams.schedule_noisy"].evidence["changes"] == len(expected)
+            else:
+                found = rules["hyperparams.lr_change"]
+                assert [int(e["first_step"]) for e in found.episodes] == expected[:20]

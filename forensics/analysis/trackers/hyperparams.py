@@ -17,6 +17,15 @@ from ``warning_factor``, ``critical`` from ``critical_factor`` (a learning rate 
 critical). A move the other way is ``info`` unless it spans ``safe_warning_factor`` (a learning
 rate cut 100x stalls the policy: ``warning``).
 
+A setting logged with noise or jitter is one finding (``hyperparams.schedule_noisy``), not a change
+per row: when most of its logged moves are by more than ``noisy_factor`` and most turn back (the
+move reverses the direction of the one before), no schedule moves so, and no change of it can be
+told from the next; its changes are counted in the summary, not reported one by one, and a noisy
+learning rate's stretches out of the usual range are one episode. A schedule changes on every row
+too (a warm-up, a cosine or linear decay), but in one direction per phase; an adaptive KL
+controller turns often, by a few percent at most; a constant rate logged in float32 jitters in its
+last digit: none of them is noise.
+
 Columns: ``learning_rate``, ``kl_coef``, ``clip_range`` and ``batch_size`` (canonical names: the
 schema maps a trainer's ``cliprange``, ``clip_eps``, ``train_batch_size`` ... to them; trainers
 rarely log the last two per step, the canonical writer does), and ``epoch``.
@@ -76,6 +85,13 @@ class HyperparamsParams:
                                        "factor (a learning rate cut 100x stalls the policy).")
     max_changes: int = param(20, "Most findings per setting; further changes are counted in the "
                              "summary (a schedule that jumps every few steps).")
+    noisy_factor: float = param(1.1, "A move by more than this factor counts towards noise "
+                                "(hyperparams.schedule_noisy): an adaptive KL controller moves its "
+                                "coefficient by 2% at most, float rounding far less.", gt=1)
+    noisy_share: float = param(0.5, "A setting is noisy when more than this share of its logged "
+                               "moves are by more than noisy_factor and more than this share of its "
+                               "moves turn back (reverse the direction of the move before).", le=1)
+    noisy_moves: int = param(20, "Logged moves of a setting needed before it is judged noisy.")
     lr_high: float = param(1e-3, "A learning rate above this is far outside what RL fine-tuning of a "
                            "7B language model uses (full fine-tuning 1e-6 to 1e-5, LoRA up to about "
                            "1e-4): hyperparams.lr_out_of_range. Scaled by (7B / N)^(1/3) where the run shows the "
@@ -153,6 +169,20 @@ RULES = (
        "Severity follows the factor.",
        "If the change was not intended, restore the batch size to its value before the change.",
        _SEVERITY_DOC, formerly=("batch_size.change",)),
+    _R("hyperparams.schedule_noisy", Severity.WARNING, "Setting logged with noise or jitter",
+       "A learning rate, KL coefficient, clip range or batch size moved on most logged rows and "
+       "turned back on most of them (more than noisy_share of its logged moves are by more than "
+       "noisy_factor, and more than noisy_share reverse the move before): no schedule moves so "
+       "(a warm-up or a decay changes every row, but in one direction per phase; an adaptive KL "
+       "controller by a few percent), so "
+       "the column is noise, rows of several param groups or runs interleaved, or a metric mapped "
+       "to the setting. Its schedule changes cannot be told apart: they are counted in the summary, "
+       "not reported one by one, and a noisy learning rate's stretches out of the usual range are "
+       "one episode.",
+       "Check what the column holds (analysis.json column_mapping names its source key): log the "
+       "value the trainer used, once per step, for one set of parameters and from one run; if "
+       "the value really jitters, find what sets it (the scheduler, the controller, the config).",
+       ("noisy_factor", "noisy_share", "noisy_moves")),
 )
 
 
@@ -171,6 +201,14 @@ class _Follow:
     logged: int = 0
     #: every logged move so far rose (a warm-up from the first row, however sparsely logged)
     warm: bool = True
+    #: the steps of the first and last logged values
+    span: tuple[int, int] | None = None
+    #: the noise test: logged moves, those by more than ``noisy_factor``, those that turn back
+    #: (reverse the direction of the non-zero move before), the direction of the last non-zero move
+    moves: int = 0
+    large: int = 0
+    reversals: int = 0
+    direction: float = 0.0
 
 
 def _factor(before: float, after: float) -> float:
@@ -222,23 +260,51 @@ class Hyperparams(Tracker):
             self.active = True
             self.source_keys.setdefault(s.parameter, st.key)
             vals = v[ok].astype(np.float64)
+            self._jitter(st, vals)
+            steps = batch.steps[ok]
             if st.first is None:
                 st.first = float(vals[0])
             st.last = float(vals[-1])
+            st.span = (int(steps[0]) if st.span is None else st.span[0], int(steps[-1]))
             st.logged += len(vals)
-            kept, dropped = self._decide(st, batch.steps[ok].astype(np.int64), vals, batch.rows[ok], final=False)
+            kept, dropped = self._decide(st, steps.astype(np.int64), vals, batch.rows[ok], final=False)
             st.changes += kept
             st.dropped += dropped
             if s.parameter == "learning_rate":
-                rising = self._moves(vals, batch.steps[ok])
+                rising = self._moves(vals, steps)
                 if self.meta.lm_priors:
-                    self._range(batch.rows[ok], batch.steps[ok], vals, rising)
+                    self._range(batch.rows[ok], steps, vals, rising)
         if batch.has("epoch"):
             epochs = batch.col("epoch")
             epochs = epochs[np.isfinite(epochs)]
             if len(epochs):
                 self.last_epoch = float(epochs[-1])
         return None
+
+    def _jitter(self, st: _Follow, vals: np.ndarray) -> None:
+        """Count the noise test's moves of a setting (``vals``: its next logged values)."""
+        v = vals if st.last is None else np.concatenate([[st.last], vals])
+        d = np.diff(v)
+        if not len(d):
+            return
+        before, after = v[:-1], v[1:]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            # a move between values of one sign by its factor; to, from or across zero: any move
+            size = np.where(before * after > 0, np.abs(np.log(after / before)), np.inf)
+        st.moves += len(d)
+        st.large += int(((d != 0) & (size > math.log(self.p.noisy_factor))).sum())
+        signs = np.sign(d[d != 0])
+        if st.direction:
+            signs = np.concatenate([[st.direction], signs])
+        if len(signs):
+            st.reversals += int((signs[1:] != signs[:-1]).sum())
+            st.direction = float(signs[-1])
+
+    def _noisy(self, st: _Follow) -> bool:
+        """Whether the setting is logged with noise or jitter (hyperparams.schedule_noisy)."""
+        share = self.p.noisy_share
+        return (st.moves >= self.p.noisy_moves and st.large > share * st.moves
+                and st.reversals > share * st.moves)
 
     def _moves(self, lr: np.ndarray, steps: np.ndarray) -> np.ndarray:
         """Count the learning rate's moves (up, down, flat); which rows rose from the one before."""
@@ -348,6 +414,10 @@ class Hyperparams(Tracker):
             kept = st.changes + last
             summary[s.parameter] = {"key": st.key, "first": st.first, "last": st.last,
                                     "logged": st.logged, "changes": len(kept) + st.dropped + dropped}
+            if self._noisy(st):  # one finding: changes of noise are no schedule's
+                summary[s.parameter]["noisy"] = True
+                self._emit_noisy(s, st, summary[s.parameter]["changes"])
+                continue
             for c in kept:
                 self._emit_change(s, st.key, c)
         lr_high, lr_critical = self._lr_high()
@@ -357,12 +427,18 @@ class Hyperparams(Tracker):
         same = {"prior_high": lr_high, "prior_low": lr_low, "critical": lr_critical,
                 "suggested": self._usual_lr(), "usual_range": usual.words,
                 "model_params": self.meta.model_params or self.meta.param_count}
-        for ep in self.lr_ep.finish():
+        episodes, stretches = self.lr_ep.finish(), ""
+        if len(episodes) > 1 and self._noisy(self.follow["learning_rate"]):
+            # a noisy rate crosses the range's edge at random: its stretches out of range are one
+            stretches = (f" (on {sum(e.n_rows for e in episodes):,} rows in {len(episodes):,} stretches"
+                         f" to step {episodes[-1].last_step}: the rate is noisy)")
+            episodes = [_merged(episodes)]
+        for ep in episodes:
             lr = ep.extras.get("lr", float("nan"))
             high = ep.peak > 0
             self.emit("hyperparams.lr_out_of_range", ep,
                       f"learning rate {lr:.3g} at step {ep.peak_step} is {above if high else below}"
-                      f" the usual range ({usual.words}), from step {ep.onset_step}",
+                      f" the usual range ({usual.words}), from step {ep.onset_step}{stretches}",
                       {"learning_rate": lr, **same, "metrics": ["learning_rate"]},
                       Severity.CRITICAL if high and lr >= lr_critical else None)
         self._warmup_unfinished()
@@ -412,6 +488,20 @@ class Hyperparams(Tracker):
         r = self._sized()
         return geometric_centre(r.low, r.usual_high if self.meta.lora else r.high)
 
+    def _emit_noisy(self, s: Setting, st: _Follow, changes: int) -> None:
+        """One finding for a setting logged with noise, in place of its changes."""
+        first, last = st.span or (0, 0)
+        ep = Episode(onset_step=first, first_step=first, last_step=last, last_row=0, n_rows=st.logged)
+        self.emit("hyperparams.schedule_noisy", ep,
+                  f"the {s.label} is logged with noise or jitter: it moved by more than "
+                  f"x{self.p.noisy_factor:g} on {st.large:,} of {st.moves:,} logged moves and turned "
+                  f"back on {st.reversals:,}; schedule changes cannot be told apart ({changes:,} "
+                  "jumps, not reported one by one)",
+                  {"series": s.parameter, "parameter": s.parameter, "moves": st.moves, "large_moves": st.large,
+                   "reversals": st.reversals, "changes": changes, "first": st.first, "last": st.last,
+                   "noisy_factor": self.p.noisy_factor, "noisy_share": self.p.noisy_share,
+                   "metrics": [s.parameter]})
+
     def _emit_change(self, s: Setting, key: str, c: dict[str, Any]) -> None:
         factor = _factor(c["before"], c["after"])
         sev = self.severity(s, factor)
@@ -434,3 +524,13 @@ class Hyperparams(Tracker):
                    "warning_factor": self.p.warning_factor, "critical_factor": self.p.critical_factor,
                    "metrics": [s.parameter]},
                   severity=sev)
+
+
+def _merged(episodes: list[Episode]) -> Episode:
+    """Episodes as one, from the first's onset to the last's end; its peak is the largest."""
+    top = max(episodes, key=lambda e: abs(e.peak) if e.peak == e.peak else -1.0)
+    return Episode(onset_step=episodes[0].onset_step, first_step=episodes[0].first_step,
+                   last_step=episodes[-1].last_step, last_row=episodes[-1].last_row,
+                   n_rows=sum(e.n_rows for e in episodes), peak=top.peak, peak_step=top.peak_step,
+                   value_sum=sum(e.value_sum for e in episodes),
+                   value_count=sum(e.value_count for e in episodes), extras=dict(top.extras))
