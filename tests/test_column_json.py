@@ -45,7 +45,7 @@ def test_column_major_metric_json_is_a_step_log(tmp_path: Path) -> None:
     assert "train/token_mult_prob_error" in a.mappings[str(log)].unmapped  # carried through
     notes = " ".join(r.notes)
     assert "1 key(s) whose value is not a map of step to number set aside: config" in notes
-    assert "column-major metric JSON: 7 metric(s)" in notes
+    assert "read as column-major metric JSON (metric -> {step: value}): 7 metric(s), 120 step(s)" in notes
     # a metric logged every 10th step: present there, missing elsewhere (not zero)
     frame = a.metrics_frame()
     assert np.isfinite(frame["advantage_mean"]).sum() == 12
