@@ -100,8 +100,12 @@ class KVConsoleParser(LineParser):
         super().__init__(report, strict)
         self.held: tuple[int, dict[str, Any]] | None = None
         self.numbered = 0
-        self.ignored = 0
-        self.preamble = 0
+        #: lines skipped, by why: ``(count, the first few line numbers)``
+        self.ignored = _Skipped()  # no two numeric pairs
+        self.preamble = _Skipped()  # pairs before the first step counter
+        self.repeated = _Skipped()  # pairs without the counter whose keys the held step already has
+        #: the first and the last line a row came from
+        self.span: list[int] = []
         self.counter: str | None = None
         #: lines of pairs without a counter before the first counter (a printed config, say):
         #: a preamble if a counter follows, rows if none does within PENDING lines
@@ -126,26 +130,29 @@ class KVConsoleParser(LineParser):
     def line(self, lineno: int, text: str) -> Rows:
         found = pairs(text)
         if len(found) < 2:
-            self.ignored += 1
+            self.ignored.add(lineno)
             return []
         step = self._step(ANSI.sub("", text), found)
         if step is None and self.counter is None and not self.counterless:
             self.pending.append((lineno, found))
             return self._numbered(self.pending) if len(self.pending) >= PENDING else []
         if step is not None and self.pending:
-            self.preamble += len(self.pending)  # lines before the first counter: not steps
+            for pending_line, _ in self.pending:  # lines before the first counter: not steps
+                self.preamble.add(pending_line)
             self.pending = []
         out: Rows = []
         if step is None and self.counter is not None:
             # a line without the counter, once there is one: the held step's continuation
             if self.held is not None and not set(self.held[1]) & set(found):
                 self.held[1].update(found)
+                self._took(lineno)
             else:
-                self.ignored += 1
+                self.repeated.add(lineno)
             return out
         if step is None:
             self.numbered += 1
             step = self.numbered
+        self._took(lineno)
         if self.held is not None and self.held[1]["step"] == step and not (set(self.held[1]) & set(found)):
             self.held[1].update(found)  # a second line of the same step
             return out
@@ -154,12 +161,18 @@ class KVConsoleParser(LineParser):
         self.held = (lineno, {"step": step, **found})
         return out
 
+    def _took(self, lineno: int) -> None:
+        if not self.span:
+            self.span = [lineno, lineno]
+        self.span[1] = lineno
+
     def _numbered(self, lines: list[tuple[int, dict[str, float]]]) -> Rows:
         """No counter in sight: every line of pairs is a row, numbered."""
         self.counterless, self.pending = True, []
         out: Rows = []
         for lineno, found in lines:
             self.numbered += 1
+            self._took(lineno)
             out.append((lineno, {"step": self.numbered, **found}))
         return out
 
@@ -171,13 +184,36 @@ class KVConsoleParser(LineParser):
     def finish_notes(self) -> None:
         how = (f"the step from the counter {self.counter!r}" if self.counter
                else "no step counter: one row per line, numbered")
-        self.report.notes.append(f"read as a console of name: value pairs (the reader of last resort; {how})")
-        if self.preamble:
-            self.report.notes.append(f"{self.preamble} line(s) of pairs before the first step counter "
-                                     "skipped (a printed config or banner)")
-        if self.ignored:
-            self.report.notes.append(f"{self.ignored} line(s) without two numeric pairs skipped (not rows, "
-                                     "not errors)")
+        where = f", rows from lines {self.span[0]}-{self.span[1]}" if self.span else ""
+        self.report.notes.append(f"read as a console of name: value pairs (the reader of last resort; {how}{where})")
+        if self.preamble.count:
+            self.report.notes.append(f"{self.preamble.count} line(s) of pairs before the first step counter "
+                                     f"skipped (a printed config or banner; {self.preamble})")
+        if self.repeated.count:
+            self.report.notes.append(f"{self.repeated.count} line(s) of pairs without the step counter whose keys the "
+                                     f"step already has skipped ({self.repeated})")
+        if self.ignored.count:
+            self.report.notes.append(f"{self.ignored.count} line(s) without two numeric pairs skipped (not rows, "
+                                     f"not errors; {self.ignored})")
+
+
+class _Skipped:
+    """A count of skipped lines and the first few of them, for the read report."""
+
+    SHOWN = 5
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.lines: list[int] = []
+
+    def add(self, lineno: int) -> None:
+        self.count += 1
+        if len(self.lines) < self.SHOWN:
+            self.lines.append(lineno)
+
+    def __str__(self) -> str:
+        word = "line" if self.count == 1 else "lines"
+        return f"{word} {', '.join(map(str, self.lines))}{', ...' if self.count > len(self.lines) else ''}"
 
 
 class KVConsoleSource(LineSource):
