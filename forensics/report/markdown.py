@@ -42,6 +42,12 @@ def _score(v: float | None) -> str:
     return f"{v:.2f} {mark}"
 
 
+def _changes(which: str, config: str, patch: dict[str, Any], command_line: list[str]) -> list[str]:
+    """A config patch and its command line (the advice's rule: :func:`~forensics.report.verdict.advice`)."""
+    out = ["", f"Config patch {which} ({config}): {_code(json.dumps(patch))}"] if patch else []
+    return out + ([f"Command line {which}: {_code(' '.join(command_line))}"] if command_line else [])
+
+
 def render_markdown(d: dict[str, Any], top: int = 15) -> str:
     """Markdown for an analysis dict (``Analysis.to_dict()`` or a loaded analysis.json)."""
     inputs = d.get("inputs") or []
@@ -82,9 +88,11 @@ def render_markdown(d: dict[str, Any], top: int = 15) -> str:
         else:
             out.append(f"**First domino:** {_code(dom['rule'])} at step {dom['onset_step']}{what} "
                        "(earliest warning or critical finding; no linked chain)")
+    config = _md(((rec or {}).get("trainer") or {}).get("config", "keys"))
     if v["do_now"]:
         out += ["", "**Do now:**"]
-        out += [f"- {_md(item)}" for item in v["do_now"][:8]]
+        out += [f"- {_md(item)}" for item in v["do_now"]]
+    out += _changes("of these changes", config, v["do_now_patch"], v["do_now_command_line"])
     findings = sorted(d.get("findings") or [],
                       key=lambda f: (_ORDER.get(f["severity"], 3), f["onset_step"], f["rule"]))
     out.append("")
@@ -106,9 +114,10 @@ def render_markdown(d: dict[str, Any], top: int = 15) -> str:
             by_rule[f["rule"]] = by_rule.get(f["rule"], 0) + 1
         out += ["", f"{_ICON['info']} {len(info)} info finding(s), context rather than problems: "
                 + ", ".join(f"{_code(r)} ×{n}" for r, n in sorted(by_rule.items()))]
-    if rec and rec.get("config_patch"):
-        trainer = rec.get("trainer") or {}
-        out += ["", f"Config patch ({_md(trainer.get('config', 'keys'))}): {_code(json.dumps(rec['config_patch']))}"]
+    if v["later"]:
+        out += ["", "**After the do-now changes:**"]
+        out += [f"- {words}: {_md(item)}" for words, items in v["later"] for item in items]
+    out += _changes("if it persists", config, v["later_patch"], v["later_command_line"])
     windows = d.get("windows")
     if isinstance(windows, list) and windows:
         bad = [w for w in windows if str(w.get("status", "")).lower() not in ("ok", "healthy", "")]

@@ -78,8 +78,9 @@ def render_summary(analysis: Analysis, top: int = 8, colour: bool = False) -> st
     lines += ["", paint(f"verdict: {v['headline']}", "ok" if healthy else "bad", colour)]
     if v.get("domino"):
         lines.append(f"first domino: {v['domino']}")
-    for item in v.get("do_now") or []:
+    for item in v["do_now"]:
         lines.append(f"  do now: {item}")
+    lines += _changes("  do now", v["do_now_patch"], v["do_now_command_line"])
     counts = {s: sum(1 for f in analysis.findings if f.severity is s) for s in Severity}
     lines.append("")
     crit, warn = counts[Severity.CRITICAL], counts[Severity.WARNING]
@@ -92,7 +93,7 @@ def render_summary(analysis: Analysis, top: int = 8, colour: bool = False) -> st
             lines.append(f"  {'':<10} -> {f.remedy}")
     if len(analysis.findings) > top:
         lines.append(f"  ... {len(analysis.findings) - top} more in findings.csv")
-    lines.extend(_training_health(analysis, advice))
+    lines.extend(_training_health(analysis, advice, v))
     cost = cost_lines(analysis.diagnosis.get("cost"))
     if cost:
         lines += ["", *cost]
@@ -186,8 +187,18 @@ def _num(v: Any, fmt: str = ".4g") -> str:
     return "-" if v is None or (isinstance(v, float) and v != v) else format(v, fmt)
 
 
-def _training_health(analysis: Analysis, advice: dict[str, Any], max_windows: int = 12) -> list[str]:
-    """Reward components, windows that are not ok, recommended changes, throughput, generation."""
+def _changes(label: str, patch: dict[str, Any], command_line: list[str]) -> list[str]:
+    """A config patch and its command line, each on a line of its own."""
+    import json
+
+    return ([f"{label}, config patch: {json.dumps(patch)}"] if patch else []) + (
+        [f"{label}, command line: {' '.join(command_line)}"] if command_line else [])
+
+
+def _training_health(analysis: Analysis, advice: dict[str, Any], v: dict[str, Any],
+                     max_windows: int = 12) -> list[str]:
+    """Reward components, windows that are not ok, the changes recommended after the do-now list
+    (``v``: the verdict, :func:`~forensics.report.verdict.advice`), throughput, generation."""
     lines: list[str] = []
     results = {r.name: r for r in analysis.results}
     sections = analysis.diagnosis
@@ -215,20 +226,13 @@ def _training_health(analysis: Analysis, advice: dict[str, Any], max_windows: in
                              f"{w['reward_direction'] or '-':>6} {w['status']:>6}  {what}")
             if len(flagged) > max_windows:
                 lines.append(f"  ... {len(flagged) - max_windows} more windows not ok in windows.csv")
-    rec = advice.get("recommendations") or {}
-    if any(rec.get("priorities", {}).values()):
-        trainer = rec.get("trainer") or {}
+    if v["later"] or v["later_patch"] or v["later_command_line"]:
+        trainer = (advice.get("recommendations") or {}).get("trainer") or {}
         where = f" in {trainer['config']} keys" if trainer else ""
-        lines += ["", f"recommended changes{where} (recommendations.yaml):"]
-        for pri in ("immediate", "short_term", "medium_term"):
-            for item in rec["priorities"].get(pri, []):
-                lines.append(f"  [{pri.replace('_', ' ')}] {item}")
-        if rec.get("config_patch"):
-            import json
-
-            lines.append(f"  config patch: {json.dumps(rec['config_patch'])}")
-        if rec.get("command_line"):
-            lines.append(f"  command line: {' '.join(rec['command_line'])}")
+        lines += ["", f"recommended after the do-now changes{where} (recommendations.yaml):"]
+        for words, items in v["later"]:
+            lines += [f"  [{words}] {item}" for item in items]
+        lines += _changes("  if it persists", v["later_patch"], v["later_command_line"])
     tp = results.get("throughput")
     if tp is not None and tp.active:
         s = tp.summary

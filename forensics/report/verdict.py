@@ -4,6 +4,11 @@ Every report opens with it (the terminal summary, the Markdown summary and the H
 screen), from the same inputs: the findings, the timeline's first domino and the
 recommendations. It reads the analysis dict only, so a saved ``analysis.json`` gives the same
 verdict.
+
+What each report shows of the advice follows one rule, :func:`advice`: the do-now list with the
+config patch and command line of exactly its changes; every other recommendation after it, under
+its priority, with the changes those ask for as a patch of their own (to apply only if the fault
+persists). No report prints the two patches as one: that is ``recommendations.yaml``'s.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Any
 
 from ..analysis.findings import recurrence_message
 
-__all__ = ["evidence_rows", "start_of", "verdict"]
+__all__ = ["LATER", "advice", "evidence_rows", "start_of", "verdict"]
 
 
 def _titles() -> dict[str, str]:
@@ -80,20 +85,28 @@ def verdict(findings: list[Mapping[str, Any]], timeline: Mapping[str, Any] | Non
             recommendations: Mapping[str, Any] | None,
             coverage: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``state`` (healthy / warning / critical / unchecked), ``headline``, the first domino in
-    words (``domino``, with its finding), ``do_now`` (the immediate recommendations) with
-    ``do_now_patch`` and ``do_now_command_line`` (the config changes those name, no others), and
-    ``checked`` (what the analysis could judge, from its coverage).
+    words (``domino``, with its finding), ``checked`` (what the analysis could judge, from its
+    coverage) and the advice as every report shows it (:func:`advice`): ``do_now`` (the immediate
+    recommendations) with ``do_now_patch`` and ``do_now_command_line`` (the config changes those
+    name, no others), then ``later``, ``later_patch`` and ``later_command_line``.
 
     >>> verdict([], {}, None)["headline"]
     'Healthy: no warning or critical finding.'
     >>> verdict([], {}, None, {"checked": False, "columns": {"unmapped": 4}})["state"]
     'unchecked'
     """
+    out = _verdict(findings, timeline, recommendations, coverage)
+    out.update(advice(out["do_now"], recommendations))
+    return out
+
+
+def _verdict(findings: list[Mapping[str, Any]], timeline: Mapping[str, Any] | None,
+             recommendations: Mapping[str, Any] | None, coverage: Mapping[str, Any] | None) -> dict[str, Any]:
     crit = sum(1 for f in findings if f.get("severity") == "critical")
     warn = sum(1 for f in findings if f.get("severity") == "warning")
     out: dict[str, Any] = {"state": "critical" if crit else ("warning" if warn else "healthy"),
                            "critical": crit, "warning": warn, "domino": None, "domino_finding": None,
-                           "chain": [], "do_now": [], "do_now_patch": {}, "do_now_command_line": []}
+                           "chain": [], "do_now": []}
     cov = coverage or {}
     if cov:
         judging = list(cov.get("trackers_judging") or [])
@@ -148,7 +161,70 @@ def verdict(findings: list[Mapping[str, Any]], timeline: Mapping[str, Any] | Non
     if not now:
         now = list(pri.get("short_term") or [])[:2]
     out["do_now"] = now
-    out["do_now_patch"], out["do_now_command_line"] = do_now_changes(now, recommendations)
+    return out
+
+
+#: The priorities of the recommendations, in the words every report gives them after the do-now
+#: list (a catastrophe's symptoms, ``if_persists``, wait with the "next" ones).
+LATER = (("immediate", "now"), ("short_term", "next, if it persists"), ("medium_term", "later"))
+
+
+def advice(do_now: list[str], recommendations: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What every report shows of the advice: ``do_now`` with ``do_now_patch`` and
+    ``do_now_command_line`` (the changes it names, no others: :func:`do_now_changes`); then
+    ``later``, each other recommendation under its priority's words (:data:`LATER`), with
+    ``later_patch`` and ``later_command_line``: the rest of the config patch and command line, a
+    catastrophe's waiting changes (``if_persists_patch``) included. Together the two patches are
+    the whole advice; no report prints them as one.
+
+    >>> rec = {"priorities": {"immediate": ["lr: 0.03 -> 0.001 [lr]"], "short_term": ["clip: 1 -> 0.5 [g]"]},
+    ...        "adjustments": [{"text": "lr: 0.03 -> 0.001", "source": "lr", "key": "lr"},
+    ...                        {"text": "clip: 1 -> 0.5", "source": "g", "key": "clip"}],
+    ...        "config_patch": {"lr": 0.001, "clip": 0.5}}
+    >>> a = advice(["lr: 0.03 -> 0.001 [lr]"], rec)
+    >>> a["do_now_patch"], a["later"], a["later_patch"]
+    ({'lr': 0.001}, [('next, if it persists', ['clip: 1 -> 0.5 [g]'])], {'clip': 0.5})
+    """
+    rec = recommendations or {}
+    patch, command_line = do_now_changes(do_now, rec)
+    pri = rec.get("priorities") or {}
+    waiting = {"short_term": list(rec.get("if_persists") or [])}
+    later = [(words, [x for x in [*(pri.get(key) or []), *waiting.get(key, [])] if x not in do_now])
+             for key, words in LATER]
+    rest = _patch_without(rec.get("config_patch") or {}, _leaf_keys(patch))
+    return {"do_now": list(do_now), "do_now_patch": patch, "do_now_command_line": command_line,
+            "later": [(words, items) for words, items in later if items],
+            "later_patch": _merged(rest, rec.get("if_persists_patch") or {}),
+            "later_command_line": [c for c in rec.get("command_line") or [] if c not in command_line]}
+
+
+def _leaf_keys(patch: Mapping[str, Any], prefix: str = "") -> set[str]:
+    """The dotted keys of a config patch's values."""
+    out: set[str] = set()
+    for k, v in patch.items():
+        out |= _leaf_keys(v, f"{prefix}{k}.") if isinstance(v, Mapping) else {prefix + k}
+    return out
+
+
+def _patch_without(patch: Mapping[str, Any], keys: set[str], prefix: str = "") -> dict[str, Any]:
+    """A config patch less the values under ``keys`` (dotted), empty tables dropped."""
+    out: dict[str, Any] = {}
+    for k, v in patch.items():
+        if prefix + k in keys:
+            continue
+        if isinstance(v, Mapping):
+            v = _patch_without(v, keys, f"{prefix}{k}.")
+            if not v:
+                continue
+        out[k] = v
+    return out
+
+
+def _merged(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Two config patches as one (tables merged; ``a`` holds no key ``b`` sets otherwise)."""
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merged(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else v
     return out
 
 
