@@ -1,4 +1,6 @@
-"""The package layout's rules: no import circles, and the trainer side stands apart.
+"""The package layout's rules: no import circles, the trainer side stands apart, the package root
+holds only the foundation (and the entry points and old import paths), and no module imports
+another's private name.
 
 The import graph is read from the source (every ``import`` and ``from ... import`` inside the
 package, at module level or inside a function, since a late import is still a dependency);
