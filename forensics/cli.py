@@ -32,7 +32,6 @@ import dataclasses
 import json
 import os
 import sys
-import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -129,6 +128,8 @@ class _Group(click.Group):
 def _internal(exc: BaseException) -> None:
     """Say that ``exc`` is a bug in forensics (exit 4), with what a bug report needs."""
     if os.environ.get("FORENSICS_DEBUG"):
+        import traceback
+
         traceback.print_exc()
     echo(f"Error: internal error (a bug in forensics, not in your input): {type(exc).__name__}: "
          f"{show_value(str(exc), 300)}. Please file a bug report with the version (forensics "
@@ -944,7 +945,7 @@ def export(analysis_path: Path, target: str, out_dir: Path | None, output: Path 
 
 def entry() -> None:
     """The ``forensics`` program: :func:`main` in a process that loads only what a command needs
-    (:mod:`forensics.lean`) and leaves as soon as its work is done (:func:`leave`)."""
+    (:mod:`forensics.io.lean`) and leaves as soon as its work is done (:func:`leave`)."""
     import signal
 
     from .io.lean import leave, pyarrow_without_pandas
