@@ -124,7 +124,7 @@ screenshots: $(STAMP)
 # The figures (2-core machine, both venvs): 40 s with a cold pip cache, 380 MB; the tests they
 # let run (test_callback, test_advice_eval) about 1 min 30 s.
 TRL_VENV    := .venv-trl
-TRL_STAMP   := $(TRL_VENV)/.installed
+TRL_STAMP   := $(TRL_VENV)/.layered
 TRL_PINS    := trl==1.16.0 transformers==5.24.0 datasets==5.2.0 accelerate==1.15.0 tokenizers==0.23.3
 TRL_PPO     := trl==1.12.0
 TF440_VENV  := .venv-tf440
@@ -145,8 +145,13 @@ endef
 
 $(TRL_STAMP): | $(STAMP)
 	$(call layered,$(TRL_VENV),$(TRL_PINS))
-	$(TRL_VENV)/bin/pip install --quiet --no-deps --target $(TRL_VENV)/trl-ppo $(TRL_PPO)
+	$(TRL_VENV)/bin/pip install --quiet --no-deps --upgrade --target $(TRL_VENV)/trl-ppo $(TRL_PPO)
 	touch $(TRL_STAMP)
+
+# the name scripts and tests give (`make .venv-trl/.installed`); a .venv-trl of its own, built before
+# the layering, is layered by the stamp above (its torch then stays first)
+$(TRL_VENV)/.installed: $(TRL_STAMP)
+	touch $@
 
 $(TF440_STAMP): | $(STAMP)
 	$(call layered,$(TF440_VENV),$(TF440_PINS))
