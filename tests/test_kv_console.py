@@ -118,3 +118,22 @@ def test_a_large_file_that_is_not_a_log_is_refused_quickly(tmp_path: Path) -> No
     finally:
         kv_console.pairs = real  # type: ignore[assignment]
     assert calls == []  # no line of prose reached the parser
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    # ROLL's stdout tracker: the metrics object's keys unprefixed, as written (no lower-casing)
+    ('[INFO] metrics_tag: {"step": 3, "metrics": {"actor/pg_loss": -0.1, "E2E latency": 2, "hist": [1, 2]}}',
+     {"step": 3.0, "actor/pg_loss": -0.1, "E2E latency": 2.0}),
+    # nested objects flattened; text, booleans, nulls and integers beyond a float are not pairs
+    ('2025 INFO {"train": {"loss": 0.5, "ok": true, "name": "x", "n": null}, "big": ' + "9" * 400 + '}',
+     {"train/loss": 0.5}),
+    # a JSON list (a pipeline's examples) holds no pairs of the line; the pairs around a tail still count
+    ('INFO [{"prompt": "2+3?", "response": "5"}]', {}),
+    ('step=4 lr=1e-6 {"reward": 0.25}', {"reward": 0.25, "step": 4.0, "lr": 1e-6}),
+    # an object nested deeper than a metric ever is: its deep numbers left out, never a RecursionError
+    ('x ' + '{"a": ' * 990 + "1" + "}" * 990, {}),
+])
+def test_a_json_object_after_a_log_prefix(line: str, expected: dict[str, float]) -> None:
+    from forensics.io.adapters.kv_console import pairs
+
+    assert pairs(line) == expected

@@ -198,3 +198,22 @@ def test_a_fuzz_slice_of_json_that_is_not_metrics() -> None:
     assert {c.expect_exit for c in cases} == {0, 1, 3}  # every family of the module is in the slice
     results = list(run_cases(cases, workers=2, timeout=120))
     assert [(r.outcome, r.case.name, r.detail) for r in results if r.outcome in FAILURES] == []
+
+
+def test_a_roll_stdout_console_is_read_with_its_steps_and_keys() -> None:
+    """ROLL's stdout tracker: one JSON object a step after a log prefix, its metrics unprefixed;
+    the pipeline's examples (a JSON list) and its bare metrics dump are not rows."""
+    path = LAYOUTS / "roll_stdout_console.log"
+    a = scan_path(path)
+    r = a.inputs[0]
+    assert (r.format, r.rows_read, a.steps["first"], a.steps["last"]) == ("kv-console", 25, 0, 24)
+    m = a.mappings[str(path)]
+    assert {k: m.mapping[k] for k in ("critic/score/mean", "actor/kl_loss", "actor_train/grad_norm",
+                                      "token/response_length/mean", "actor/approxkl", "critic/entropy/mean")} == {
+        "critic/score/mean": "reward_mean", "actor/kl_loss": "kl", "actor_train/grad_norm": "grad_norm",
+        "token/response_length/mean": "response_length_mean", "actor/approxkl": "approx_kl",
+        "critic/entropy/mean": "entropy"}
+    assert {"time/step_total", "math_rule/critic/kl", "actor/policykl"} <= set(m.unmapped)
+    assert ("5 line(s) of pairs without the step counter whose keys the step already has skipped "
+            "(lines 6, 28, 50, 72, 94)") in r.notes
+    assert int(np.isfinite(a.metrics_frame()["entropy"]).sum()) == 25

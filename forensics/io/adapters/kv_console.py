@@ -10,11 +10,20 @@ Custom loops print a step's metrics in many spellings::
 When no specific format claims a file, every line with at least two numeric ``name: value`` or
 ``name=value`` pairs is read; a nested dict literal is flattened (``reward_data/total_reward``).
 Keys are written lower case with spaces as underscores (``Adv Std`` -> ``adv_std``) and then
-canonicalised through the alias table like any other format's. The step comes from a counter on
-the line: a ``step``/``iteration``/``global_step``/``iter`` pair, a ``(i/N)`` progress counter
-(the first ``[i/N]`` is an epoch), or a counter in words (``rollout batch 12``, ``iteration 7``);
-consecutive lines of one counter value are one row. A log with
-no counter is read one row per line. Lines without pairs are counted in a note, never rows.
+canonicalised through the alias table like any other format's.
+
+A JSON object after a log prefix is read the same way, its keys kept as written (JSON names are
+exact): numbers at any depth, nested objects flattened with ``/``, except that an object named
+``metrics`` or ``data`` gives its keys unprefixed. That is how ROLL's ``stdout`` tracker prints a
+step (``roll/utils/tracking.py``)::
+
+    [INFO] metrics_tag: {"step": 12, "metrics": {"actor/pg_loss": -0.01, ...}}
+
+The step comes from a counter on the line: a ``step``/``iteration``/``global_step``/``iter``
+pair, a ``(i/N)`` progress counter (the first ``[i/N]`` is an epoch), or a counter in words
+(``rollout batch 12``, ``iteration 7``); consecutive lines of one counter value are one row. A log
+with no counter is read one row per line. Lines without pairs are counted in a note, never rows,
+and the read report names the lines its rows came from and the first lines it skipped.
 
 The reader never claims a file that is not a log: a specific format is tried first, and the head
 must hold at least ``MIN_LINES`` lines of two or more pairs with the same keys and different values
@@ -24,6 +33,7 @@ or not.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -64,6 +74,12 @@ def pairs(line: str) -> dict[str, float]:
     """
     out: dict[str, float] = {}
     text = ANSI.sub("", line)
+    start = text.find('{"')
+    if start >= 0:  # a JSON object after a log prefix (ROLL's stdout tracker)
+        obj, end = _json_tail(text, start)
+        if obj is not None:
+            _flatten_json(obj, "", out)
+            text = text[:start] + " " + text[end:]
     for m in _DICT.finditer(text):
         obj = parse_pydict(m.group("dict"))
         for k, v in (obj or {}).items():
@@ -73,6 +89,43 @@ def pairs(line: str) -> dict[str, float]:
     for m in _PAIR.finditer(text):
         out.setdefault(_key(m.group("key")), float(m.group("val")))
     return out
+
+
+#: Objects whose keys are the metrics themselves: flattened without their own name.
+_BARE = ("metrics", "data")
+#: Nesting read in a JSON object; a metric is never deeper (and recursion stays bounded).
+_JSON_DEPTH = 8
+_DECODER = json.JSONDecoder()
+
+
+def _json_tail(text: str, start: int) -> tuple[dict[str, Any] | None, int]:
+    """The JSON object that starts at ``start`` and where it ends, or ``(None, start)``."""
+    try:
+        obj, end = _DECODER.raw_decode(text, start)
+    except (ValueError, RecursionError):
+        return None, start
+    return (obj, end) if isinstance(obj, dict) else (None, start)
+
+
+def _flatten_json(obj: dict[str, Any], prefix: str, out: dict[str, float], depth: int = 0) -> None:
+    """The numbers of a JSON object into ``out`` (``a/b`` for nested objects; those named in
+    :data:`_BARE` at the top unprefixed, those deeper than :data:`_JSON_DEPTH` left out); text,
+    lists, booleans and nulls are not pairs.
+
+    >>> out = {}
+    >>> _flatten_json({"step": 3, "metrics": {"actor/pg_loss": -0.1, "x": [1]}, "t": {"a": 1}}, "", out)
+    >>> out
+    {'step': 3.0, 'actor/pg_loss': -0.1, 't/a': 1.0}
+    """
+    for key, value in obj.items():
+        if isinstance(value, dict):
+            if depth < _JSON_DEPTH:
+                _flatten_json(value, "" if not prefix and key in _BARE else f"{prefix}{key}/", out, depth + 1)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            try:
+                out.setdefault(f"{prefix}{key}", float(value))
+            except OverflowError:  # an integer beyond a float: not a metric value
+                continue
 
 
 def detect(path: Path, head: bytes) -> bool:
