@@ -10,8 +10,9 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -578,6 +579,33 @@ def _remove_owned(target: Path, outputs: Outputs) -> None:
         target.unlink(missing_ok=True)
 
 
+class _OnThread:
+    """``fn(*args)`` on a thread of its own; :meth:`result` waits for it and gives its value or
+    raises its error (a pool of ``concurrent.futures`` for one call would load it, and ``logging``
+    with it: a few milliseconds of a small scan's start)."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), name="forensics-metrics-csv")
+        self._thread.start()
+
+    def _run(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        try:
+            self._value = fn(*args)
+        except BaseException as exc:  # raised again by result(), in the caller's thread
+            self._error = exc
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self) -> Any:
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 def _write_files(analysis: Analysis, out_dir: Path, script: tuple[str, str | None], tables: tuple[str, ...],
                  pages: tuple[str, ...], outputs: Outputs, earlier: Path | None = None) -> dict[str, Path]:
     paths = {
@@ -590,10 +618,8 @@ def _write_files(analysis: Analysis, out_dir: Path, script: tuple[str, str | Non
     beside = CSV_BESIDE_PAGE and "metrics" in paths and _small(analysis)
     with contextlib.ExitStack() as stack:
         if beside:  # formatted while the files below are written and the page rendered
-            from concurrent.futures import ThreadPoolExecutor
-
-            pool = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="forensics-metrics-csv"))
-            table = pool.submit(_csv_text, *_csv_tables(analysis))  # the thread holds no GIL
+            table = _OnThread(_csv_text, *_csv_tables(analysis))  # the thread holds no GIL
+            stack.callback(table.wait)  # finished before this returns or raises
         d = analysis.to_dict()
         raw = json_bytes(d)
         outputs.write_bytes(paths["analysis"], raw)

@@ -12,9 +12,6 @@ digits to keep the file small (a 100,000-step run carries a few hundred kB of se
 
 from __future__ import annotations
 
-import fnmatch
-import functools
-import re
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +19,7 @@ import numpy as np
 
 from ..stats.digits import significant
 from ..stats.order import distinct
+from .timeline import glob_match
 
 if TYPE_CHECKING:
     from ..result import Analysis
@@ -96,15 +94,9 @@ def paired_sample(steps: np.ndarray, x: np.ndarray, y: np.ndarray,
     return {"step": _ints(steps[idx]), "x": _round(x[idx]), "y": _round(y[idx])}
 
 
-@functools.lru_cache(maxsize=1)
-def _plotted_pattern() -> re.Pattern[str]:
-    """:data:`PLOTTED` as one expression (what ``fnmatchcase`` matches against each pattern)."""
-    return re.compile("|".join(fnmatch.translate(p) for p in PLOTTED))
-
-
 def _plotted(names: list[str]) -> list[str]:
-    match = _plotted_pattern().match
-    return sorted(k for k in names if k != "step" and match(k))
+    """The names :data:`PLOTTED` matches (as ``fnmatchcase`` would, without compiling its patterns)."""
+    return sorted(k for k in names if k != "step" and any(glob_match(k, p) for p in PLOTTED))
 
 
 def _section(rows: int, series: dict[str, Any], pairs: dict[str, Any],
