@@ -2,7 +2,9 @@
 
 * **Step streams**: one row per step, with or without an ``epoch`` column, with 20 metrics a row
   (the canonical ones a PPO/GRPO trainer logs) or 200 (those plus 180 carried-through keys named
-  as veRL names its timing, throughput, sequence-length and validation metrics).
+  as veRL names its timing, throughput, sequence-length and validation metrics); the learning rate
+  constant, or scheduled (``lr_schedule``: a linear warm-up, then a cosine decay, a new value on
+  every row as a scheduler logs it).
 * **Gauss step streams**: ``step`` and 20 metrics of ``round(gauss, 6)`` values (no epoch, no
   timestamp): short numbers, under the canonical names or under names no trainer logs.
 * **Sample streams**: one row per response (``step``, ``length``, ``reward``, ``truncated``,
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["CHUNK", "gauss_chunks", "sample_chunks", "step_chunks", "write_jsonl", "write_parquet"]
+__all__ = ["CHUNK", "gauss_chunks", "lr_schedule", "sample_chunks", "step_chunks", "write_jsonl", "write_parquet"]
 
 #: Rows generated (and written) at a time.
 CHUNK = 50_000
@@ -52,9 +54,24 @@ def extra_names(count: int) -> list[str]:
 #: the share of the run, so a shorter log is a prefix of a longer one with the same seed.
 TREND_STEPS = 200_000
 
+#: The scheduled learning rate (``lr_schedule``): its peak, the steps of its linear warm-up, and
+#: the steps of its cosine decay to a tenth of the peak (held there after).
+LR_PEAK, LR_WARMUP, LR_DECAY = 1e-6, 2_000, 1_000_000
+
+
+def lr_schedule(t: np.ndarray) -> np.ndarray:
+    """The learning rate a warm-up and cosine scheduler logs at steps ``t``.
+
+    >>> lr_schedule(np.array([0, 1_000, 2_000, 502_000, 2_000_000])).round(9).tolist()
+    [0.0, 5e-07, 1e-06, 5.5e-07, 1e-07]
+    """
+    warm = np.minimum(t / LR_WARMUP, 1.0)
+    decay = np.clip((t - LR_WARMUP) / LR_DECAY, 0.0, 1.0)
+    return LR_PEAK * np.where(t < LR_WARMUP, warm, 0.1 + 0.9 * 0.5 * (1.0 + np.cos(np.pi * decay)))
+
 
 def _step_chunk(start: int, n: int, metrics: int, epoch: bool, seed: int,
-                steps_per_epoch: int) -> dict[str, np.ndarray]:
+                steps_per_epoch: int, scheduled: bool = False) -> dict[str, np.ndarray]:
     rng = np.random.default_rng([seed, start // CHUNK])
     t = np.arange(start, start + n)
     frac = 1.0 - np.exp(-t / TREND_STEPS)
@@ -71,7 +88,7 @@ def _step_chunk(start: int, n: int, metrics: int, epoch: bool, seed: int,
         "value_loss": 0.3 * np.exp(rng.normal(0, 0.2, n)),
         "grad_norm": 0.8 * np.exp(rng.normal(0, 0.15, n)),
         "grad_norm_value": 0.5 * np.exp(rng.normal(0, 0.15, n)),
-        "learning_rate": np.full(n, 1e-6),
+        "learning_rate": lr_schedule(t) if scheduled else np.full(n, 1e-6),
         "advantage_mean": rng.normal(0, 0.01, n),
         "advantage_std": 1 + rng.normal(0, 0.02, n),
         "reward_mean": 0.2 + 0.4 * frac + rng.normal(0, 0.03, n),
@@ -91,8 +108,9 @@ def _step_chunk(start: int, n: int, metrics: int, epoch: bool, seed: int,
 
 
 def step_chunks(rows: int, metrics: int = 20, epoch: bool = True, seed: int = 0,
-                steps_per_epoch: int = 10_000) -> Iterator[dict[str, np.ndarray]]:
-    """The step stream in chunks of :data:`CHUNK` rows (a shorter log is a prefix of a longer).
+                steps_per_epoch: int = 10_000, scheduled: bool = False) -> Iterator[dict[str, np.ndarray]]:
+    """The step stream in chunks of :data:`CHUNK` rows (a shorter log is a prefix of a longer);
+    ``scheduled``: the learning rate of :func:`lr_schedule` instead of a constant one.
 
     >>> [len(c["step"]) for c in step_chunks(120_000, metrics=200, epoch=False)]
     [50000, 50000, 20000]
@@ -100,7 +118,7 @@ def step_chunks(rows: int, metrics: int = 20, epoch: bool = True, seed: int = 0,
     200
     """
     for start in range(0, rows, CHUNK):
-        yield _step_chunk(start, min(CHUNK, rows - start), metrics, epoch, seed, steps_per_epoch)
+        yield _step_chunk(start, min(CHUNK, rows - start), metrics, epoch, seed, steps_per_epoch, scheduled)
 
 
 def gauss_chunks(rows: int, metrics: int = 20, names: str = "canonical",
