@@ -121,8 +121,8 @@ screenshots: $(STAMP)
 # torch is installed there only where .venv lacks torch 2.13.0, and then as in .venv (a bare
 # `pip install trl` would pull a multi-GB CUDA torch). TRL 1.16 has no PPO trainer (removed after
 # 1.12), so 1.12.0 is installed beside it, without dependencies, for the corpus' PPO runs.
-# The figures (2-core machine, both venvs): 40 s with a cold pip cache, 380 MB; the tests they
-# let run (test_callback, test_advice_eval) about 1 min 30 s.
+# The figures (a fresh clone on the 2-core machine, both venvs): 31-38 s (no pip cache), 380 MB; the
+# tests they let run (the real-Trainer ones in test_callback.py, test_advice_eval.py) about 75 s.
 TRL_VENV    := .venv-trl
 TRL_STAMP   := $(TRL_VENV)/.layered
 TRL_PINS    := trl==1.16.0 transformers==5.24.0 datasets==5.2.0 accelerate==1.15.0 tokenizers==0.23.3
