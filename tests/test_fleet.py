@@ -235,6 +235,26 @@ def test_local_workers_are_reused_across_runs(tmp_path: Path) -> None:
     assert all(w.peak_rss > 10 * 2**20 and w.cpu_s > 0 for w in res.workers.values())
 
 
+def test_a_workers_peak_memory_is_its_own_not_its_starters() -> None:
+    """A spawned worker's peak memory is its own: Linux keeps ``ru_maxrss`` across exec, so a
+    worker started by a driver holding 300 MB read 300 MB (the local pool's workers were reported
+    at the driver's peak); ``peak_rss`` reads the worker's own high-water mark."""
+    import multiprocessing
+    import sys
+    from concurrent.futures import ProcessPoolExecutor
+
+    from forensics.fleet.engines import peak_rss
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("VmHWM is Linux's")
+    held = bytearray(300 * 2**20)
+    held[::4096] = b"\x01" * len(held[::4096])  # resident, not merely reserved
+    assert peak_rss() > 300 * 2**20
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        assert pool.submit(peak_rss).result() < 150 * 2**20
+    del held
+
+
 def test_a_worker_is_lean_pyarrow_never_loads_pandas(tmp_path: Path) -> None:
     """What a worker runs (warm_worker, then scan_run) on a Parquet run leaves pandas unloaded,
     as the command line does (forensics.io.lean)."""

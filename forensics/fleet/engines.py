@@ -59,14 +59,33 @@ class Done:
     worker: Worker
 
 
-def _this_worker() -> Worker:
-    """This process: its peak resident memory (Linux reports kilobytes, macOS bytes) and CPU time."""
+def peak_rss() -> int:
+    """This process's peak resident memory in bytes: Linux's ``VmHWM``, its own since it started.
+
+    Not ``ru_maxrss`` there: Linux keeps it across ``exec``, so a spawned worker (a fork of the
+    driver, then a new interpreter) reports the driver's peak when that was larger (a worker of
+    60 MB read as the 400 MB of the process that started it). ``ru_maxrss`` elsewhere (macOS
+    reports bytes)."""
     import resource
     import sys
 
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def _this_worker() -> Worker:
+    """This process: its peak resident memory (:func:`peak_rss`) and CPU time."""
+    import resource
+
     use = resource.getrusage(resource.RUSAGE_SELF)
-    peak = use.ru_maxrss if sys.platform == "darwin" else use.ru_maxrss * 1024
-    return Worker(os.getpid(), int(peak), use.ru_utime + use.ru_stime)
+    return Worker(os.getpid(), peak_rss(), use.ru_utime + use.ru_stime)
 
 
 def warm_worker() -> None:
