@@ -204,15 +204,25 @@ def per_run_cost(runs: list[Any], out: Path, reports: str, n: int) -> float:
     return cost
 
 
-def modules_after(task: Any) -> list[str]:
-    """What a worker has imported once it has scanned ``task`` (run in the worker)."""
+def modules_after(task: Any) -> tuple[list[str], dict[str, int]]:
+    """What a worker has imported once it has scanned ``task`` (run in the worker), and its memory
+    then in MB (Linux: resident, private, shared with other processes such as the other workers:
+    the libraries; empty elsewhere)."""
     from forensics.fleet.engines import work
 
     work(task)
-    return sorted(sys.modules)
+    mem: dict[str, int] = {}
+    try:
+        with open("/proc/self/smaps_rollup") as fh:
+            kb = {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in fh) if v.strip().endswith("kB")}
+        mem = {"rss": kb["Rss"] // 1024, "private": (kb["Private_Clean"] + kb["Private_Dirty"]) // 1024,
+               "shared": (kb["Shared_Clean"] + kb["Shared_Dirty"]) // 1024}
+    except (OSError, KeyError):
+        pass
+    return sorted(sys.modules), mem
 
 
-def local_imports(task: Any) -> list[str]:
+def local_imports(task: Any) -> tuple[list[str], dict[str, int]]:
     """:func:`modules_after` in a worker of the local pool (a pool of one, started as the fleet's are)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -223,7 +233,7 @@ def local_imports(task: Any) -> list[str]:
         return pool.submit(modules_after, task).result()
 
 
-def ray_startup(workers: int, task: Any) -> tuple[float, list[str]]:
+def ray_startup(workers: int, task: Any) -> tuple[float, tuple[list[str], dict[str, int]]]:
     """A local Ray instance started and stopped alone: its startup (seconds), and between the two,
     untimed, :func:`modules_after` in one of its workers."""
     import ray
@@ -239,8 +249,10 @@ def ray_startup(workers: int, task: Any) -> tuple[float, list[str]]:
     return startup + time.perf_counter() - w, modules
 
 
-def compare_imports(local: list[str], ray: list[str]) -> None:
-    """Print what a Ray worker has imported that a local worker has not, by top-level package."""
+def compare_imports(local_after: tuple[list[str], dict[str, int]], ray_after: tuple[list[str], dict[str, int]]) -> None:
+    """Print what a Ray worker has imported that a local worker has not, by top-level package,
+    and the memory of each after one run."""
+    (local, local_mem), (ray, ray_mem) = local_after, ray_after
     extra = sorted(set(ray) - set(local))
     tops: dict[str, int] = {}
     for m in extra:
@@ -249,10 +261,14 @@ def compare_imports(local: list[str], ray: list[str]) -> None:
     by_package = ", ".join(f"{k} {v}" for k, v in sorted(tops.items(), key=lambda kv: -kv[1]))
     print(f"imports after a run: a local worker {len(local)} modules, a Ray worker {len(ray)}; the Ray worker's "
           f"{len(extra)} more, by package: {by_package}; of forensics: {', '.join(ours) if ours else 'none'}")
+    if local_mem and ray_mem:
+        print("memory after one run (MB): " + "; ".join(
+            f"{name} worker {m['rss']} resident, {m['private']} private, {m['shared']} shared with other processes"
+            for name, m in (("a local", local_mem), ("a Ray", ray_mem))))
 
 
 def run_engine(engine: str, root: Path, runs: list[Any], out: Path, args: argparse.Namespace,
-               cost: float, imports: dict[str, list[str]]) -> dict[str, float] | None:
+               cost: float, imports: dict[str, tuple[list[str], dict[str, int]]]) -> dict[str, float] | None:
     """One fleet on ``engine``, printed: its figures (``startup``, ``cpu_run``: CPU a run in the
     workers and the driver, ``rate``: runs/s, ``peak_mb``: the largest worker's peak memory);
     None: Ray absent. ``imports`` gets what a worker of the engine has imported after a run (once)."""
@@ -364,7 +380,7 @@ def main() -> None:
     shutil.rmtree(out, ignore_errors=True)
     cost = per_run_cost(runs, out / "serial", args.reports, args.serial)
     results: dict[str, list[dict[str, float]]] = {}
-    imports: dict[str, list[str]] = {}
+    imports: dict[str, tuple[list[str], dict[str, int]]] = {}
     for _ in range(max(1, args.repeat)):
         for engine in args.engines:
             got = run_engine(engine, root, runs, out, args, cost, imports)
