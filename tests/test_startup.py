@@ -1,6 +1,6 @@
 """A command's start-up (issue 38, item 1), pinned by what it loads and compiles, never by a clock:
 each test runs the command line in a fresh process (tests/test_small_scan.py's child) and reads
-its ``sys.modules``. ``make bench`` times the same scans against ``python -c "import numpy,
+what it loaded. ``make bench`` times the same scans against ``python -c "import numpy,
 pyarrow"``."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,15 @@ from .conftest import healthy_rows, write_jsonl
 from .test_small_scan import CHILD, HEAVY, _loaded
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _after(report: str, *args: str) -> Any:
+    """``forensics ARGS`` in a fresh process, then the JSON value of the expression ``report``
+    (Python, evaluated in that process once the command is done)."""
+    head = CHILD.rsplit("print(json.dumps(", 1)[0]
+    child = f"{head}import fnmatch\nprint(json.dumps({report}))\n"
+    out = subprocess.run([sys.executable, "-c", child, *args], capture_output=True, text=True, cwd=ROOT, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +50,17 @@ def test_a_small_scan_compiles_no_pattern_for_its_timeline_or_plots(scanned: Pat
     """The causal table's and the plotted names' patterns (a name, or a prefix and ``*``) are
     matched without a regular expression compiled for each (fnmatch's cache stays empty), and the
     plots' labels are escaped without the ``html`` module's entity tables."""
-    child = CHILD.replace("print(json.dumps(sorted(", "import fnmatch\nprint(json.dumps(sorted(")
-    child += "print(json.dumps([fnmatch._compile_pattern.cache_info().currsize, 'html' in sys.modules]))\n"
-    out = subprocess.run([sys.executable, "-c", child, "scan", str(scanned / "steps.jsonl"), "-o",
-                          str(tmp_path / "r"), "-q"], capture_output=True, text=True, cwd=ROOT, check=True)
-    compiled, html_loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    compiled, html_loaded = _after("[fnmatch._compile_pattern.cache_info().currsize, 'html' in sys.modules]",
+                                   "scan", str(scanned / "steps.jsonl"), "-o", str(tmp_path / "r"), "-q")
     assert compiled == 0 and html_loaded is False
     assert (tmp_path / "r" / "report.html").is_file()
+
+
+def test_a_small_scan_starts_no_thread_pool(scanned: Path, tmp_path: Path) -> None:
+    """``concurrent.futures`` (and ``logging``, which it loads: 3 ms of a start) is imported by
+    the scans that run a pool (a large log's trackers and reader, a CSV's blocks), not by every
+    command: a small scan's metrics.csv is formatted on a plain thread."""
+    loaded = set(_after("sorted(sys.modules)", "scan", str(scanned / "steps.jsonl"), "-o", str(tmp_path / "r"), "-q"))
+    assert {"forensics.analysis.engine", "forensics.io.adapters.csv_table"} <= loaded
+    assert not {"concurrent.futures", "logging"} & loaded
+    assert (tmp_path / "r" / "metrics.csv").is_file()

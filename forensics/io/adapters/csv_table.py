@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,6 +30,8 @@ from ..inputs import BOM, open_binary, read_raw_head, truncation
 from ..readers.base import RawBatch, ReadReport
 
 if TYPE_CHECKING:  # pyarrow's CSV reader (and pyarrow.compute) are imported when a CSV is read
+    from concurrent.futures import Future  # with the pool (and logging): not at every start
+
     from ..csv_blocks import Block, CsvBlocks, Parsed
 
 __all__ = ["CsvTableSource", "detect"]
@@ -56,6 +57,8 @@ AHEAD = 2
 def _ahead(parse: Callable[[Block], Parsed], items: Iterator[Block]) -> Iterator[Parsed]:
     """``parse`` of each block, in order, the next :data:`AHEAD` parsed in worker threads while
     this one is converted and analysed: memory stays bounded by a few blocks."""
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(AHEAD, thread_name_prefix="forensics-csv") as pool:
         pending: deque[Future[Parsed]] = deque()
         for block in items:
