@@ -491,7 +491,8 @@ class Hyperparams(Tracker):
     def _emit_noisy(self, s: Setting, st: _Follow, changes: int) -> None:
         """One finding for a setting logged with noise, in place of its changes."""
         first, last = st.span or (0, 0)
-        ep = Episode(onset_step=first, first_step=first, last_step=last, last_row=0, n_rows=st.logged)
+        ep = Episode(onset_step=first, first_step=first, last_step=last, last_row=st.rows[-1] if st.rows else 0,
+                     n_rows=st.logged)
         self.emit("hyperparams.schedule_noisy", ep,
                   f"the {s.label} is logged with noise or jitter: it moved by more than "
                   f"x{self.p.noisy_factor:g} on {st.large:,} of {st.moves:,} logged moves and turned "
