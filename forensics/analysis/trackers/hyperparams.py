@@ -174,11 +174,11 @@ RULES = (
        "turned back on most of them (more than noisy_share of its logged moves are by more than "
        "noisy_factor, and more than noisy_share reverse the move before): no schedule moves so "
        "(a warm-up or a decay changes every row, but in one direction per phase; an adaptive KL "
-       "controller by a few percent), so "
-       "the column is noise, rows of several param groups or runs interleaved, or a metric mapped "
-       "to the setting. Its schedule changes cannot be told apart: they are counted in the summary, "
-       "not reported one by one, and a noisy learning rate's stretches out of the usual range are "
-       "one episode.",
+       "controller by a few percent), so the column is noise, rows of several param groups or "
+       "runs interleaved, a metric mapped to the setting, or a controller that moves it by tens of "
+       "percent a step (kl_ctl judges a KL controller). Its schedule changes cannot be told apart: "
+       "they are counted in the summary, not reported one by one, and a noisy learning rate's "
+       "stretches out of the usual range are one episode.",
        "Check what the column holds (analysis.json column_mapping names its source key): log the "
        "value the trainer used, once per step, for one set of parameters and from one run; if "
        "the value really jitters, find what sets it (the scheduler, the controller, the config).",
