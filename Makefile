@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.dev
 TORCH       := torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: demo test browser check bench bench-full bench-fleet bench-peers bench-writer eval fixtures fixtures-trl advice-eval fuzz screenshots clean
+.PHONY: demo test browser check bench bench-full bench-fleet bench-peers bench-writer eval fixtures fixtures-trl advice-eval fuzz screenshots docs clean
 
 # The figures: a fresh clone on a busy 2-core machine with a warm pip cache (2 min 7 s, 760 MB; then
 # 3 min 15 s, 2.3 GB in all); a cold cache downloads the wheels too.
@@ -72,18 +72,18 @@ bench: $(STAMP)
 bench-full: $(STAMP)
 	$(PY) bench/bench_scan.py --full
 
-# 1,000 small runs of six formats on the local pool and on Ray: runs per second (budget 15), memory and CPU per worker
+# 1,000 small runs of six formats on the local pool and on Ray: runs per second (budget 30), memory a worker (Ray at most 1.3x the local pool)
 bench-fleet: $(STAMP)
 	$(PY) bench/bench_fleet.py
 
 # forensics beside its peers on the same files: rldoctor and rlwatch from the package registry, in
 # their own venv (never dependencies); 1k/10k/100k rows (time, peak memory, or the failure: runs
 # stopped at 300 s or 6 GB), the TRL and real-log corpora (faults found, false alarms). The table
-# goes into the README between its bench-peers markers.
+# goes into docs/peers.md between its bench-peers markers.
 PEERS_VENV := .venv-peers
 
 bench-peers: $(STAMP)
-	$(PY) bench/bench_peers.py --venv $(PEERS_VENV) --readme
+	$(PY) bench/bench_peers.py --venv $(PEERS_VENV) --docs
 
 bench-writer: $(STAMP)
 	$(PY) bench/bench_writer.py
@@ -104,6 +104,10 @@ eval: $(RUNTIME_STAMP)
 
 fixtures: $(STAMP)
 	$(PY) scripts/make_fixtures.py
+
+# the documentation site into build/site/ (strict: a warning fails; tests/test_docs.py builds it too)
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 # the demo report's first screen at 1400 and 800 px (needs Chromium: apt-get install chromium)
 screenshots: $(STAMP)
@@ -167,9 +171,9 @@ fixtures-trl: $(TRL_STAMP)
 # Advice proven by re-training: each faulty TRL corpus run trained again with the scan's config patch
 # (same seed and data), scanned again, judged fixed / partly / not fixable by config. The runs are
 # trained under .venv-trl/cache/advice-eval (reused while their patch is unchanged); only the
-# table is written: reports/advice_quality.md and the README. Not part of `make test`.
+# table is written: reports/advice_quality.md and docs/advice.md. Not part of `make test`.
 advice-eval: $(STAMP) $(TRL_STAMP)
-	$(PY) scripts/advice_eval.py --trl-python $(TRL_VENV)/bin/python --report reports/advice_quality.md --readme
+	$(PY) scripts/advice_eval.py --trl-python $(TRL_VENV)/bin/python --report reports/advice_quality.md --docs
 
 clean:
 	rm -rf $(VENV) $(TRL_VENV) $(TF440_VENV) $(PEERS_VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
