@@ -334,6 +334,9 @@ def length_reward(analysis: Analysis, findings: Sequence[Mapping[str, Any]]) -> 
 # -- candidates -----------------------------------------------------------------------------------
 @record
 class _Candidate:
+    """A recommended action before ranking: its priority, the rule or window issue it comes from,
+    and the step its values are read at."""
+
     action: Action
     priority: str
     source: str  # a rule id or a window issue

@@ -34,6 +34,8 @@ GROUP_RELATIVE = frozenset({"grpo", "rloo", "dapo", "dr_grpo", "gspo"})
 
 @record
 class AdvantagesParams:
+    """The advantages tracker's thresholds (``[advantages]`` in a config)."""
+
     probation: int = param(10, "Rows at the start on which no rule fires.", ge=0)
     baseline_rows: int = param(50, "Rows after probation that define the baseline scale.")
     bias_ratio: float = param(0.25, "|mean| / std above this is a biased advantage estimate.")

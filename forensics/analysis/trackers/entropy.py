@@ -38,6 +38,8 @@ __all__ = ["Entropy"]
 
 @record
 class EntropyParams:
+    """The entropy tracker's thresholds (``[entropy]`` in a config)."""
+
     baseline_rows: int = param(20, "First rows whose median entropy is the early level H_0.")
     smooth: int = param(20, "Rows in the block median that defines the current level.")
     window: int = param(100, "Rows over which rising entropy and reward improvement are judged.")

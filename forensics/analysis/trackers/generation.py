@@ -44,6 +44,8 @@ DEFAULT_FORMAT = r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$"
 
 @record
 class GenerationParams:
+    """The generation tracker's thresholds (``[generation]`` in a config)."""
+
     format_pattern: str = param(DEFAULT_FORMAT, "Regex (DOTALL) a compliant response matches.", regex=True)
     think_pattern: str = param(r"<think>(.*?)</think>", "Regex whose group 1 is the reasoning part.", regex=True)
     answer_pattern: str = param(r"<answer>(.*?)</answer>", "Regex whose group 1 is the answer part.", regex=True)

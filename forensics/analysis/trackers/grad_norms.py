@@ -30,6 +30,8 @@ __all__ = ["GradNorms"]
 
 @record
 class GradNormsParams:
+    """The gradient-norm tracker's thresholds (``[grad_norms]`` in a config)."""
+
     window: int = param(100, "Trailing window (rows) of the robust baseline.")
     block: int = param(10, "Rows per block of the robust baseline (see stats.BlockStats).")
     min_history: int = param(20, "Rows of history before robust scores are trusted.")

@@ -99,6 +99,8 @@ SERIES = ("reward", "loss", "log_kl")
 
 @record
 class HealthCheckParams:
+    """The window check's thresholds (``[windows]`` in a config)."""
+
     flat_z: float = param(3.0, "A move of a window mean within this many standard errors (corrected "
                           "for autocorrelation) of the previous window's is flat.")
     jump_z: float = param(5.0, "...and a move up or down must also exceed this many times the root "

@@ -72,6 +72,8 @@ SETTINGS = (
 
 @record
 class HyperparamsParams:
+    """The hyperparameter tracker's thresholds (``[hyperparams]`` in a config)."""
+
     change_ratio: float = param(1.5, "A move by more than this factor between consecutive logged "
                                 "values is a change (a smooth schedule moves less per step).")
     ramp_factor: float = param(2.0, "A move no larger than this many times a neighbouring move in "

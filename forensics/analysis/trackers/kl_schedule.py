@@ -41,6 +41,8 @@ __all__ = ["KLSchedule"]
 
 @record
 class KLScheduleParams:
+    """The KL schedule tracker's thresholds (``[kl_schedule]`` in a config)."""
+
     window: int = param(100, "Trailing window (rows) for the rolling baseline and trends.")
     block: int = param(10, "Rows per block of the robust baseline (see stats.BlockStats).")
     min_history: int = param(20, "Rows of history needed before a robust z-score is trusted.")

@@ -44,6 +44,8 @@ _HASH = np.uint64(0x9E3779B97F4A7C15)
 
 @record
 class LengthBiasParams:
+    """The length-bias tracker's thresholds (``[length_bias]`` in a config)."""
+
     window: int = param(50, "Trailing window (rows) for step-level trends.")
     block: int = param(5, "Rows per block of the trend statistics (see stats.BlockStats).")
     probation: int = param(10, "Steps at the start on which no rule fires.", ge=0)

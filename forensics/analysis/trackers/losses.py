@@ -63,6 +63,8 @@ LOSS_SERIES = ("loss", "policy_loss", "value_loss", "entropy_loss")
 
 @record
 class LossesParams:
+    """The losses tracker's thresholds (``[losses]`` in a config)."""
+
     window: int = param(100, "Trailing window (rows) of the robust baseline.")
     block: int = param(10, "Rows per block of the robust baseline (see stats.BlockStats).")
     min_history: int = param(20, "Rows of history before a robust z-score is trusted.")

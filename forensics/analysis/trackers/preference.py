@@ -45,6 +45,8 @@ LN2 = math.log(2.0)
 
 @record
 class PreferenceParams:
+    """The preference tracker's thresholds (``[preference]`` in a config)."""
+
     smooth: int = param(5, "Rows in the trailing median that smooths loss, accuracy and margin.")
     overfit_loss: float = param(0.1, "Smoothed loss below this with accuracy pinned is "
                                 "over-optimisation (SIGNATURES #24).")

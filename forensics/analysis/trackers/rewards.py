@@ -65,6 +65,8 @@ __all__ = ["Rewards"]
 
 @record
 class RewardsParams:
+    """The rewards tracker's thresholds (``[rewards]`` in a config)."""
+
     smooth: int = param(20, "Rows in the trailing block median that defines the reward level.")
     window: int = param(100, "Trailing window (rows) of the noise estimate.")
     probation: int = param(50, "Rows at the start on which stagnation and decline do not fire.", ge=0)

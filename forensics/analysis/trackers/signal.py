@@ -35,6 +35,8 @@ __all__ = ["Signal"]
 
 @record
 class SignalParams:
+    """The signal tracker's thresholds (``[signal]`` in a config)."""
+
     dead_share: float = param(0.5, "frac_reward_zero_std at or above this: most groups carry no "
                               "learning signal (SIGNATURES #12).", le=1)
     dead_k: int = param(10, "Rows out of dead_m with most groups dead.")

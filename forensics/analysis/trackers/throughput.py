@@ -55,6 +55,8 @@ TOTAL_STEP_KEYS = ("max_steps", "total_steps", "total_training_steps", "trainer.
 
 @record
 class ThroughputParams:
+    """The throughput tracker's thresholds (``[throughput]`` in a config)."""
+
     probation: int = param(50, "Rows at the start (warm-up, compilation) on which no rule fires.", ge=0)
     recent_rows: int = param(30, "Rows whose median step time is compared with the run median.")
     run_window: int = param(1000, "Trailing rows (before the recent ones) whose median is the run "

@@ -32,6 +32,8 @@ __all__ = ["TrustRegion"]
 
 @record
 class TrustRegionParams:
+    """The trust-region tracker's thresholds (``[trust_region]`` in a config)."""
+
     approx_kl: float = param(0.1, "approx_kl (old vs new policy, nats/token) above which an update "
                              "left the trust region (healthy PPO: 0.003-0.008; Spinning Up stops "
                              "the epochs at 1.5 x a 0.01-0.05 target).")

@@ -74,6 +74,8 @@ def window_keys(steps: np.ndarray, epoch: np.ndarray | None, first_step: int, wi
 
 @record
 class _Window:
+    """One window's rows while it fills: its key, step range and running sums."""
+
     key: int
     first_step: int
     last_step: int
