@@ -748,8 +748,11 @@ def fleet(paths: tuple[Path, ...], out_dir: Path, engine: str, address: str | No
     read (the table is written, with each run's error).
     """
     from .fleet import find_runs, run_fleet, sort_rows
+    from .io.lean import resume_collection
     from .progress import FleetProgress
     from .verdicts.gate import load_policy
+
+    resume_collection()  # a fleet runs long in this process: collect as usual from here
 
     policy = load_policy(policy_path) if policy_path is not None else None
     cfg = build_config(config_path, kl_target, kl_unit, strict, None, maps)
@@ -857,9 +860,11 @@ def watch(path: Path, fmt: str | None, old_fmt: str | None, meta: Path | None, c
     with Ctrl-C (or --once / --timeout).
     """
     from .analysis.findings import Severity
+    from .io.lean import resume_collection
     from .live.notify import Notifier
     from .live.watch import Watcher
 
+    resume_collection()  # a watch runs until stopped: collect as usual from here
     cfg = build_config(config_path, kl_target, kl_unit, False, None, maps)
     say = (lambda s: None) if quiet else echo
     notify = None if notify_url is None else Notifier(
@@ -948,7 +953,7 @@ def entry() -> None:
     (:mod:`forensics.io.lean`) and leaves as soon as its work is done (:func:`leave`)."""
     import signal
 
-    from .io.lean import leave, pyarrow_without_pandas
+    from .io.lean import leave, pause_collection, pyarrow_without_pandas
 
     # a job started in the background of a non-interactive shell (a CI runner's step) inherits
     # SIGINT ignored: restore Python's handler, so `kill -INT` (a cancelled job) stops every
@@ -956,6 +961,7 @@ def entry() -> None:
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     pyarrow_without_pandas()
+    pause_collection()  # until the work on the input begins (a scan's or watch's first rows)
     try:
         main()
     except SystemExit as exc:

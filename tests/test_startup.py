@@ -23,7 +23,7 @@ def _after(report: str, *args: str) -> Any:
     """``forensics ARGS`` in a fresh process, then the JSON value of the expression ``report``
     (Python, evaluated in that process once the command is done)."""
     head = CHILD.rsplit("print(json.dumps(", 1)[0]
-    child = f"{head}import fnmatch\nprint(json.dumps({report}))\n"
+    child = f"{head}import fnmatch, gc\nprint(json.dumps({report}))\n"
     out = subprocess.run([sys.executable, "-c", child, *args], capture_output=True, text=True, cwd=ROOT, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -64,3 +64,18 @@ def test_a_small_scan_starts_no_thread_pool(scanned: Path, tmp_path: Path) -> No
     assert {"forensics.analysis.engine", "forensics.io.adapters.csv_table"} <= loaded
     assert not {"concurrent.futures", "logging"} & loaded
     assert (tmp_path / "r" / "metrics.csv").is_file()
+
+
+def test_the_collector_waits_for_the_start_and_then_collects(scanned: Path, tmp_path: Path) -> None:
+    """The command line turns the cyclic garbage collector off while it loads its modules and on
+    again when the scan begins, with what was loaded frozen out of its sight; a ``report``, which
+    starts no scan, leaves it off to its end; ``watch`` and ``fleet`` turn it on at once."""
+    import gc
+
+    on, frozen = _after("[gc.isenabled(), gc.get_freeze_count()]", "scan", str(scanned / "steps.jsonl"),
+                        "-o", str(tmp_path / "r"), "-q")
+    assert on is True and frozen > 10_000
+    assert _after("gc.isenabled()", "report", str(scanned / "r" / "analysis.json"), "-o", str(tmp_path / "m"),
+                  "--format", "md") is False
+    assert _after("gc.isenabled()", "watch", str(scanned / "steps.jsonl"), "--once", "-q") is True
+    assert gc.isenabled()  # this process's collector is untouched

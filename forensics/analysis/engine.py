@@ -36,6 +36,7 @@ from ..config import Config, RunMeta, load_run_meta, make_config
 from ..errors import InputError
 from ..io.canonical import Batch, Canonicalizer
 from ..io.formats import batch_rows_for, open_source
+from ..io.lean import resume_collection
 from ..io.locate import RunFiles, locate
 from ..io.memory import trim
 from ..io.readers import RawBatch, ReadReport
@@ -62,6 +63,9 @@ __all__ = ["Scan", "map_not_found_text", "scan_frame", "scan_path"]
 
 @record
 class Replay:
+    """A stretch of rows whose steps went back to ones already read (a resumed job's replay):
+    where it starts, which steps, how many rows."""
+
     line: int
     from_step: int
     to_step: int
@@ -233,6 +237,7 @@ class Scan:
         trackers with it. Only the first row counts, so the context does not depend on how the
         stream is cut into batches."""
         self.started = True
+        resume_collection()  # the command line's start is over (forensics.io.lean)
         keys: list[str] = []
         if raw is not None and len(raw):
             keys = [k for k in raw.numeric if not (k in raw.missing and raw.missing[k][0])]
