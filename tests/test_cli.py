@@ -126,6 +126,19 @@ def test_rules_catalogue_doc_is_current() -> None:
         "docs/rules.md is stale: regenerate with `forensics rules --format markdown > docs/rules.md`")
 
 
+def test_metrics_doc_is_current() -> None:
+    """docs/metrics.md: the canonical names and, per trainer, every key read as one (the alias
+    table), as `rules --metrics --format markdown` writes them."""
+    from forensics.schema import ALIASES
+
+    from .conftest import ROOT
+
+    page = run("rules", "--metrics", "--format", "markdown").output
+    assert (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8") == page, (
+        "docs/metrics.md is stale: regenerate with `forensics rules --metrics --format markdown > docs/metrics.md`")
+    assert all(f"| `{a.source}` | `{a.canonical}` |" in page for a in ALIASES)
+
+
 def test_rules_metrics_lists_canonical_names() -> None:
     res = run("rules", "--metrics")
     assert res.exit_code == 0

@@ -14,9 +14,9 @@ import from compiled code (pyarrow's shim) is refused.
 
 :func:`pause_collection` turns the cyclic garbage collector off while a command loads its modules
 (a start's hundred young collections and their older ones walk the objects the imports made:
-2-10 ms of a small scan's 0.2 s, measured side by side), and :func:`resume_collection` turns it on again, once the work on the
-input begins, with what was loaded moved out of its sight (``gc.freeze``): a long scan or a
-``watch`` collects as usual, over its own objects only.
+2-10 ms of a small scan's 0.2 s, measured side by side), and :func:`resume_collection` turns it
+on again once the work on the input begins, with what was loaded moved out of its sight
+(``gc.freeze``): a long scan or a ``watch`` collects as usual, over its own objects only.
 
 All three are installed by the ``forensics`` entry points (``forensics`` and ``python -m forensics``),
 never by ``import forensics``: a notebook that uses the library keeps pyarrow's pandas
