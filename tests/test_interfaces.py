@@ -277,7 +277,8 @@ def test_rules_formats_and_output(tmp_path: Path) -> None:
     as_json = json.loads(run("rules", "--format", "json", "--metrics").output)
     assert {m["name"] for m in as_json} >= {"kl", "reward_mean"}
     assert json.loads(run("rules", "--json", "--metrics").output) == as_json  # the old spelling
-    assert run("rules", "--format", "markdown", "--metrics").output.startswith("| name | stream |")
+    page = run("rules", "--format", "markdown", "--metrics").output
+    assert page.startswith("# Metrics and the keys read") and "\n| name | stream |" in page  # docs/metrics.md
     assert json.loads(run("rules", "--format", "json").output)["rules"]
     assert run("rules", "--markdown").output == (ROOT / "docs" / "rules.md").read_text()
     out = tmp_path / "rules.md"
