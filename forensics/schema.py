@@ -53,10 +53,14 @@ class Metric:
 
     Parameters
     ----------
-    name : canonical column name.
-    meaning : one sentence a user can read in ``forensics rules --metrics``.
-    unit : unit of the values (``nats/token``, ``tokens``, ``1`` for dimensionless, ...).
-    stream : ``"step"`` or ``"sample"``.
+    name
+        canonical column name.
+    meaning
+        one sentence a user can read in ``forensics rules --metrics``.
+    unit
+        unit of the values (``nats/token``, ``tokens``, ``1`` for dimensionless, ...).
+    stream
+        ``"step"`` or ``"sample"``.
 
     Which trackers read a metric is each tracker's ``requires`` (the one statement of it;
     ``forensics.analysis.catalogue.readers`` turns it around).

@@ -76,7 +76,8 @@ class Outputs:
 
     Parameters
     ----------
-    inputs : the command's input paths (files or folders; ``None`` and missing paths are
+    inputs
+        the command's input paths (files or folders; ``None`` and missing paths are
         skipped). More can be added with :meth:`add` once known (the files a scan read).
     """
 

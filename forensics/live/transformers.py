@@ -199,20 +199,29 @@ class ForensicsCallback(_Base):  # type: ignore[misc,valid-type]
 
     Parameters
     ----------
-    output_dir : folder for the streams (default ``<args.output_dir>/forensics``).
-    live : run the trackers (alerts, stopping, checkpoint analyses, dashboards).
-    echo : also print each alert here (default: only :mod:`logging`, logger ``forensics``).
-    config, meta : tracker parameters and run metadata, as for a scan; the callback adds what the
+    output_dir
+        folder for the streams (default ``<args.output_dir>/forensics``).
+    live
+        run the trackers (alerts, stopping, checkpoint analyses, dashboards).
+    echo
+        also print each alert here (default: only :mod:`logging`, logger ``forensics``).
+    config, meta
+        tracker parameters and run metadata, as for a scan; the callback adds what the
         training arguments tell (see :func:`meta_from_args`).
-    check_every : look for new findings every this many logged rows (a check finishes a copy of
+    check_every
+        look for new findings every this many logged rows (a check finishes a copy of
         every tracker: tens of milliseconds).
-    stop_on_critical : a critical finding saves a checkpoint and stops training
+    stop_on_critical
+        a critical finding saves a checkpoint and stops training
         (``control.should_save`` and ``control.should_training_stop``).
-    report_to : where findings go (``"tensorboard"``, ``"wandb"``); default: the trainer's own
+    report_to
+        where findings go (``"tensorboard"``, ``"wandb"``); default: the trainer's own
         ``report_to``, each only when its package is installed.
-    trainer : the trainer, to find its TensorBoard folder from its own ``TensorBoardCallback``
+    trainer
+        the trainer, to find its TensorBoard folder from its own ``TensorBoardCallback``
         (or use :meth:`attach`).
-    notify : a webhook URL (or a :class:`~forensics.live.notify.Notifier`): each alert is posted
+    notify
+        a webhook URL (or a :class:`~forensics.live.notify.Notifier`): each alert is posted
         there from a background thread, with retries; training never waits for it, and a failing
         endpoint is logged once. ``notify_format``: ``json``, ``slack`` or ``discord``.
     """

@@ -54,11 +54,14 @@ def grad_norms(
 
     Parameters
     ----------
-    groups : name -> parameters, e.g.
+    groups
+        name -> parameters, e.g.
         ``{"policy": policy.parameters(), "value": head.parameters()}``. Parameters without a
         gradient are skipped.
-    max_norm : clip threshold for every group, a per-group mapping, or ``None`` (no clipping).
-    names : column name per group; by default ``policy`` -> ``grad_norm`` and
+    max_norm
+        clip threshold for every group, a per-group mapping, or ``None`` (no clipping).
+    names
+        column name per group; by default ``policy`` -> ``grad_norm`` and
         ``grad_norm_clipped``, any other group ``g`` -> ``grad_norm_g`` and
         ``grad_norm_g_clipped`` (``grad_norm_value`` is canonical).
 
@@ -129,9 +132,12 @@ def advantage_stats(
 
     Parameters
     ----------
-    advantages : any shape, e.g. ``(batch, tokens)``.
-    mask : same shape, true (or 1) where an advantage is valid (response tokens, not padding).
-    prefix : prefix of the returned keys.
+    advantages
+        any shape, e.g. ``(batch, tokens)``.
+    mask
+        same shape, true (or 1) where an advantage is valid (response tokens, not padding).
+    prefix
+        prefix of the returned keys.
 
     Returns
     -------
@@ -217,15 +223,22 @@ def response_rows(
 
     Parameters
     ----------
-    lengths, rewards : ``(batch,)`` response lengths (tokens) and total rewards.
-    components : reward component name -> ``(batch,)`` values (columns ``reward/<name>``).
-    advantages : ``(batch,)`` per-response advantage (e.g. the GRPO group-normalised one).
-    groups : ``(batch,)`` prompt/group id of each response.
-    truncated : ``(batch,)`` bool; derived as ``lengths >= max_length`` when omitted and
+    lengths, rewards
+        ``(batch,)`` response lengths (tokens) and total rewards.
+    components
+        reward component name -> ``(batch,)`` values (columns ``reward/<name>``).
+    advantages
+        ``(batch,)`` per-response advantage (e.g. the GRPO group-normalised one).
+    groups
+        ``(batch,)`` prompt/group id of each response.
+    truncated
+        ``(batch,)`` bool; derived as ``lengths >= max_length`` when omitted and
         ``max_length`` is given.
-    prompts, completions : text per response, or 2-D integer token tensors that the writer
+    prompts, completions
+        text per response, or 2-D integer token tensors that the writer
         decodes at flush (its ``detokenize`` argument), keeping text off the per-step path.
-    index : optional ``(k,)`` long tensor of the responses to keep (subsampling); applied on the
+    index
+        optional ``(k,)`` long tensor of the responses to keep (subsampling); applied on the
         device with ``index_select``, so it does not sync either.
 
     Examples
@@ -287,10 +300,14 @@ def mfu(
 
     Parameters
     ----------
-    tokens_per_s : training (forward + backward) or generation throughput.
-    param_count : trainable parameters N.
-    peak_flops : peak FLOP/s of the hardware in the precision used.
-    training : 6·N FLOPs per token when true, 2·N (forward only) when false.
+    tokens_per_s
+        training (forward + backward) or generation throughput.
+    param_count
+        trainable parameters N.
+    peak_flops
+        peak FLOP/s of the hardware in the precision used.
+    training
+        6·N FLOPs per token when true, 2·N (forward only) when false.
 
     Examples
     --------

@@ -274,22 +274,32 @@ class RunWriter:
 
     Parameters
     ----------
-    path : folder of the run; created if missing.
-    format : ``"jsonl"`` (default; robust to hard kills) or ``"parquet"`` (one row group per
+    path
+        folder of the run; created if missing.
+    format
+        ``"jsonl"`` (default; robust to hard kills) or ``"parquet"`` (one row group per
         flush; compact and fast to scan).
-    flush_every : step rows buffered before a flush (the at-risk window of a crash).
-    samples_flush_every : sample rows buffered before a flush (default ``64 * flush_every``).
-    flush_seconds : also flush when this many seconds passed since the last flush (checked on
+    flush_every
+        step rows buffered before a flush (the at-risk window of a crash).
+    samples_flush_every
+        sample rows buffered before a flush (default ``64 * flush_every``).
+    flush_seconds
+        also flush when this many seconds passed since the last flush (checked on
         each log call; ``None`` disables it).
-    meta : run metadata (a :class:`forensics.config.RunMeta` or a mapping of its fields), written
+    meta
+        run metadata (a :class:`forensics.config.RunMeta` or a mapping of its fields), written
         to ``run.json`` at once; :meth:`write_meta` may update it later.
-    resume : append to existing streams (a run resumed from a checkpoint) instead of replacing
+    resume
+        append to existing streams (a run resumed from a checkpoint) instead of replacing
         them. A JSONL file's partial last line, left by a crash, is trimmed first.
-    detokenize : turns one response's token ids into text; lets callers log 2-D integer token
+    detokenize
+        turns one response's token ids into text; lets callers log 2-D integer token
         tensors as text columns without a transfer per step (decoding happens at flush).
-    timestamp : add a ``timestamp`` column (host wall-clock seconds) to each step row that has
+    timestamp
+        add a ``timestamp`` column (host wall-clock seconds) to each step row that has
         none.
-    register_atexit : close the writer at interpreter exit if the caller did not.
+    register_atexit
+        close the writer at interpreter exit if the caller did not.
 
     Notes
     -----

@@ -42,9 +42,12 @@ class Episodes:
 
     Parameters
     ----------
-    k, m : the condition must hold on ``k`` of the last ``m`` rows for a row to be active.
-    gap : active rows at most ``gap`` rows apart belong to one episode.
-    mode : ``"max"``, ``"min"`` or ``"absmax"``: which ``value`` counts as the peak.
+    k, m
+        the condition must hold on ``k`` of the last ``m`` rows for a row to be active.
+    gap
+        active rows at most ``gap`` rows apart belong to one episode.
+    mode
+        ``"max"``, ``"min"`` or ``"absmax"``: which ``value`` counts as the peak.
 
     >>> ep = Episodes(k=2, m=3, gap=2)
     >>> cond = np.array([0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0], dtype=bool)

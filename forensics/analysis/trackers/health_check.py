@@ -333,9 +333,12 @@ class HealthCheck:
 
     Parameters
     ----------
-    config : the trainer's config (flat or nested dict); adjustments use its keys and values.
-    params : :class:`HealthCheckParams` (thresholds).
-    algorithm : the run's algorithm (a group method's loss is not a progress signal).
+    config
+        the trainer's config (flat or nested dict); adjustments use its keys and values.
+    params
+        :class:`HealthCheckParams` (thresholds).
+    algorithm
+        the run's algorithm (a group method's loss is not a progress signal).
 
     Use online: ``report = hc.after_epoch({"reward": rewards_this_epoch, "loss": losses})``; then
     ``report.adjustments``. :meth:`recommendations` summarises every window seen so far.

@@ -22,12 +22,18 @@ class FaultSpec:
 
     Parameters
     ----------
-    name : flag value (``--fault NAME``).
-    algorithm : algorithm the fixture records it with (``ppo`` or ``grpo``).
-    onset : default onset step.
-    expected_rules : rule ids that should fire, primary first.
-    horizon_steps : acceptable detection delay after onset.
-    description : what changes in the trainer, in one or two sentences.
+    name
+        flag value (``--fault NAME``).
+    algorithm
+        algorithm the fixture records it with (``ppo`` or ``grpo``).
+    onset
+        default onset step.
+    expected_rules
+        rule ids that should fire, primary first.
+    horizon_steps
+        acceptable detection delay after onset.
+    description
+        what changes in the trainer, in one or two sentences.
     """
 
     name: str

@@ -19,9 +19,12 @@ class Policy(nn.Module):
 
     Parameters
     ----------
-    hidden : GRU width.
-    embed : token embedding width.
-    value_head : add the value head (PPO); GRPO has no critic.
+    hidden
+        GRU width.
+    embed
+        token embedding width.
+    value_head
+        add the value head (PPO); GRPO has no critic.
     """
 
     def __init__(self, hidden: int = 64, embed: int = 32, value_head: bool = True) -> None:
