@@ -33,6 +33,7 @@ def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
     api = (site / "api.html").read_text()
     for name in ("scan_path", "Analysis", "RunWriter", "ForensicsCallback", "write_reports"):
         assert name in api, name
+    assert not re.search(r":(mod|class|func|meth):<code>", api)  # Sphinx roles shown as code (scripts/mkdocs_hooks.py)
     assert "hyperparams.lr_change" in (site / "rules.html").read_text()
 
 
