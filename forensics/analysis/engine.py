@@ -626,26 +626,19 @@ def scan_path(
         folder holding one log (see :mod:`forensics.io.locate` for what is read in a folder); or
         the :class:`~forensics.io.locate.RunFiles` :func:`~forensics.io.locate.locate` found.
     samples, meta
-        the sample stream and run metadata (default: ``samples.*`` and ``run.json``
-        beside the step log).
+        the sample stream and run metadata (default: ``samples.*`` and ``run.json`` beside it).
     config
         a :class:`~forensics.config.Config`; or ``config_path``, a TOML file (``--config``).
-    fmt
-        the input format (``--input-format``; default: detected from content).
-    run
-        the run to read in a file that holds several (a W&B chart export; ``--run``).
-    kl_target, kl_unit, strict, batch_rows
-        as ``--kl-target``, ``--kl-unit``, ``--strict``,
-        ``--batch-rows``.
+    fmt, run
+        the input format (``--input-format``; default: detected from content); the run to read
+        in a file that holds several (a W&B chart export; ``--run``).
+    kl_target, kl_unit, strict, batch_rows, gpus, gpu_hours, gpu_price
+        as ``--kl-target``, ``--kl-unit``, ``--strict``, ``--batch-rows``, ``--gpus``, ...
     columns
         your own key names, source key -> canonical name (``[columns]``); ``maps`` the same
         as ``--map`` strings (``"my_reward=reward_mean"``).
-    gpus, gpu_hours, gpu_price
-        as ``--gpus``, ``--gpu-hours``, ``--gpu-price`` (the cost of waste).
-    trackers
-        run only these trackers (default: all).
-    progress
-        called after each batch of either stream with its number of rows.
+    trackers, progress
+        run only these trackers (default: all); called after each batch with its number of rows.
     """
     config = make_config(config, config_path=config_path, kl_target=kl_target, kl_unit=kl_unit,
                          strict=strict, batch_rows=batch_rows, columns=columns, maps=maps, gpus=gpus,
