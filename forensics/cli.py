@@ -526,7 +526,8 @@ def _metrics(out_fmt: str) -> str:
               default=None, help="What is written: text (default), json, markdown (docs/rules.md is this).")
 @click.option("--json", "as_json", is_flag=True, hidden=True)
 @click.option("--markdown", is_flag=True, hidden=True)
-@click.option("--metrics", is_flag=True, help="List the canonical metric names (and units) instead.")
+@click.option("--metrics", is_flag=True, help="List the canonical metric names (and units) instead, with "
+              "every trainer key read as each in json and markdown (docs/metrics.md is the markdown).")
 @click.option("-o", "--output", "output", type=click.Path(path_type=Path), help="Write to this file.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path),
               help="Also list this config's own [[rules]] (tracker 'custom'), checked as a scan checks them.")
