@@ -186,38 +186,15 @@ def advice(do_now: list[str], recommendations: Mapping[str, Any] | None) -> dict
     ({'lr': 0.001}, [('next, if it persists', ['clip: 1 -> 0.5 [g]'])], {'clip': 0.5})
     """
     rec = recommendations or {}
-    patch, command_line = do_now_changes(do_now, rec)
+    patch, rest, command_line = _do_now_split(do_now, rec)
     pri = rec.get("priorities") or {}
     waiting = {"short_term": list(rec.get("if_persists") or [])}
     later = [(words, [x for x in [*(pri.get(key) or []), *waiting.get(key, [])] if x not in do_now])
              for key, words in LATER]
-    rest = _patch_without(rec.get("config_patch") or {}, _leaf_keys(patch))
     return {"do_now": list(do_now), "do_now_patch": patch, "do_now_command_line": command_line,
             "later": [(words, items) for words, items in later if items],
             "later_patch": _merged(rest, rec.get("if_persists_patch") or {}),
             "later_command_line": [c for c in rec.get("command_line") or [] if c not in command_line]}
-
-
-def _leaf_keys(patch: Mapping[str, Any], prefix: str = "") -> set[str]:
-    """The dotted keys of a config patch's values."""
-    out: set[str] = set()
-    for k, v in patch.items():
-        out |= _leaf_keys(v, f"{prefix}{k}.") if isinstance(v, Mapping) else {prefix + k}
-    return out
-
-
-def _patch_without(patch: Mapping[str, Any], keys: set[str], prefix: str = "") -> dict[str, Any]:
-    """A config patch less the values under ``keys`` (dotted), empty tables dropped."""
-    out: dict[str, Any] = {}
-    for k, v in patch.items():
-        if prefix + k in keys:
-            continue
-        if isinstance(v, Mapping):
-            v = _patch_without(v, keys, f"{prefix}{k}.")
-            if not v:
-                continue
-        out[k] = v
-    return out
 
 
 def _merged(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
@@ -242,24 +219,40 @@ def do_now_changes(do_now: list[str], recommendations: Mapping[str, Any] | None
     >>> do_now_changes(["lr: 0.03 -> 0.001 [hyperparams.lr_change, the first domino]"], rec)
     ({'config': {'lr': 0.001}}, ['--lr 0.001'])
     """
-    rec = recommendations or {}
+    part, _, command_line = _do_now_split(do_now, recommendations or {})
+    return part, command_line
+
+
+def _do_now_split(do_now: list[str], rec: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """The config patch in two, the part the do-now list asks for and the rest, and the do-now
+    part's command line (see :func:`do_now_changes`)."""
     named = [a for a in rec.get("adjustments") or [] if a.get("key") and any(
         line.startswith(str(a.get("text"))) and f"[{a.get('source')}" in line for line in do_now)]
-    keys = {str(a["key"]) for a in named}
-    return _patch_part(rec.get("config_patch") or {}, keys), [a["command_line"] for a in named if a.get("command_line")]
+    part, rest = _split(rec.get("config_patch") or {}, {str(a["key"]) for a in named})
+    return part, rest, [a["command_line"] for a in named if a.get("command_line")]
 
 
-def _patch_part(patch: Mapping[str, Any], keys: set[str], prefix: str = "") -> dict[str, Any]:
-    """The entries of a config patch (flat, or dotted keys as nested tables) under ``keys``."""
-    out: dict[str, Any] = {}
+def _split(patch: Mapping[str, Any], keys: set[str], prefix: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
+    """A config patch (flat, or dotted keys as nested tables) in two: the entries under ``keys``
+    and the others, empty tables dropped from both.
+
+    >>> _split({"config": {"lr": 0.001, "clip": 0.5}, "kl_coef": 0.2}, {"config.lr"})
+    ({'config': {'lr': 0.001}}, {'config': {'clip': 0.5}, 'kl_coef': 0.2})
+    """
+    part: dict[str, Any] = {}
+    rest: dict[str, Any] = {}
     for k, v in patch.items():
         if prefix + k in keys:
-            out[k] = v
+            part[k] = v
         elif isinstance(v, Mapping):
-            part = _patch_part(v, keys, f"{prefix}{k}.")
-            if part:
-                out[k] = part
-    return out
+            inside, outside = _split(v, keys, f"{prefix}{k}.")
+            if inside:
+                part[k] = inside
+            if outside:
+                rest[k] = outside
+        else:
+            rest[k] = v
+    return part, rest
 
 
 def _rank(key: str) -> int:
