@@ -63,12 +63,10 @@ _RULE: dict[str, Allowed] = {
     "severity": Allowed(str, choices=("info", "warning", "critical")), "title": Allowed(str),
     "message": Allowed(str), "remedy": Allowed(str), "and": Allowed(dict),
 }
-#: What each kind needs besides metric and kind.
 #: Cells (rows x window) a spike condition holds at once: about 32 MB a copy, whatever the window
 #: (4,096 windows of 100,000 rows held 3.3 GB a copy).
 _SPIKE_CELLS = 2**22
-
-
+#: What each kind needs besides metric and kind.
 _NEEDS = {"above": ("threshold",), "below": ("threshold",), "spike": (), "drop": ("percent",),
           "rise": ("percent",), "flat": ("percent",)}
 
