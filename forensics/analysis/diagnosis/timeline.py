@@ -116,8 +116,13 @@ class CausalRule:
     why: str
 
     def matches(self, cause: str, effect: str) -> bool:
-        return (any(glob_match(cause, p) for p in self.causes)
-                and any(glob_match(effect, p) for p in self.effects))
+        return self.has_cause(cause) and self.has_effect(effect)
+
+    def has_cause(self, rule: str) -> bool:
+        return any(glob_match(rule, p) for p in self.causes)
+
+    def has_effect(self, rule: str) -> bool:
+        return any(glob_match(rule, p) for p in self.effects)
 
 
 _GRAD_BAD = ("grad.explode", "grad.spike", "grad.nonfinite")
@@ -207,10 +212,8 @@ def build_timeline(findings: list[dict[str, Any]], step_span: int = 0) -> dict[s
     by_rule: dict[str, list[dict[str, Any]]] = {}  # rule id -> its events, in order
     for ev in events:
         by_rule.setdefault(ev["rule"], []).append(ev)
-    as_cause = {rid: {k for k, r in enumerate(CAUSAL_RULES) if any(glob_match(rid, p) for p in r.causes)}
-                for rid in by_rule}
-    as_effect = {rid: {k for k, r in enumerate(CAUSAL_RULES) if any(glob_match(rid, p) for p in r.effects)}
-                 for rid in by_rule}
+    as_cause = {rid: {k for k, r in enumerate(CAUSAL_RULES) if r.has_cause(rid)} for rid in by_rule}
+    as_effect = {rid: {k for k, r in enumerate(CAUSAL_RULES) if r.has_effect(rid)} for rid in by_rule}
     causes_of: dict[int, list[str]] = {}  # table row -> the rule ids that are causes in it
     for rid, rows in as_cause.items():
         for k in rows:
