@@ -51,6 +51,10 @@ def test_healthy_verdicts_survive_except_the_named(checks: list[dict]) -> None:
 
 
 def test_each_transformation_keeps_its_share(checks: list[dict]) -> None:
+    absent = [str(root.relative_to(FIXTURES.parent)) for root in CORPORA if not corpus_available(root)]
+    if absent:  # the floors are shares of the three corpora: a part of them is another population
+        pytest.skip(f"the floors are over the three corpora and {', '.join(absent)} is not here "
+                    "(its logs are the shared real logs, ../shared/real-logs)")
     got = shares(checks)
     low = {t: row["invariant"] for t, row in got.items()
            if row["invariant"] is not None and row["invariant"] < FLOORS[t]}
