@@ -179,6 +179,11 @@ class LengthBias(Tracker):
         self.sketch_h = np.zeros(0, dtype=np.uint64)
         self.sketch_l = np.zeros(0)
         self.sketch_r = np.zeros(0)
+        # rows offered since the last trim, joined to the sketch by the next one; and the largest
+        # hash the last trim kept, which a row must be under to enter (None: not yet full)
+        self.sketch_new: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.sketch_new_rows = 0
+        self.sketch_bound: np.uint64 | None = None
         self.series: dict[str, list[np.ndarray]] = {"step": [], "rho": [], "r2": [], "trunc": []}
         # the mean length per row while nothing says where the cap is (no truncation rate, no
         # longest response, no max_length): read once at the end for a cap the mean keeps hitting
@@ -314,25 +319,33 @@ class LengthBias(Tracker):
         return None
 
     def _sketch(self, rows: np.ndarray, length: np.ndarray, reward: np.ndarray) -> None:
-        """Bottom-k sample by a hash of the row index: the same rows whatever the batching."""
+        """Bottom-k sample by a hash of the row index: the same rows whatever the batching. The
+        rows offered are held aside and joined to the sketch by :meth:`_trim_sketch` once the two
+        hold twice the sample (not copied into it batch by batch)."""
         with np.errstate(over="ignore"):
             h = (rows + np.uint64(1)) * _HASH
-        cap = self.p.max_overall_samples
-        if len(self.sketch_h) >= cap:  # full: only a hash below the largest kept can enter
-            new = h < self.sketch_h.max()
+        if self.sketch_bound is not None:  # full: only a hash below the largest kept can enter
+            new = h < self.sketch_bound
             h, length, reward = h[new], length[new], reward[new]
-        self.sketch_h = np.concatenate([self.sketch_h, h])
-        self.sketch_l = np.concatenate([self.sketch_l, length])
-        self.sketch_r = np.concatenate([self.sketch_r, reward])
-        if len(self.sketch_h) > 2 * cap:
+        self.sketch_new.append((h, length, reward))
+        self.sketch_new_rows += len(h)
+        if len(self.sketch_h) + self.sketch_new_rows > 2 * self.p.max_overall_samples:
             self._trim_sketch()
 
     def _trim_sketch(self) -> None:
+        """Join the rows held aside to the sketch and keep the ``max_overall_samples`` smallest
+        hashes (hashes of distinct rows differ: the same set however it was reached)."""
+        if self.sketch_new:
+            parts = [(self.sketch_h, self.sketch_l, self.sketch_r), *self.sketch_new]
+            self.sketch_h, self.sketch_l, self.sketch_r = (np.concatenate([p[i] for p in parts]) for i in range(3))
+            self.sketch_new, self.sketch_new_rows = [], 0
         cap = self.p.max_overall_samples
         if len(self.sketch_h) > cap:
             keep = np.argpartition(self.sketch_h, cap)[:cap]
             self.sketch_h, self.sketch_l, self.sketch_r = (
                 self.sketch_h[keep], self.sketch_l[keep], self.sketch_r[keep])
+        if len(self.sketch_h) >= cap:
+            self.sketch_bound = self.sketch_h.max()
 
     def _steps_done(self, block: Block) -> None:
         """Judge the complete steps of a block: every response of each step counts."""
