@@ -11,7 +11,7 @@ import pytest
 
 from bench.shapes import sample_chunks, step_chunks, write_parquet
 from forensics.analysis.engine import scan_path
-from forensics.analysis.stats.segments import StepRuns, segment_moments, segment_spearman
+from forensics.analysis.stats.segments import StepRuns, segment_mean, segment_moments, segment_spearman
 from forensics.analysis.stats.trailing import spearman
 
 from .conftest import write_jsonl
@@ -118,3 +118,19 @@ def test_within_step_statistics_match_the_per_step_definition() -> None:
               for s in range(50)]
     np.testing.assert_allclose(np.concatenate(got_s), want_s, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(np.concatenate(got_p), want_p, rtol=1e-9, atol=1e-12)
+
+
+def test_segment_sums_of_codes_in_any_order() -> None:
+    """A block's codes ascend (summed segment by segment); codes in any other order are summed
+    by bincount, to the same moments and means."""
+    rng = np.random.default_rng(3)
+    codes = np.sort(rng.integers(0, 6, 200))
+    codes[codes == 4] = 5  # an empty segment among them
+    x, y = rng.normal(size=200), rng.normal(size=200)
+    shuffled = rng.permutation(200)
+    ordered = segment_moments(x, y, codes, 7)
+    mixed = segment_moments(x[shuffled], y[shuffled], codes[shuffled], 7)
+    for name in ("n", "mx", "my", "sxx", "syy", "sxy"):
+        np.testing.assert_allclose(getattr(mixed, name), getattr(ordered, name), rtol=1e-12, atol=1e-12)
+    assert ordered.n[4] == 0 and ordered.sxx[4] == 0 and ordered.n[6] == 0
+    assert np.isnan(segment_mean(x, codes, 7)[4]) and np.isnan(segment_mean(x[shuffled], codes[shuffled], 7)[4])

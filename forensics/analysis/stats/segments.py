@@ -205,11 +205,13 @@ def segment_ranks(x: np.ndarray, codes: np.ndarray, k: int) -> np.ndarray:
     seg_start = np.cumsum(counts) - counts
     lo, hi = float(x.min()), float(x.max())
     if (hi - lo + 1) * k <= COUNTING_BINS and np.array_equal(x, np.floor(x)):
+        # each (segment, value) bin's rank, worked out over the bins (at most COUNTING_BINS, so
+        # 32-bit keys), then one gather: a row's rank is its bin's
         width = int(hi - lo) + 1
-        key = codes * width + (x - lo).astype(np.int64)
+        key = (x - lo).astype(np.int32)
+        key += (codes * width).astype(np.int32)
         cnt = np.bincount(key, minlength=k * width)
-        before = np.cumsum(cnt) - cnt
-        return (before[key] - seg_start[codes]) + (cnt[key] + 1) / 2.0
+        return ((np.cumsum(cnt) - cnt - np.repeat(seg_start, width)) + (cnt + 1) / 2.0)[key]
     if k > 1 and counts.min() == counts.max() and np.array_equal(codes, np.repeat(np.arange(k), counts[0])):
         m = int(counts[0])  # equal, contiguous segments: sort each row
         order = (np.argsort(x.reshape(k, m), axis=1) + seg_start[:, None]).ravel()
