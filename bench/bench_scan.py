@@ -27,6 +27,9 @@ the libraries it loads on first use: polars, jinja2):
   report.html with the shared plotly.js file: on a shared machine whose speed varies by a third
   from second to second, the best of many is the machine's own time).
 
+Each log's baseline and scan are run in turn, ``--repeat`` times (the best time of each): a shared
+machine's speed drifts over minutes, and runs in turn see the same machine.
+
 forensics: the scan with its reports, as ``forensics scan`` does it (read, canonicalise, every
 tracker, findings, health, then every file of the report: analysis.json with its plots and
 timeline, metrics.csv or metrics.parquet, report.html...), in a process set up as the command
@@ -253,9 +256,15 @@ def run_child(kind: str, path: Path, skip: str = "") -> dict[str, float]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def best(kind: str, path: Path, repeat: int, skip: str = "") -> dict[str, float]:
-    runs = [run_child(kind, path, skip) for _ in range(repeat)]
-    return min(runs, key=lambda r: r["seconds"]) | {"peak_mb": max(r["peak_mb"] for r in runs)}
+def best(children: list[tuple[str, Path, str]], repeat: int) -> list[dict[str, float]]:
+    """Each ``(kind, path, skip)`` child run ``repeat`` times, timed in turn (the baseline, then
+    forensics, then again): the best time of each and its highest peak. On a shared machine whose
+    speed drifts over minutes, runs in turn see the same machine; runs in a row do not."""
+    runs: list[list[dict[str, float]]] = [[] for _ in children]
+    for _ in range(repeat):
+        for i, (kind, path, skip) in enumerate(children):
+            runs[i].append(run_child(kind, path, skip))
+    return [min(r, key=lambda x: x["seconds"]) | {"peak_mb": max(x["peak_mb"] for x in r)} for r in runs]
 
 
 def user_env() -> dict[str, str]:
@@ -353,8 +362,11 @@ def main() -> None:
         prep = time.perf_counter() - t0
         size_mb = read.stat().st_size / 1e6
         repeat = 1 if size_mb > 1000 else args.repeat
-        base = best(f"arrow-{case.fmt}", read, repeat)
-        ours = best("forensics-read" if case.fmt == "csv" else "forensics", scan, repeat, args.skip_trackers)
+        children = [(f"arrow-{case.fmt}", read, ""),
+                    ("forensics-read" if case.fmt == "csv" else "forensics", scan, args.skip_trackers)]
+        if case.fmt == "csv":  # the budget is the reader's; the whole scan for comparison
+            children.append(("forensics", scan, args.skip_trackers))
+        base, ours, *full_scan = best(children, repeat)
         ratio = ours["seconds"] / base["seconds"]
         budget = case.budget
         us = ours["seconds"] / case.rows * 1e6
@@ -362,8 +374,8 @@ def main() -> None:
         if case.stream == "step" and case.fmt == "parquet":
             values = case.rows * case.metrics / 1e6
             notes.append(f"analysis {(ours['seconds'] - base['seconds']) / values:.3f} s per million values")
-        if case.fmt == "csv":  # the budget is the reader's; the whole scan for comparison
-            full = best("forensics", scan, repeat, args.skip_trackers)
+        if full_scan:
+            full = full_scan[0]
             ours["peak_mb"] = max(ours["peak_mb"], full["peak_mb"])
             notes.append(f"reader; full scan {full['seconds']:.2f}s ({full['seconds'] / base['seconds']:.2f}x)")
         if prep > 1:
