@@ -214,7 +214,9 @@ def segment_ranks(x: np.ndarray, codes: np.ndarray, k: int) -> np.ndarray:
         return ((np.cumsum(cnt) - cnt - np.repeat(seg_start, width)) + (cnt + 1) / 2.0)[key]
     if k > 1 and counts.min() == counts.max() and np.array_equal(codes, np.repeat(np.arange(k), counts[0])):
         m = int(counts[0])  # equal, contiguous segments: sort each row
-        order = (np.argsort(x.reshape(k, m), axis=1) + seg_start[:, None]).ravel()
+        within = np.argsort(x.reshape(k, m), axis=1)
+        within += seg_start[:, None]  # in place: a fresh array of the block's size costs its page faults
+        order = within.ravel()
     else:
         order = np.argsort(x)
         if k > 1:
