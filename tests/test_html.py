@@ -430,3 +430,18 @@ def test_generation_section_says_what_each_rate_measures(demo: dict) -> None:
     assert "responses matching the tag format" in gen
     assert "the run&#39;s own reward reward/format" in gen
     assert "&#39;summary&#39;" not in gen and "format_rate" not in gen  # no raw nested dict
+
+
+def test_the_page_written_is_the_rendered_page_in_utf8(demo: dict, tmp_path: Path) -> None:
+    """report.html is written from bytes (the vendored plotly.js spliced in undecoded): the same
+    bytes as the string page encoded, inlined or with the shared file, and what write_html and
+    a scan's reports write."""
+    from forensics.report.files import write_rendered
+    from forensics.report.html import PLOTLY_SOURCE, render_html_bytes, write_html
+
+    inline = render_html_bytes(demo)
+    assert inline == render_html(demo).encode("utf-8")
+    assert inline.count(PLOTLY_SOURCE.read_bytes()) == 1
+    assert render_html_bytes(demo, script="file") == render_html(demo, script="file").encode("utf-8")
+    assert write_html(demo, tmp_path / "w.html").read_bytes() == inline
+    assert write_rendered(demo, tmp_path, ("html",))["html"].read_bytes() == inline

@@ -681,14 +681,14 @@ def write_rendered(data: dict[str, Any], out_dir: Path, formats: tuple[str, ...]
     ``script="file"`` shares plotly.js as one file per folder instead of inlining it (or, with
     ``plotly_src``, refers to the copy the caller writes there; ``earlier``: a folder whose copy
     may be linked, see :func:`~forensics.report.html.write_plotly_asset`)."""
-    from .html import PLOTLY_FILE, render_html, write_plotly_asset
+    from .html import PLOTLY_FILE, render_html_bytes, write_plotly_asset
     from .markdown import render_markdown
 
     outputs = outputs or Outputs()
     out: dict[str, Path] = {}
     if "html" in formats:
-        page = render_html(data, script=script, plotly_src=plotly_src or PLOTLY_FILE)
-        out["html"] = outputs.write_text(out_dir / HTML_FILE, page)
+        page = render_html_bytes(data, script=script, plotly_src=plotly_src or PLOTLY_FILE)
+        out["html"] = outputs.write_bytes(out_dir / HTML_FILE, page)
         if script == "file" and plotly_src is None:  # shared by every report in the folder
             write_plotly_asset(out_dir, outputs, earlier)
     if "md" in formats:

