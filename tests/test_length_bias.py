@@ -134,3 +134,30 @@ def test_segment_sums_of_codes_in_any_order() -> None:
         np.testing.assert_allclose(getattr(mixed, name), getattr(ordered, name), rtol=1e-12, atol=1e-12)
     assert ordered.n[4] == 0 and ordered.sxx[4] == 0 and ordered.n[6] == 0
     assert np.isnan(segment_mean(x, codes, 7)[4]) and np.isnan(segment_mean(x[shuffled], codes[shuffled], 7)[4])
+
+
+def test_the_sketch_is_the_bottom_k_and_holds_few_batches_aside() -> None:
+    """Rows offered in batches of 1 to 40 (a live scan's) keep the same sample as one batch would:
+    the rows of the smallest hashes; no batch is held aside once nothing of it can enter, and
+    never more than _SKETCH_PARTS batches at once."""
+    from forensics.analysis.trackers.length_bias import _HASH, _SKETCH_PARTS, LengthBias, LengthBiasParams
+
+    rng = np.random.default_rng(4)
+    n, cap = 20_000, 500
+    length, reward = rng.integers(10, 500, n).astype(float), rng.normal(size=n)
+    tracker = LengthBias(LengthBiasParams(max_overall_samples=cap))
+    at, held = 0, 0
+    while at < n:
+        k = int(rng.integers(1, 41))
+        rows = np.arange(at, min(at + k, n), dtype=np.uint64)
+        tracker._sketch(rows, length[at:at + k], reward[at:at + k])
+        held = max(held, len(tracker.sketch_new))
+        at += k
+    tracker._trim_sketch()
+    with np.errstate(over="ignore"):
+        hashes = (np.arange(n, dtype=np.uint64) + np.uint64(1)) * _HASH
+    row_of = {int(h): i for i, h in enumerate(hashes)}
+    kept = [row_of[int(h)] for h in tracker.sketch_h]
+    assert sorted(kept) == sorted(np.argsort(hashes)[:cap].tolist())
+    assert tracker.sketch_l.tolist() == length[kept].tolist() and tracker.sketch_r.tolist() == reward[kept].tolist()
+    assert 0 < held < _SKETCH_PARTS

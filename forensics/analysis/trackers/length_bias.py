@@ -40,6 +40,9 @@ from .base import Tracker, TrackerResult
 __all__ = ["LengthBias"]
 
 _HASH = np.uint64(0x9E3779B97F4A7C15)
+#: Most batches' rows the sketch holds aside before it joins them (a live scan's batches of a few
+#: rows would otherwise pile up as many small arrays between trims).
+_SKETCH_PARTS = 64
 
 
 @record
@@ -321,15 +324,19 @@ class LengthBias(Tracker):
     def _sketch(self, rows: np.ndarray, length: np.ndarray, reward: np.ndarray) -> None:
         """Bottom-k sample by a hash of the row index: the same rows whatever the batching. The
         rows offered are held aside and joined to the sketch by :meth:`_trim_sketch` once the two
-        hold twice the sample (not copied into it batch by batch)."""
+        hold twice the sample or :data:`_SKETCH_PARTS` batches are held (not copied into it batch
+        by batch)."""
         with np.errstate(over="ignore"):
             h = (rows + np.uint64(1)) * _HASH
         if self.sketch_bound is not None:  # full: only a hash below the largest kept can enter
             new = h < self.sketch_bound
             h, length, reward = h[new], length[new], reward[new]
+        if not len(h):
+            return
         self.sketch_new.append((h, length, reward))
         self.sketch_new_rows += len(h)
-        if len(self.sketch_h) + self.sketch_new_rows > 2 * self.p.max_overall_samples:
+        if (len(self.sketch_h) + self.sketch_new_rows > 2 * self.p.max_overall_samples
+                or len(self.sketch_new) >= _SKETCH_PARTS):
             self._trim_sketch()
 
     def _trim_sketch(self) -> None:
