@@ -141,7 +141,7 @@ def _summer(codes: np.ndarray, k: int, counts: np.ndarray) -> Callable[[np.ndarr
             return out
 
         return total
-    return lambda values: np.bincount(codes, weights=values, minlength=k).astype(float, copy=False)
+    return lambda values: np.bincount(codes, weights=values, minlength=k)
 
 
 def segment_moments(x: np.ndarray, y: np.ndarray, codes: np.ndarray, k: int,
