@@ -268,9 +268,10 @@ def best(children: list[tuple[str, Path, str]], repeat: int) -> list[dict[str, f
 
 
 def user_env() -> dict[str, str]:
-    """This environment as a user's shell has it: Python caches compiled modules (an installed
-    package has them from its install; ``PYTHONDONTWRITEBYTECODE``, set on some build machines,
-    would compile all of forensics at every start)."""
+    """This environment as a user's shell has it: Python caches compiled modules, and forensics
+    its records' methods beside them (an installed package has them from its install or its
+    first run; ``PYTHONDONTWRITEBYTECODE``, set on some build machines, would compile all of
+    forensics at every start)."""
     return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 

@@ -6,8 +6,12 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
+import os
 import pkgutil
+import subprocess
+import sys
 from dataclasses import field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -144,3 +148,94 @@ def test_a_classvar_is_not_a_field() -> None:
 
     assert [f.name for f in dataclasses.fields(WithConstant)] == ["a"]
     assert WithConstant(1) == WithConstant(1)
+
+
+def _define_frozen_and_mutable() -> tuple[type, type]:
+    """Two record classes whose methods ``dataclass`` writes: a frozen one (``__init__``,
+    ``__setattr__``, ``__delattr__``) and one with a default factory."""
+    @record(frozen=True)
+    class Frozen:
+        a: int
+        b: str = "x"
+
+    @record
+    class Mutable:
+        a: int
+        items: list[int] = field(default_factory=list)
+
+    return Frozen, Mutable
+
+
+def _check_methods(frozen: type, mutable: type) -> None:
+    f = frozen(1)
+    assert (f.a, f.b) == (1, "x") and frozen(2, b="y").b == "y"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        f.a = 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del f.b
+    m1, m2 = mutable(1), mutable(2)
+    m1.items.append(3)
+    assert m2.items == [] and m1.items == [3]  # a fresh list each
+    m1.a = 5
+    assert m1 == mutable(5, [3])
+
+
+def test_the_methods_compiled_once_are_kept_between_processes(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    path = str(tmp_path / "records.methods")
+    first = records._Compiled(path)
+    monkeypatch.setattr(records, "_METHODS", first)
+    _check_methods(*_define_frozen_and_mutable())
+    assert first.compiled == 4  # two __init__, and the frozen class's __setattr__ and __delattr__
+    first.write()
+
+    again = records._Compiled(path)  # the next process: every method read, none compiled
+    monkeypatch.setattr(records, "_METHODS", again)
+    _check_methods(*_define_frozen_and_mutable())
+    assert again.compiled == 0 and again.used == first.used
+    assert "exec" not in vars(dataclasses)  # dataclass's own exec again once a record is defined
+
+
+@pytest.mark.parametrize("content", [b"", b"not marshal data at all", b"\0\0\0\0\0" + b"\xff" * 40])
+def test_an_unreadable_or_foreign_methods_file_is_compiled_again_and_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes) -> None:
+    path = tmp_path / "records.methods"
+    path.write_bytes(content)
+    bad = records._Compiled(str(path))
+    monkeypatch.setattr(records, "_METHODS", bad)
+    _check_methods(*_define_frozen_and_mutable())
+    assert bad.compiled == 4
+    bad.write()
+    good = records._Compiled(str(path))
+    assert good._read().keys() == bad.used
+
+
+def test_a_folder_that_cannot_be_written_keeps_no_methods_and_fails_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    nowhere = records._Compiled(str(blocker / "sub" / "records.methods"))  # a file in the way
+    monkeypatch.setattr(records, "_METHODS", nowhere)
+    _check_methods(*_define_frozen_and_mutable())
+    nowhere.write()
+    assert blocker.read_text() == "" and not list(tmp_path.glob("**/*.part"))
+
+
+@pytest.mark.parametrize("writes", [True, False])
+def test_a_command_start_compiles_the_records_methods_once(tmp_path: Path, writes: bool) -> None:
+    """In new processes: the first compiles the methods of the records it loads and keeps them
+    beside its bytecode (here ``-X pycache_prefix``); the second compiles none. Where Python
+    writes no bytecode (PYTHONDONTWRITEBYTECODE), nothing is written, and each compiles them."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    if not writes:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    code = "import forensics.config, forensics.schema; from forensics.records import _METHODS; print(_METHODS.compiled)"
+    runs = [subprocess.run([sys.executable, "-X", f"pycache_prefix={tmp_path}", "-c", code], env=env,
+                           capture_output=True, text=True, check=True) for _ in range(2)]
+    first, second = (int(r.stdout) for r in runs)
+    kept = list(tmp_path.glob("**/records.*.methods"))
+    assert first > 5
+    if writes:
+        assert second == 0 and len(kept) == 1
+    else:
+        assert second == first and kept == []
