@@ -14,7 +14,6 @@ The library never calls ``sys.exit``; only ``forensics.cli`` turns these into ex
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 __all__ = [
@@ -76,6 +75,8 @@ def closest(name: Any, known: Any, n: int = 3) -> list[str]:
     if not isinstance(name, str):
         return []
     names = {str(k).lower(): str(k) for k in known}
+    import difflib  # only where a name is unknown (not at every command's start)
+
     return [names[m] for m in difflib.get_close_matches(name.lower(), list(names), n=n, cutoff=0.6)]
 
 
