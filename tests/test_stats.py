@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from itertools import pairwise
 
 import numpy as np
@@ -14,6 +15,7 @@ from forensics.analysis.stats.grouping import StepGrouper
 from forensics.analysis.stats.trailing import (
     BlockStats,
     History,
+    block_median_mad,
     pearson,
     persist,
     rankdata,
@@ -58,6 +60,24 @@ def test_block_stats_against_direct_computation() -> None:
         assert med[i] == pytest.approx(np.median(bmed[prev]))
         assert sigma[i] == pytest.approx(np.median(bmad[prev]) / 0.6745)
     assert np.isnan(med[:20]).all()  # fewer than two complete blocks before
+
+
+@pytest.mark.parametrize("width", [1, 2, 5, 10, 11])
+def test_block_median_mad_of_complete_and_gappy_blocks(width: int) -> None:
+    """Blocks of finite values (the column-wise path) and blocks with NaN in some rows (the
+    row-by-row path) give numpy's NaN-ignoring median and MAD, row by row."""
+    whole = RNG.normal(size=(40, width)) * 3.0
+    gappy = whole.copy()
+    gappy[RNG.random(gappy.shape) < 0.2] = np.nan
+    gappy[0] = np.nan  # a row without a value: NaN
+    for m in (whole, np.round(whole), gappy):
+        med, mad = block_median_mad(m)
+        with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning) if np.isnan(m).all(axis=1).any() \
+                else nullcontext():
+            ref = np.nanmedian(m, axis=1)
+            ref_mad = np.nanmedian(np.abs(m - ref[:, None]), axis=1)
+        np.testing.assert_allclose(med, ref, rtol=0, atol=0, equal_nan=True)
+        np.testing.assert_allclose(mad, ref_mad, rtol=0, atol=1e-15, equal_nan=True)
 
 
 def test_block_stats_batch_invariant() -> None:

@@ -404,8 +404,21 @@ def shift(x: np.ndarray, k: int) -> np.ndarray:
 
 
 def block_median_mad(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-row median and MAD of a 2-D array, ignoring NaN (NaN when a row has no value)."""
+    """Per-row median and MAD of a 2-D array, ignoring NaN (NaN when a row has no value).
+
+    >>> [v.tolist() for v in block_median_mad(np.array([[1.0, 4.0, 2.0], [np.nan, 3.0, 5.0]]))]
+    [[2.0, 4.0], [1.0, 1.0]]
+    """
     s = np.sort(m, axis=1)  # NaN sorts last
+    width = s.shape[1]
+    if width and len(s) and np.isfinite(s[:, 0]).all() and np.isfinite(s[:, -1]).all():  # (sorted: ends)
+        # every value finite (the usual block): the same middle positions in every row, read as
+        # columns, not gathered row by row (the same floats, a third less time)
+        lo, hi = (width - 1) // 2, width // 2
+        med = 0.5 * (s[:, lo] + s[:, hi])
+        dev = np.abs(m - med[:, None])
+        dev.sort(axis=1)
+        return med, 0.5 * (dev[:, lo] + dev[:, hi])
     c = np.isfinite(s).sum(axis=1)
     rows = np.arange(len(s))
     lo, hi = np.maximum((c - 1) // 2, 0), np.maximum(c // 2, 0)
