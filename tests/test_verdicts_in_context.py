@@ -358,3 +358,36 @@ def test_a_warning_recurring_at_its_chance_rate_is_not_an_event() -> None:
     packed = finding(list(range(800_000, 1_000_000, 8_000)))
     apply_consequences([packed], c)
     assert packed.severity is Severity.WARNING
+
+
+def test_the_courses_are_read_from_the_store_as_the_checks_ask(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The damage checks' courses come from the per-step store one column at a time, on first
+    use (a large scan with a warning held all seven columns at its peak), and each is the
+    course of the whole column, over parts spilled to disk and parts still in memory."""
+    from forensics.analysis.diagnosis.consequence import StoreCourses
+    from forensics.analysis.stats.course import Course
+    from forensics.analysis.store import MetricsStore
+
+    rng = np.random.default_rng(3)
+    store = MetricsStore(spill_rows=300)
+    for start in range(0, 1_000, 250):
+        steps = np.arange(start, start + 250) * 2
+        store.append(steps, {"reward_mean": rng.normal(size=250).cumsum(), "kl": rng.gamma(2.0, size=250),
+                             "loss": np.full(250, np.nan), "entropy": rng.normal(size=250)})
+    read: list[list[str]] = []
+    frame = store.frame
+    monkeypatch.setattr(store, "frame", lambda columns=None: read.append(list(columns or [])) or frame(columns))
+    courses = StoreCourses(store)
+    assert read == []  # nothing read until a check asks
+    reward = courses.get("reward_mean")
+    assert read == [["reward_mean"]] and courses.get("reward_mean") is reward  # read once
+    whole = frame(["reward_mean", "kl"])
+    for name in ("reward_mean", "kl"):
+        want, got = Course.of(whole["step"], whole[name]), courses[name]
+        assert got is not None and want is not None
+        np.testing.assert_array_equal(got.steps, want.steps)
+        np.testing.assert_array_equal(got.values, want.values)
+        assert (got.block, got.se, got.span) == (want.block, want.se, want.span)
+    # loss has no value (no course), entropy is no course column
+    assert courses.get("loss") is None and courses.get("entropy") is None
+    assert sorted(courses) == ["kl", "reward_mean"] and len(courses) == 2

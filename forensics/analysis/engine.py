@@ -43,7 +43,7 @@ from ..io.readers import RawBatch, ReadReport
 from ..records import record
 from ..schema import CORE_SIGNALS, ColumnMapping, suggest_canonical
 from .context import infer_context
-from .diagnosis.consequence import COURSE_COLUMNS, Consequences, apply_consequences, courses_of
+from .diagnosis.consequence import Consequences, StoreCourses, apply_consequences
 from .diagnosis.diagnose import diagnose
 from .diagnosis.health import health_scores
 from .diagnosis.recommendations import fit_remedy
@@ -431,10 +431,8 @@ class Scan:
         """Severity from consequence (analysis.diagnosis.consequence), then the changed trackers re-scored."""
         if not self.rows:
             return
-        courses = {}
-        if any(f.severity is not Severity.INFO for f in findings):  # (a clean run reads nothing back)
-            names = [c for c in COURSE_COLUMNS if c in self.store.names]
-            courses = courses_of(self.store.frame(names))
+        # the series the checks read, from the store as they ask (a clean run reads nothing back)
+        courses = StoreCourses(self.store) if any(f.severity is not Severity.INFO for f in findings) else {}
         extent = Consequences(int(self.first_step or 0), int(self.last_step or 0), self.rows, courses,
                               self.meta.family)
         changed = {f.tracker for f in apply_consequences(findings, extent)}

@@ -42,10 +42,9 @@ see the tracker's own verdict and why it moved; the tracker scores are recompute
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import field
-
-import numpy as np
+from typing import Any
 
 from ...records import record
 from ..findings import Finding, Severity
@@ -76,7 +75,7 @@ class Consequences:
     first_step: int
     last_step: int
     rows: int
-    courses: dict[str, Course] = field(default_factory=dict)
+    courses: Mapping[str, Course] = field(default_factory=dict)
     #: the algorithm family ("critic", "group", "preference"; None: unknown)
     family: str | None = None
     recover_rows: int = 5
@@ -114,15 +113,46 @@ class Consequences:
 COURSE_COLUMNS = ("reward_mean", "reward_max", "truncation_rate", "response_length_mean", "loss", "kl", "kl_seq")
 
 
-def courses_of(columns: dict[str, np.ndarray]) -> dict[str, Course]:
-    """The course of each of :data:`COURSE_COLUMNS` in ``columns`` (a store frame with ``step``)."""
-    out = {}
-    for name in COURSE_COLUMNS:
-        if name in columns:
-            c = Course.of(columns["step"], columns[name])
-            if c is not None:
-                out[name] = c
-    return out
+class StoreCourses(Mapping[str, Course]):
+    """The course of each of :data:`COURSE_COLUMNS` the per-step store holds, read from it when a
+    damage check first asks (``get``), one column at a time.
+
+    A million-step run's course is 16 MB (its steps and values): reading all seven columns at
+    once held them, and the frame they came from, at the peak of every large scan with a
+    warning (a million-step scan's 320 MB), though most checks read the reward alone. A column
+    with too few values has no course (absent, as ``Course.of`` gives None).
+
+    >>> from forensics.analysis.store import MetricsStore
+    >>> store = MetricsStore()
+    >>> import numpy as np
+    >>> store.append(np.arange(20), {"reward_mean": np.linspace(0.0, 1.0, 20),
+    ...                              "loss": np.r_[np.ones(3), np.full(17, np.nan)]})
+    >>> courses = StoreCourses(store)
+    >>> round(courses["reward_mean"].end, 3), "loss" in courses, sorted(courses)
+    (0.947, False, ['reward_mean'])
+    """
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._names = [n for n in COURSE_COLUMNS if n in store.names]
+        self._read: dict[str, Course | None] = {}
+
+    def __getitem__(self, name: str) -> Course:
+        if name not in self._names:
+            raise KeyError(name)
+        if name not in self._read:
+            columns = self._store.frame([name])
+            self._read[name] = Course.of(columns["step"], columns[name])
+        course = self._read[name]
+        if course is None:
+            raise KeyError(name)
+        return course
+
+    def __iter__(self) -> Iterator[str]:
+        return (n for n in self._names if n in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 # --- damage: what a sustained finding did to the run -------------------------------------------
