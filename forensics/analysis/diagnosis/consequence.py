@@ -119,8 +119,9 @@ class StoreCourses(Mapping[str, Course]):
 
     A million-step run's course is 16 MB (its steps and values): reading all seven columns at
     once held them, and the frame they came from, at the peak of every large scan with a
-    warning (a million-step scan's 320 MB), though most checks read the reward alone. A column
-    with too few values has no course (absent, as ``Course.of`` gives None).
+    warning (the million-step gauss bench log peaked at 382-384 MB so, at 336-343 MB now),
+    though a check reads one or two of them. A column with too few values has no course
+    (absent, as ``Course.of`` gives None).
 
     >>> from forensics.analysis.store import MetricsStore
     >>> store = MetricsStore()
