@@ -185,7 +185,6 @@ class LengthBias(Tracker):
         # rows offered since the last trim, joined to the sketch by the next one; and the largest
         # hash the last trim kept, which a row must be under to enter (None: not yet full)
         self.sketch_new: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self.sketch_new_rows = 0
         self.sketch_bound: np.uint64 | None = None
         self.series: dict[str, list[np.ndarray]] = {"step": [], "rho": [], "r2": [], "trunc": []}
         # the mean length per row while nothing says where the cap is (no truncation rate, no
@@ -334,8 +333,8 @@ class LengthBias(Tracker):
         if not len(h):
             return
         self.sketch_new.append((h, length, reward))
-        self.sketch_new_rows += len(h)
-        if (len(self.sketch_h) + self.sketch_new_rows > 2 * self.p.max_overall_samples
+        held = sum(len(part[0]) for part in self.sketch_new)  # (at most _SKETCH_PARTS parts)
+        if (len(self.sketch_h) + held > 2 * self.p.max_overall_samples
                 or len(self.sketch_new) >= _SKETCH_PARTS):
             self._trim_sketch()
 
@@ -345,7 +344,7 @@ class LengthBias(Tracker):
         if self.sketch_new:
             parts = [(self.sketch_h, self.sketch_l, self.sketch_r), *self.sketch_new]
             self.sketch_h, self.sketch_l, self.sketch_r = (np.concatenate([p[i] for p in parts]) for i in range(3))
-            self.sketch_new, self.sketch_new_rows = [], 0
+            self.sketch_new = []
         cap = self.p.max_overall_samples
         if len(self.sketch_h) > cap:
             keep = np.argpartition(self.sketch_h, cap)[:cap]
